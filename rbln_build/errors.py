@@ -1,0 +1,77 @@
+"""The exception tree of rbln-build.
+
+Two families, kept apart as doit keeps ``InvalidTask`` apart from ``TaskFailed``::
+
+    RblnBuildError                 base of everything rbln-build raises on purpose
+    ├── UserError                  bad input: the user fixes a config, recipe or request
+    │   ├── ConfigError            a Hydra config value or key (names the key path)
+    │   ├── RecipeError            a recipe file under recipes/ (names the file)
+    │   └── EstimateError          the estimator rejects the request (ValueError-compatible;
+    │                              messages reproduce optimum-rbln 0.12.0's wording exactly)
+    └── BuildError                 something failed while building a valid request
+        ├── BackendUnavailable     a compile backend cannot run here (says what to install)
+        ├── CacheError             a cache entry is unreadable or fails its hash
+        └── RuntimeLimitError      a generation request needs more KV blocks than the pool has
+
+Every message says what failed, where (config key or file), what it got, and what to do next.
+The CLI prints ``str(error)`` without a traceback for any ``RblnBuildError``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RblnBuildError",
+    "UserError",
+    "ConfigError",
+    "RecipeError",
+    "EstimateError",
+    "BuildError",
+    "BackendUnavailable",
+    "CacheError",
+    "RuntimeLimitError",
+]
+
+
+class RblnBuildError(Exception):
+    """Base of every error rbln-build raises on purpose."""
+
+
+class UserError(RblnBuildError):
+    """Bad input; the user fixes it."""
+
+
+class ConfigError(UserError):
+    """A config value or key is wrong. The message names the key path."""
+
+
+class RecipeError(UserError):
+    """A recipe under recipes/ is missing or malformed. The message names the file."""
+
+
+class EstimateError(UserError, ValueError):
+    """The estimator rejects a request.
+
+    ``kind`` is a stable machine-readable tag (for example ``"insufficient_memory"``,
+    ``"budget_exceeds_dram"``, ``"budget_and_blocks_exclusive"``, ``"invalid_budget"``,
+    ``"invalid_attention"``, ``"unknown_npu"``, ``"invalid_request"``).
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class BuildError(RblnBuildError):
+    """A valid request failed while building."""
+
+
+class BackendUnavailable(BuildError):
+    """A compile backend cannot run on this machine."""
+
+
+class CacheError(BuildError):
+    """A cache entry is unreadable or does not match its recorded hash."""
+
+
+class RuntimeLimitError(BuildError):
+    """A generation request needs more KV-cache blocks than the artifact's pool holds."""
