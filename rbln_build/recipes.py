@@ -1,0 +1,206 @@
+"""Model recipes: ``recipes/<name>/config.json`` (the published HF config) + ``recipe.yaml``.
+
+A recipe is read with the standard library and PyYAML only (no torch, no transformers), so the
+no-op path can hash it cheaply. ``recipe.yaml`` fields::
+
+    name: qwen3_8b                  # must equal the folder name
+    family: qwen3                   # free-form model family label
+    source: {model_id: Qwen/Qwen3-8B, revision: <commit or null>}
+    weights: null                   # no weights here: cells resolve a plan, not a program
+    weights: {seed: 1234}           # generate weights deterministically from a seed
+    weights: {path: /abs/or/relative/dir}   # a local HF checkpoint directory (relative to the recipe)
+    dtype: bfloat16                 # torch dtype name of the weights and KV cache
+    quantization: {weight_bits: 16} # 16, 8 or 4 bits for linear weights (lm_head stays 16-bit)
+    build: {batch_size: 8, max_seq_len: 40960, ...}   # our default build options
+
+The content hash covers both files' bytes, so any edit to a recipe changes its compile key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import RecipeError
+
+__all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
+
+DEFAULT_RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_WEIGHT_BITS = (16, 8, 4)
+_RECIPE_KEYS = {"name", "family", "source", "weights", "dtype", "quantization", "build"}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The architecture facts the memory model and the backends need, read from config.json."""
+
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    layer_types: tuple[str, ...]  # "full_attention" or "sliding_attention" per layer
+    sliding_window: int | None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    directory: Path
+    family: str
+    source: dict[str, Any]
+    hf_config: dict[str, Any]
+    weights_path: Path | None
+    seed: int | None
+    dtype: str
+    weight_bits: int
+    build: dict[str, Any] = field(default_factory=dict)
+    content_hash: str = ""
+
+    @property
+    def has_weights(self) -> bool:
+        return self.weights_path is not None or self.seed is not None
+
+    @property
+    def dtype_bytes(self) -> int:
+        return _DTYPE_BYTES[self.dtype]
+
+    @property
+    def geometry(self) -> Geometry:
+        return _geometry(self.hf_config, self.directory / "config.json")
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    # Multimodal configs (Gemma 3) keep the decoder under text_config.
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) else cfg
+
+
+def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
+    c = _text_config(cfg)
+
+    def need(key: str) -> Any:
+        if key not in c:
+            raise RecipeError(f"{where}: missing '{key}' (a published HF config.json has it); add it to the file.")
+        return c[key]
+
+    num_layers = int(need("num_hidden_layers"))
+    heads = int(need("num_attention_heads"))
+    hidden = int(need("hidden_size"))
+    head_dim = int(c.get("head_dim") or hidden // heads)
+    layer_types = c.get("layer_types")
+    sliding = c.get("sliding_window")
+    if layer_types is None:
+        uses_window = sliding is not None and c.get("use_sliding_window", True)
+        kind = "sliding_attention" if uses_window else "full_attention"
+        layer_types = [kind] * num_layers
+    if len(layer_types) != num_layers:
+        raise RecipeError(
+            f"{where}: 'layer_types' has {len(layer_types)} entries but num_hidden_layers is {num_layers}."
+        )
+    for t in layer_types:
+        if t not in ("full_attention", "sliding_attention"):
+            raise RecipeError(f"{where}: layer type {t!r} is not 'full_attention' or 'sliding_attention'.")
+    return Geometry(
+        model_type=str(c.get("model_type", cfg.get("model_type", ""))),
+        num_layers=num_layers,
+        hidden_size=hidden,
+        intermediate_size=int(need("intermediate_size")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(c.get("num_key_value_heads") or heads),
+        head_dim=head_dim,
+        vocab_size=int(need("vocab_size")),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", c.get("tie_word_embeddings", False))),
+        layer_types=tuple(layer_types),
+        sliding_window=int(sliding) if sliding is not None and "sliding_attention" in layer_types else None,
+    )
+
+
+def list_recipes(root: Path = DEFAULT_RECIPES_DIR) -> list[str]:
+    return sorted(p.name for p in Path(root).iterdir() if (p / "recipe.yaml").is_file())
+
+
+def load_recipe(name: str, root: Path = DEFAULT_RECIPES_DIR) -> Recipe:
+    root = Path(root)
+    directory = root / name
+    recipe_file = directory / "recipe.yaml"
+    config_file = directory / "config.json"
+    if not recipe_file.is_file():
+        known = ", ".join(list_recipes(root)) if root.is_dir() else "(no recipes directory)"
+        raise RecipeError(f"recipe '{name}': {recipe_file} does not exist. Known recipes: {known}.")
+    if not config_file.is_file():
+        raise RecipeError(f"recipe '{name}': {config_file} does not exist; put the model's HF config.json there.")
+    recipe_bytes = recipe_file.read_bytes()
+    config_bytes = config_file.read_bytes()
+    try:
+        meta = yaml.safe_load(recipe_bytes) or {}
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{recipe_file}: not valid YAML ({exc}).") from None
+    try:
+        hf_config = json.loads(config_bytes)
+    except json.JSONDecodeError as exc:
+        raise RecipeError(f"{config_file}: not valid JSON ({exc}).") from None
+    if not isinstance(meta, dict):
+        raise RecipeError(f"{recipe_file}: expected a mapping of recipe fields, got {type(meta).__name__}.")
+    unknown = set(meta) - _RECIPE_KEYS
+    if unknown:
+        raise RecipeError(
+            f"{recipe_file}: unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_RECIPE_KEYS))}."
+        )
+    if meta.get("name", name) != name:
+        raise RecipeError(f"{recipe_file}: name is {meta.get('name')!r} but the folder is '{name}'; make them equal.")
+    dtype = meta.get("dtype", hf_config.get("torch_dtype", "bfloat16"))
+    if dtype not in _DTYPE_BYTES:
+        raise RecipeError(f"{recipe_file}: dtype {dtype!r} is not one of {', '.join(_DTYPE_BYTES)}.")
+    bits = (meta.get("quantization") or {}).get("weight_bits", 16)
+    if bits not in _WEIGHT_BITS:
+        raise RecipeError(f"{recipe_file}: quantization.weight_bits is {bits!r}; use 16, 8 or 4.")
+    weights = meta.get("weights")
+    weights_path: Path | None = None
+    seed: int | None = None
+    if weights is not None:
+        if not isinstance(weights, dict) or not (set(weights) <= {"seed", "path"}) or len(weights) != 1:
+            raise RecipeError(f"{recipe_file}: weights must be null, {{seed: N}} or {{path: DIR}}, got {weights!r}.")
+        if "seed" in weights:
+            if isinstance(weights["seed"], bool) or not isinstance(weights["seed"], int):
+                raise RecipeError(f"{recipe_file}: weights.seed must be an integer, got {weights['seed']!r}.")
+            seed = weights["seed"]
+        else:
+            weights_path = (directory / str(weights["path"])).resolve()
+            if not weights_path.is_dir():
+                raise RecipeError(
+                    f"{recipe_file}: weights.path {weights['path']!r} is not a directory ({weights_path}); "
+                    "point it at a local HF checkpoint or set weights: null."
+                )
+    build = meta.get("build") or {}
+    if not isinstance(build, dict):
+        raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
+    digest = hashlib.sha256()
+    for part in (b"recipe.yaml\0", recipe_bytes, b"\0config.json\0", config_bytes):
+        digest.update(part)
+    recipe = Recipe(
+        name=name,
+        directory=directory,
+        family=str(meta.get("family", hf_config.get("model_type", ""))),
+        source=dict(meta.get("source") or {}),
+        hf_config=hf_config,
+        weights_path=weights_path,
+        seed=seed,
+        dtype=dtype,
+        weight_bits=bits,
+        build=dict(build),
+        content_hash=digest.hexdigest(),
+    )
+    recipe.geometry  # validate config.json now, not in the middle of a build
+    return recipe
