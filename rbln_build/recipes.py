@@ -81,6 +81,15 @@ class Recipe:
         return _geometry(self.hf_config, self.directory / "config.json")
 
 
+# Defaults of transformers' config classes for fields a published config.json may omit.
+# Gemma 3 ties its embeddings by default and google/gemma-3-1b-it does not spell it out.
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+
+
+def _tie_default(model_type: object) -> bool:
+    return model_type in _TIED_BY_DEFAULT
+
+
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     # Multimodal configs (Gemma 3) keep the decoder under text_config.
     text = cfg.get("text_config")
@@ -101,6 +110,11 @@ def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
     head_dim = int(c.get("head_dim") or hidden // heads)
     layer_types = c.get("layer_types")
     sliding = c.get("sliding_window")
+    if layer_types is None and sliding is not None and c.get("sliding_window_pattern"):
+        # Gemma 3 configs published before `layer_types` existed: every `sliding_window_pattern`-th
+        # layer is full attention, the others slide (as transformers' Gemma3TextConfig derives it).
+        pattern = int(c["sliding_window_pattern"])
+        layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
     if layer_types is None:
         uses_window = sliding is not None and c.get("use_sliding_window", True)
         kind = "sliding_attention" if uses_window else "full_attention"
@@ -121,7 +135,9 @@ def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
         num_key_value_heads=int(c.get("num_key_value_heads") or heads),
         head_dim=head_dim,
         vocab_size=int(need("vocab_size")),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", c.get("tie_word_embeddings", False))),
+        tie_word_embeddings=bool(
+            cfg.get("tie_word_embeddings", c.get("tie_word_embeddings", _tie_default(c.get("model_type"))))
+        ),
         layer_types=tuple(layer_types),
         sliding_window=int(sliding) if sliding is not None and "sliding_attention" in layer_types else None,
     )
