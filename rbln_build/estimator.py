@@ -1,0 +1,568 @@
+"""The KV-cache block estimator: pure arithmetic over an AllocationReport.
+
+Given a request (NPU, geometry, attention options, ``kvcache_num_blocks``, ``memory_budget``) and the
+allocations a compiled model reports, ``estimate`` resolves the number of KV-cache blocks exactly as
+optimum-rbln 0.12.0 does, and explains the answer (``Breakdown``):
+
+* The budget applies per device (node), resolves against that device's available DRAM
+  (``rbln_build.budget``) and is split evenly over its chiplets: ``budget // num_chiplets``.
+* A count of N blocks fits when every (node, chiplet) holds its non-KV bytes plus its KV bytes at N:
+  each resizable KV tensor counts ``size // current_blocks * N`` bytes, a fixed (non-resizable)
+  tensor its reported size, and each tensor is rounded up to 2 MiB *after* scaling.
+* Auto (``kvcache_num_blocks=0``) under flash attention: the full pool if it fits, else the largest
+  count that fits. KV bytes never decrease as N grows (a sum of non-decreasing terms), so "fits" is
+  monotone and a binary search finds that count, as in the reference. Below the floor is an error.
+* Auto under eager attention: always the full pool, whatever the budget (a malformed budget is still
+  rejected). An explicit count is kept; under flash attention one below the floor is an error.
+
+Where 0.12.0 is wrong we do better: the insufficient-memory error names the true count (0 when not
+even one block fits; 0.12 says 1), and a malformed budget is rejected under eager attention too.
+
+No torch, no transformers, no I/O. ``estimate`` never raises for bad request content: the error is
+carried in the ``Resolution`` (``raise_for_error`` turns it into an ``EstimateError``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from .attention import AttentionConfig, resolve_attention
+from .budget import budget_hints, fraction_for_bytes, resolve_budget
+from .errors import EstimateError
+from .npu import NpuTarget, resolve_npu
+from .report import AllocationReport
+
+__all__ = [
+    "ALIGNMENT",
+    "Request",
+    "Resolution",
+    "Breakdown",
+    "BudgetAnswer",
+    "estimate",
+    "align_2mib",
+    "kv_bytes_at",
+    "fits",
+    "max_blocks_within",
+    "min_budget_for_blocks",
+]
+
+ALIGNMENT = 2**21  # every KV tensor is rounded up to 2 MiB after scaling
+
+
+def align_2mib(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of 2 MiB (exact integer arithmetic)."""
+    return -(-nbytes // ALIGNMENT) * ALIGNMENT
+
+
+# --------------------------------------------------------------------------------------------------
+# Request / result types
+
+
+@dataclass(frozen=True)
+class Request:
+    """One estimation request. Field names and meanings follow optimum-rbln's ``rbln_*`` options."""
+
+    npu: str
+    max_seq_len: int
+    batch_size: int = 1
+    num_devices: int = 1
+    attn_impl: str | None = None
+    kvcache_partition_len: int | None = None
+    kvcache_block_size: int | None = None
+    prefill_chunk_size: int | None = None
+    kvcache_num_blocks: int = 0  # 0 = auto
+    memory_budget: object = None  # raw value; types matter (1 is one byte, 1.0 is 100%)
+    current_blocks: int = 1  # block count the report's KV sizes were measured at
+
+
+@dataclass(frozen=True)
+class BudgetAnswer:
+    """The smallest per-device budget at which ``blocks`` blocks fit, or why none exists."""
+
+    blocks: int
+    required_bytes: int  # per device; may exceed the available DRAM
+    bytes: int | None  # per device; None when required_bytes exceeds the available DRAM
+    fraction: float | None  # smallest float memory_budget that resolves to >= bytes; None likewise
+    reason: str | None  # plain statement why no budget works; None when one does
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "blocks": self.blocks,
+            "required_bytes": self.required_bytes,
+            "bytes": self.bytes,
+            "fraction": self.fraction,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Why the estimator answered what it did. Grids are ``[[bytes per chiplet] per node]``."""
+
+    npu: str
+    num_chiplets: int
+    available_bytes: int  # per device
+    budget_bytes: int | None  # per device; None when the budget was rejected
+    budget_per_chiplet: int | None
+    non_kv_bytes: tuple[tuple[int, ...], ...]
+    kv_bytes_per_block: tuple[tuple[int, ...], ...]  # resizable tensors, per block, before alignment
+    kv_fixed_bytes: tuple[tuple[int, ...], ...]  # non-resizable tensors, 2 MiB-aligned
+    max_fitting_blocks: int | None  # largest count <= full pool that fits the budget (0: none)
+    headroom_blocks: int | None  # the count the headroom and kv_bytes are given at
+    kv_bytes: tuple[tuple[int, ...], ...] | None  # 2 MiB-aligned KV bytes at headroom_blocks
+    headroom_bytes: int | None  # budget_per_chiplet - non-KV - KV on the tightest chiplet (< 0: over)
+    tightest_chiplet: tuple[int, int] | None  # (node, chiplet) with the least headroom
+    budget_for_floor: BudgetAnswer
+    budget_for_full_pool: BudgetAnswer
+
+    def to_json(self) -> dict[str, Any]:
+        def grid(g: tuple[tuple[int, ...], ...] | None) -> list[list[int]] | None:
+            return None if g is None else [list(row) for row in g]
+
+        return {
+            "npu": self.npu,
+            "num_chiplets": self.num_chiplets,
+            "available_bytes": self.available_bytes,
+            "budget_bytes": self.budget_bytes,
+            "budget_per_chiplet": self.budget_per_chiplet,
+            "non_kv_bytes": grid(self.non_kv_bytes),
+            "kv_bytes_per_block": grid(self.kv_bytes_per_block),
+            "kv_fixed_bytes": grid(self.kv_fixed_bytes),
+            "max_fitting_blocks": self.max_fitting_blocks,
+            "headroom_blocks": self.headroom_blocks,
+            "kv_bytes": grid(self.kv_bytes),
+            "headroom_bytes": self.headroom_bytes,
+            "tightest_chiplet": None if self.tightest_chiplet is None else list(self.tightest_chiplet),
+            "budget_for_floor": self.budget_for_floor.to_json(),
+            "budget_for_full_pool": self.budget_for_full_pool.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The estimator's answer: a block count, or the error, and always as much explanation as it has."""
+
+    kvcache_num_blocks: int | None
+    num_full_blocks: int | None
+    num_min_blocks: int | None
+    attention: AttentionConfig | None
+    breakdown: Breakdown | None
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+    error_kind: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def raise_for_error(self) -> "Resolution":
+        if self.error is not None:
+            raise EstimateError(self.error, kind=self.error_kind or "invalid_request")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain JSON value; every key always present, so the shape never depends on the outcome."""
+        return {
+            "ok": self.ok,
+            "kvcache_num_blocks": self.kvcache_num_blocks,
+            "num_full_blocks": self.num_full_blocks,
+            "num_min_blocks": self.num_min_blocks,
+            "attention": None if self.attention is None else self.attention.to_json(),
+            "breakdown": None if self.breakdown is None else self.breakdown.to_json(),
+            "warnings": list(self.warnings),
+            "error": self.error,
+            "error_kind": self.error_kind,
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Block arithmetic over a report
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    """One (node, chiplet): its non-KV bytes and how its KV bytes grow with the block count."""
+
+    node: int
+    chiplet: int
+    non_kv: int
+    fixed: int  # aligned bytes of the non-resizable KV tensors
+    per_block: int  # unaligned bytes per block of the resizable tensors (for the breakdown)
+    groups: tuple[tuple[int, int], ...]  # (bytes per block, number of tensors with that size)
+
+    def kv(self, num_blocks: int) -> int:
+        total = self.fixed
+        for per_block, count in self.groups:
+            total += count * (-(-(per_block * num_blocks) // ALIGNMENT) * ALIGNMENT)
+        return total
+
+    def need(self, num_blocks: int) -> int:
+        return self.non_kv + self.kv(num_blocks)
+
+
+class _Pool:
+    """A report reduced to per-(node, chiplet) buckets at a given ``current_blocks``."""
+
+    __slots__ = ("buckets", "grid_shape")
+
+    def __init__(self, buckets: tuple[_Bucket, ...], grid_shape: tuple[int, ...]) -> None:
+        self.buckets = buckets
+        self.grid_shape = grid_shape  # number of chiplets per node
+
+    @classmethod
+    def build(cls, report: AllocationReport, current_blocks: int) -> "_Pool":
+        non_kv = report.non_kv_per_chiplet()
+        fixed: dict[tuple[int, int], int] = {}
+        per_block: dict[tuple[int, int], int] = {}
+        groups: dict[tuple[int, int], dict[int, int]] = {}
+        for tensor in report.kv_tensors.values():
+            for node, row in enumerate(tensor.sizes):
+                for chiplet, size in enumerate(row):
+                    key = (node, chiplet)
+                    if tensor.can_resize:
+                        unit = size // current_blocks
+                        per_block[key] = per_block.get(key, 0) + unit
+                        sizes = groups.setdefault(key, {})
+                        sizes[unit] = sizes.get(unit, 0) + 1
+                    else:
+                        fixed[key] = fixed.get(key, 0) + align_2mib(size)
+        keys = sorted(set(non_kv) | set(fixed) | set(groups))
+        shape: dict[int, int] = {}
+        for node, chiplet in keys:
+            shape[node] = max(shape.get(node, 0), chiplet + 1)
+        buckets = tuple(
+            _Bucket(
+                node=n,
+                chiplet=c,
+                non_kv=non_kv.get((n, c), 0),
+                fixed=fixed.get((n, c), 0),
+                per_block=per_block.get((n, c), 0),
+                groups=tuple(sorted(groups.get((n, c), {}).items())),
+            )
+            for n, c in keys
+        )
+        return cls(buckets, tuple(shape.get(n, 0) for n in range(max(shape, default=-1) + 1)))
+
+    def fits(self, num_blocks: int, per_chiplet: int) -> bool:
+        return all(b.need(num_blocks) <= per_chiplet for b in self.buckets)
+
+    def max_blocks(self, per_chiplet: int, limit: int) -> int:
+        """Largest N in [0, limit] that fits (0 when not even one block does): full pool first, then
+        binary search, as the reference does; exact because ``need`` is non-decreasing in N."""
+        if limit <= 0 or self.fits(limit, per_chiplet):
+            return max(limit, 0)
+        best, lo, hi = 0, 1, limit - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self.fits(mid, per_chiplet):
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def min_budget(self, num_blocks: int, num_chiplets: int) -> tuple[int, _Bucket | None]:
+        """Smallest per-device budget B with ``B // num_chiplets >= need`` on every bucket, and the
+        bucket that sets it. ``B // C >= m`` holds exactly when ``B >= m * C``; budgets are >= 1."""
+        tightest = max(self.buckets, key=lambda b: b.need(num_blocks), default=None)
+        need = 0 if tightest is None else tightest.need(num_blocks)
+        return max(1, need * num_chiplets), tightest
+
+    def headroom(self, num_blocks: int, per_chiplet: int) -> tuple[int | None, _Bucket | None]:
+        tightest = max(self.buckets, key=lambda b: b.need(num_blocks), default=None)
+        if tightest is None:
+            return None, None
+        return per_chiplet - tightest.need(num_blocks), tightest
+
+    def grid(self, value: Any) -> tuple[tuple[int, ...], ...]:
+        """``value(bucket)`` laid out as [[per chiplet] per node] (0 where a bucket is absent)."""
+        by_key = {(b.node, b.chiplet): value(b) for b in self.buckets}
+        return tuple(tuple(by_key.get((n, c), 0) for c in range(width)) for n, width in enumerate(self.grid_shape))
+
+
+# Reports are immutable by contract; a matrix resolves many cells against a few cached reports, so the
+# reduced form is kept per report object (weakly: it goes when the report goes).
+_POOLS: dict[tuple[int, int], tuple[weakref.ref[AllocationReport], _Pool]] = {}
+
+
+def _pool(report: AllocationReport, current_blocks: int) -> _Pool:
+    key = (id(report), current_blocks)
+    hit = _POOLS.get(key)
+    if hit is not None and hit[0]() is report:
+        return hit[1]
+    pool = _Pool.build(report, current_blocks)
+    if len(_POOLS) >= 1024:
+        _POOLS.clear()
+    _POOLS[key] = (weakref.ref(report, lambda _ref, k=key: _POOLS.pop(k, None)), pool)
+    return pool
+
+
+def _current(report: AllocationReport, current_blocks: int | None) -> int:
+    return report.current_blocks if current_blocks is None else current_blocks
+
+
+def kv_bytes_at(
+    report: AllocationReport, num_blocks: int, current_blocks: int | None = None
+) -> dict[tuple[int, int], int]:
+    """KV bytes per (node, chiplet) at ``num_blocks``: each resizable tensor ``size // current_blocks
+    * num_blocks``, each fixed tensor its size, every tensor rounded up to 2 MiB after scaling.
+    ``current_blocks`` defaults to the report's own."""
+    pool = _pool(report, _current(report, current_blocks))
+    return {(b.node, b.chiplet): b.kv(num_blocks) for b in pool.buckets}
+
+
+def fits(
+    report: AllocationReport, num_blocks: int, budget_bytes: int, num_chiplets: int, current_blocks: int | None = None
+) -> bool:
+    """Whether ``num_blocks`` fit on every (node, chiplet) under a per-device budget."""
+    return _pool(report, _current(report, current_blocks)).fits(num_blocks, budget_bytes // num_chiplets)
+
+
+def max_blocks_within(
+    report: AllocationReport, budget_bytes: int, num_chiplets: int, limit: int, current_blocks: int | None = None
+) -> int:
+    """Largest count in [0, ``limit``] that fits under a per-device budget (0: not even one block)."""
+    return _pool(report, _current(report, current_blocks)).max_blocks(budget_bytes // num_chiplets, limit)
+
+
+def min_budget_for_blocks(
+    report: AllocationReport, num_blocks: int, num_chiplets: int, current_blocks: int | None = None
+) -> int:
+    """The exact smallest per-device budget (bytes) at which ``num_blocks`` fit: it fits at that budget
+    and not at one byte less (unless it is 1). It may exceed what the device offers."""
+    return _pool(report, _current(report, current_blocks)).min_budget(num_blocks, num_chiplets)[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+
+
+def _invalid(message: str) -> EstimateError:
+    return EstimateError(message, kind="invalid_request")
+
+
+def _check_int(name: str, value: object, minimum: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        if optional:
+            what += " or null (auto)"
+        raise _invalid(f"`{name}` must be {what}, got {value!r}.")
+
+
+def _check_request(request: object) -> Request:
+    if not isinstance(request, Request):
+        raise _invalid(f"estimate() expects a Request, got {type(request).__name__}.")
+    _check_int("max_seq_len", request.max_seq_len, 1)
+    _check_int("batch_size", request.batch_size, 1)
+    _check_int("num_devices", request.num_devices, 1)
+    _check_int("current_blocks", request.current_blocks, 1)
+    _check_int("kvcache_partition_len", request.kvcache_partition_len, 1, optional=True)
+    _check_int("kvcache_block_size", request.kvcache_block_size, 1, optional=True)
+    _check_int("prefill_chunk_size", request.prefill_chunk_size, 1, optional=True)
+    if isinstance(request.kvcache_num_blocks, bool) or not isinstance(request.kvcache_num_blocks, int) or (
+        request.kvcache_num_blocks < 0
+    ):
+        raise _invalid(
+            f"`kvcache_num_blocks` must be 0 (estimate automatically) or a positive integer, "
+            f"got {request.kvcache_num_blocks!r}."
+        )
+    if request.attn_impl is not None and not isinstance(request.attn_impl, str):
+        raise _invalid(f"`attn_impl` must be 'eager', 'flash_attn' or null, got {request.attn_impl!r}.")
+    return request
+
+
+def _check_report(report: object, request: Request, npu: NpuTarget) -> AllocationReport:
+    def bad(message: str) -> EstimateError:
+        return EstimateError(message, kind="invalid_report")
+
+    if not isinstance(report, AllocationReport):
+        raise bad(f"estimate() expects an AllocationReport, got {type(report).__name__}.")
+    if report.current_blocks != request.current_blocks:
+        raise bad(
+            f"The report's KV sizes were measured at current_blocks={report.current_blocks}, but the request "
+            f"says current_blocks={request.current_blocks}. Set both to the block count the KV tensors hold."
+        )
+    grids = [(f"alloc.{g}.{k}", grid) for g, keys in sorted(report.alloc.items()) for k, grid in sorted(keys.items())]
+    grids += [(f"kv_tensors.{name}.sizes", t.sizes) for name, t in sorted(report.kv_tensors.items())]
+    for where, grid in grids:
+        if len(grid) != request.num_devices:
+            raise bad(
+                f"{where}: the report has {len(grid)} node row(s) but num_devices is {request.num_devices}; "
+                "the report needs one row per device."
+            )
+        for node, row in enumerate(grid):
+            if len(row) != npu.num_chiplets:
+                raise bad(
+                    f"{where}[{node}]: {len(row)} chiplet value(s), but {npu.name} ({npu.product}) has "
+                    f"{npu.num_chiplets} chiplet(s) per device."
+                )
+            for nbytes in row:
+                if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+                    raise bad(f"{where}[{node}]: expected non-negative integer byte counts, got {nbytes!r}.")
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# The estimator
+
+
+def _insufficient(fitting: int, floor: int, batch_size: int) -> str:
+    return (
+        f"Insufficient memory for the required KV cache: only {fitting} blocks can be allocated, but at least "
+        f"{floor} blocks are required. Consider reducing `max_seq_len` or `batch_size` (currently {batch_size}) "
+        "to lower the memory requirement."
+    )
+
+
+def _budget_answer(pool: _Pool, npu: NpuTarget, num_blocks: int, what: str) -> BudgetAnswer:
+    required, tightest = pool.min_budget(num_blocks, npu.num_chiplets)
+    available = npu.available_bytes
+    if required <= available:
+        return BudgetAnswer(num_blocks, required, required, fraction_for_bytes(required, available), None)
+    where = "" if tightest is None else f" (node {tightest.node}, chiplet {tightest.chiplet})"
+    reason = (
+        f"No budget gives {what} ({num_blocks} blocks) on {npu.name}: the tightest chiplet{where} needs "
+        f"{required // npu.num_chiplets} bytes, i.e. {required} bytes per device over {npu.num_chiplets} "
+        f"chiplet(s), more than the {available} bytes the device has available."
+    )
+    return BudgetAnswer(num_blocks, required, None, None, reason)
+
+
+def _breakdown(
+    pool: _Pool,
+    npu: NpuTarget,
+    budget: int | None,
+    attention: AttentionConfig,
+    headroom_blocks: int | None,
+) -> Breakdown:
+    per_chiplet = None if budget is None else budget // npu.num_chiplets
+    max_fit = None if per_chiplet is None else pool.max_blocks(per_chiplet, attention.num_full_blocks)
+    if headroom_blocks is None:
+        headroom_blocks = max_fit
+    headroom, tightest = (None, None)
+    if per_chiplet is not None and headroom_blocks is not None:
+        headroom, tightest = pool.headroom(headroom_blocks, per_chiplet)
+    return Breakdown(
+        npu=npu.name,
+        num_chiplets=npu.num_chiplets,
+        available_bytes=npu.available_bytes,
+        budget_bytes=budget,
+        budget_per_chiplet=per_chiplet,
+        non_kv_bytes=pool.grid(lambda b: b.non_kv),
+        kv_bytes_per_block=pool.grid(lambda b: b.per_block),
+        kv_fixed_bytes=pool.grid(lambda b: b.fixed),
+        max_fitting_blocks=max_fit,
+        headroom_blocks=headroom_blocks,
+        kv_bytes=None if headroom_blocks is None else pool.grid(lambda b: b.kv(headroom_blocks)),
+        headroom_bytes=headroom,
+        tightest_chiplet=None if tightest is None else (tightest.node, tightest.chiplet),
+        budget_for_floor=_budget_answer(pool, npu, attention.num_min_blocks, "the floor"),
+        budget_for_full_pool=_budget_answer(pool, npu, attention.num_full_blocks, "the full pool"),
+    )
+
+
+def estimate(request: Request, report: AllocationReport) -> Resolution:
+    """Resolve ``kvcache_num_blocks`` for ``request`` against ``report``; never raises for bad content."""
+    warnings: list[str] = []
+    attention: AttentionConfig | None = None
+    breakdown: Breakdown | None = None
+
+    def failed(error: EstimateError) -> Resolution:
+        return Resolution(
+            kvcache_num_blocks=None,
+            num_full_blocks=None if attention is None else attention.num_full_blocks,
+            num_min_blocks=None if attention is None else attention.num_min_blocks,
+            attention=attention,
+            breakdown=breakdown,
+            warnings=tuple(warnings),
+            error=str(error),
+            error_kind=error.kind,
+        )
+
+    try:
+        _check_request(request)
+        if request.memory_budget is not None and request.kvcache_num_blocks > 0:
+            raise EstimateError(
+                "`memory_budget` and an explicit `kvcache_num_blocks` are mutually exclusive. `memory_budget` "
+                "only guides automatic block estimation, which runs when `kvcache_num_blocks` is unset.",
+                kind="budget_and_blocks_exclusive",
+            )
+        npu = resolve_npu(request.npu)
+        attention = resolve_attention(
+            npu,
+            batch_size=request.batch_size,
+            max_seq_len=request.max_seq_len,
+            attn_impl=request.attn_impl,
+            kvcache_partition_len=request.kvcache_partition_len,
+            kvcache_block_size=request.kvcache_block_size,
+            prefill_chunk_size=request.prefill_chunk_size,
+        )
+        warnings.extend(attention.warnings)
+        budget_error: EstimateError | None = None
+        try:
+            budget: int | None = resolve_budget(request.memory_budget, npu)
+        except EstimateError as error:
+            budget, budget_error = None, error
+        warnings.extend(budget_hints(request.memory_budget))
+        pool = _pool(_check_report(report, request, npu), request.current_blocks)
+    except EstimateError as error:
+        return failed(error)
+
+    full, floor = attention.num_full_blocks, attention.num_min_blocks
+    explicit = request.kvcache_num_blocks
+    eager = attention.attn_impl == "eager"
+    chosen: int | None = explicit if explicit else (full if eager else None)
+    breakdown = _breakdown(pool, npu, budget, attention, chosen)
+    if budget_error is not None:
+        return failed(budget_error)
+    assert budget is not None and breakdown.max_fitting_blocks is not None
+
+    if explicit:
+        if explicit > full:
+            warnings.append(
+                f"The set `kvcache_num_blocks` ({explicit}) is greater than the required number of blocks "
+                f"({full}). This can cause a failure during model compilation."
+            )
+        if explicit < floor:
+            if not eager:
+                return failed(
+                    EstimateError(
+                        f"The set `kvcache_num_blocks` ({explicit}) is less than the minimum number of blocks "
+                        f"({floor}). Set it to at least {floor}, or to 0 to estimate it from the available "
+                        "memory.",
+                        kind="blocks_below_floor",
+                    )
+                )
+            warnings.append(
+                f"The set `kvcache_num_blocks` ({explicit}) is less than `batch_size` ({floor}) under eager "
+                "attention, so not every sequence of a full batch can hold its block at once."
+            )
+    elif eager:
+        if request.memory_budget is not None:
+            warnings.append(
+                "Under eager attention an unset `kvcache_num_blocks` is always the full pool "
+                f"({full} blocks); `memory_budget` was validated but does not change the count."
+            )
+    else:
+        fitting = breakdown.max_fitting_blocks
+        if fitting < floor:
+            return failed(EstimateError(_insufficient(fitting, floor, attention.batch_size), "insufficient_memory"))
+        chosen = fitting
+    assert chosen is not None
+    if (explicit or eager) and breakdown.headroom_bytes is not None and breakdown.headroom_bytes < 0:
+        node, chiplet = breakdown.tightest_chiplet or (0, 0)
+        warnings.append(
+            f"{chosen} blocks do not fit in the budget of {budget} bytes per device: node {node}, chiplet "
+            f"{chiplet} is short by {-breakdown.headroom_bytes} bytes; the artifact may fail to allocate."
+        )
+    return Resolution(
+        kvcache_num_blocks=chosen,
+        num_full_blocks=full,
+        num_min_blocks=floor,
+        attention=attention,
+        breakdown=breakdown,
+        warnings=tuple(warnings),
+    )
