@@ -1,0 +1,247 @@
+"""Exact per-tensor parameter inventory of a model: what the memory model sizes.
+
+Built with transformers on the ``meta`` device (shapes and dtypes, no memory), so it is exact
+for any architecture transformers knows: tied weights are counted once, and layer types come
+from the model's own config class. Building costs seconds of imports, so the result is cached
+as JSON keyed by the sha256 of ``config.json``'s bytes; this module imports neither torch nor
+transformers until an inventory has to be computed.
+
+    inventory_for_recipe(recipe, cache_dir=None)     cached; computes on a miss
+    cached_inventory(config_bytes, cache_dir=None)   the same, from config.json's bytes
+    inventory_from_config(hf_config)                 always builds on the meta device
+    inventory_from_model(model, config_sha256="")    from an already-built (real) model
+
+Each entry: ``name``, ``shape``, ``dtype``, ``role`` (embedding, lm_head, linear, norm, other)
+and ``layer`` (decoder layer index or None). ``tied`` maps every alias that was dropped as a
+duplicate (``lm_head.weight`` of a tied model) to the entry it shares storage with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import CacheError, RecipeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .recipes import Recipe
+
+__all__ = [
+    "ROLES",
+    "TensorEntry",
+    "Inventory",
+    "default_cache_dir",
+    "inventory_for_recipe",
+    "cached_inventory",
+    "inventory_from_config",
+    "inventory_from_model",
+]
+
+SCHEMA_VERSION = 1
+ROLES = ("embedding", "lm_head", "linear", "norm", "other")
+_LAYER_RE = re.compile(r"\.layers\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: str
+    layer: int | None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "role": self.role,
+                "layer": self.layer}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> "TensorEntry":
+        role = value["role"]
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        layer = value["layer"]
+        return cls(str(value["name"]), tuple(int(d) for d in value["shape"]), str(value["dtype"]), role,
+                   None if layer is None else int(layer))
+
+
+@dataclass(frozen=True)
+class Inventory:
+    tensors: tuple[TensorEntry, ...]
+    tied: dict[str, str] = field(default_factory=dict)  # dropped alias -> kept name
+    model_class: str = ""
+    config_sha256: str = ""
+
+    @property
+    def total_parameters(self) -> int:
+        return sum(t.numel for t in self.tensors)
+
+    def by_role(self, role: str) -> list[TensorEntry]:
+        return [t for t in self.tensors if t.role == role]
+
+    @property
+    def lm_head_tied(self) -> bool:
+        """True when the output projection shares the input embedding's storage."""
+        return not self.by_role("lm_head") and bool(self.tied)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "config_sha256": self.config_sha256,
+            "model_class": self.model_class,
+            "total_parameters": self.total_parameters,
+            "tied": dict(sorted(self.tied.items())),
+            "tensors": [t.to_json() for t in self.tensors],
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> "Inventory":
+        if not isinstance(value, dict) or value.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError("not an inventory of schema_version %d" % SCHEMA_VERSION)
+        inv = cls(
+            tensors=tuple(TensorEntry.from_json(t) for t in value["tensors"]),
+            tied={str(k): str(v) for k, v in value.get("tied", {}).items()},
+            model_class=str(value.get("model_class", "")),
+            config_sha256=str(value.get("config_sha256", "")),
+        )
+        if inv.total_parameters != value.get("total_parameters"):
+            raise ValueError("total_parameters does not match the tensors")
+        return inv
+
+
+def default_cache_dir() -> Path:
+    """``$RBLN_BUILD_CACHE/inventory``, else ``~/.cache/rbln-build/inventory``."""
+    root = os.environ.get("RBLN_BUILD_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "rbln-build"
+    return base / "inventory"
+
+
+# --------------------------------------------------------------------------- cached entry points
+
+
+def inventory_for_recipe(recipe: "Recipe", cache_dir: Path | None = None) -> Inventory:
+    """The inventory of ``recipe``'s config.json, from the cache or computed (then cached)."""
+    config_file = Path(recipe.directory) / "config.json"
+    try:
+        config_bytes = config_file.read_bytes()
+    except OSError as exc:
+        raise RecipeError(f"recipe '{recipe.name}': cannot read {config_file} ({exc}).") from None
+    return cached_inventory(config_bytes, cache_dir)
+
+
+def cached_inventory(config_bytes: bytes, cache_dir: Path | None = None) -> Inventory:
+    """Inventory keyed by sha256(config_bytes). A corrupt entry is a miss (and is rewritten)."""
+    digest = hashlib.sha256(config_bytes).hexdigest()
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = directory / f"{digest}.json"
+    if path.is_file():
+        try:
+            inv = Inventory.from_json(json.loads(path.read_text(encoding="utf-8")))
+            if inv.config_sha256 == digest:
+                return inv
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # corrupt or stale entry: recompute and overwrite
+    inv = inventory_from_config(json.loads(config_bytes), config_sha256=digest)
+    _write_atomic(path, json.dumps(inv.to_json(), sort_keys=True, indent=1) + "\n")
+    return inv
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise CacheError(f"inventory cache: cannot write {path} ({exc}); set RBLN_BUILD_CACHE to a writable "
+                         "directory.") from None
+
+
+# --------------------------------------------------------------------------- computing (heavy)
+
+
+def inventory_from_config(hf_config: dict[str, Any], config_sha256: str = "") -> Inventory:
+    """Build the model on the meta device from a published config.json dict (imports torch)."""
+    import torch
+    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
+
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
+    model_type = text.get("model_type")
+    if model_type == "gemma3":  # a multimodal wrapper: the decoder is the gemma3_text model
+        model_type = "gemma3_text"
+    if model_type not in CONFIG_MAPPING:
+        raise RecipeError(f"config.json: model_type {model_type!r} is not known to the installed transformers.")
+    fields = {k: v for k, v in text.items() if k not in ("model_type", "transformers_version", "architectures")}
+    dtype_name = fields.pop("torch_dtype", None) or fields.pop("dtype", None) or "float32"
+    with warnings.catch_warnings():
+        # Meta builds of published configs warn about fields newer transformers renamed or
+        # derives (e.g. rope settings, sliding_window_pattern); they do not change the shapes.
+        warnings.simplefilter("ignore", category=UserWarning)
+        warnings.simplefilter("ignore", category=FutureWarning)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        config = CONFIG_MAPPING[model_type](**fields)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, str(dtype_name)))
+    return inventory_from_model(model, config_sha256=config_sha256)
+
+
+def inventory_from_model(model: Any, config_sha256: str = "") -> Inventory:
+    """Inventory of an already-built torch model (meta or real); shared tensors listed once."""
+    import torch
+
+    embedding = model.get_input_embeddings()
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    embed_param = getattr(embedding, "weight", None)
+    out_param = getattr(output, "weight", None)
+
+    owner: dict[str, Any] = {}
+    for mod_name, module in model.named_modules():
+        for p_name, _ in module.named_parameters(recurse=False):
+            owner[f"{mod_name}.{p_name}" if mod_name else p_name] = module
+
+    kept: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    entries: list[TensorEntry] = []
+    for name, param in model.named_parameters(remove_duplicate=False):
+        key = id(param)
+        if key in kept:
+            tied[name] = kept[key]
+            continue
+        kept[key] = name
+        module = owner.get(name)
+        if param is embed_param:
+            role = "embedding"
+        elif param is out_param:
+            role = "lm_head"
+        elif isinstance(module, torch.nn.Linear):
+            role = "linear"
+        elif "norm" in type(module).__name__.lower() or "norm" in name.rpartition(".")[0].rsplit(".", 1)[-1].lower():
+            role = "norm"
+        else:
+            role = "other"
+        match = _LAYER_RE.search("." + name)
+        entries.append(TensorEntry(
+            name=name,
+            shape=tuple(int(d) for d in param.shape),
+            dtype=str(param.dtype).removeprefix("torch."),
+            role=role,
+            layer=int(match.group(1)) if match else None,
+        ))
+    return Inventory(tensors=tuple(entries), tied=tied, model_class=type(model).__name__,
+                     config_sha256=config_sha256)
