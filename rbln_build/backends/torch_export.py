@@ -1,0 +1,187 @@
+"""The ``torch`` backend: a paged-KV ``torch.export`` program that really runs on CPU.
+
+compile (once per compile key) writes the baseline::
+
+    program.pt2     the exported program with its weights (shape-polymorphic in num_blocks)
+    config.json     the HF config of the model
+    report.json     the AllocationReport from the memory model (rbln_build.memory)
+    baseline.json   what was produced, the KV pool geometry, the program's sha256, exports made
+
+finalize (once per cell) writes the cell artifact, which is self-contained::
+
+    program.pt2     a hard link to (or copy of) the baseline's program
+    config.json     the HF config
+    rbln_config.json  optimum-rbln key names; kvcache_num_blocks = the resolved count; npu
+
+A recipe without weights gets a plan: compile writes report.json, config.json and baseline.json
+(``"produced": "plan"``), finalize writes rbln_config.json with ``"artifact": "plan"`` and no
+program. Nothing is ever faked.
+
+Files are byte-identical for identical inputs: JSON is written with sorted keys, and
+``torch.export.save`` writes fixed zip timestamps; its archive prefix comes from the file name,
+which is always ``program.pt2``. The example inputs of the export are not saved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..errors import BuildError
+from .base import Backend, CompileResult, CompileSpec
+
+__all__ = ["TorchExportBackend", "PROGRAM_FILE", "write_json", "rbln_config_for"]
+
+PROGRAM_FILE = "program.pt2"
+BASELINE_FILE = "baseline.json"
+FORMAT = "rbln-build/torch-export/1"
+
+
+def write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def rbln_config_for(spec: CompileSpec, num_blocks: int, artifact: str) -> dict[str, Any]:
+    """``rbln_config.json`` in optimum-rbln 0.12.0 key names, plus ``npu`` and what was produced."""
+    att = spec.attention
+    archs = spec.recipe.hf_config.get("architectures") or []
+    return {
+        "artifact": artifact,  # "program" or "plan"
+        "cls_name": f"RBLN{archs[0]}Config" if archs else None,
+        "kvcache_num_blocks": num_blocks,
+        "batch_size": att.batch_size,
+        "max_seq_len": att.max_seq_len,
+        "attn_impl": att.attn_impl,
+        "kvcache_partition_len": att.kvcache_partition_len,
+        "kvcache_block_size": att.kvcache_block_size,
+        "prefill_chunk_size": att.prefill_chunk_size,
+        "num_devices": spec.num_devices,  # 0.12 name; tensor_parallel_size is its deprecated alias
+        "npu": spec.npu.name,  # the target NPU (optimum-rbln 0.12 does not record it)
+        "dtype": spec.recipe.dtype,
+        "recipe": spec.recipe.name,
+    }
+
+
+class TorchExportBackend(Backend):
+    name = "torch"
+
+    def toolchain(self) -> dict[str, str]:
+        return {"torch": metadata.version("torch"), "transformers": metadata.version("transformers"),
+                "format": FORMAT}
+
+    def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
+        from .. import memory  # lazily: the memory model pulls in the inventory machinery
+
+        out_dir = Path(out_dir)
+        recipe, att = spec.recipe, spec.attention
+        write_json(out_dir / "config.json", recipe.hf_config)
+        if not recipe.has_weights:
+            report = memory.build_report(spec)
+            write_json(out_dir / "report.json", report.to_json())
+            write_json(out_dir / BASELINE_FILE, {"format": FORMAT, "produced": "plan", "exports": 0})
+            return CompileResult(report, "plan")
+
+        import torch
+
+        from .. import paged
+        from ..weights import build_model
+
+        model = build_model(recipe)
+        report = memory.build_report(spec, inventory=_inventory_of(model, recipe))
+        wrapper = paged.PagedCausalLM(model, att.kvcache_block_size)
+        started = time.perf_counter()
+        program = paged.export_paged(
+            wrapper,
+            max_batch=att.batch_size,
+            max_tokens=att.prefill_chunk_size,
+            max_table_blocks=att.blocks_per_sequence,
+            max_num_blocks=att.num_full_blocks,
+        )
+        export_s = time.perf_counter() - started
+        program._example_inputs = None  # 2 x layers example pools would be saved otherwise
+        torch.export.save(program, str(out_dir / PROGRAM_FILE))
+        write_json(out_dir / "report.json", report.to_json())
+        write_json(
+            out_dir / BASELINE_FILE,
+            {
+                "format": FORMAT,
+                "produced": "program",
+                "exports": 1,
+                "program": PROGRAM_FILE,
+                "program_sha256": _sha256(out_dir / PROGRAM_FILE),
+                "pool": {
+                    "num_layers": wrapper.num_layers,
+                    "kv_heads": wrapper.kv_heads,
+                    "block_size": wrapper.block_size,
+                    "head_dim": wrapper.head_dim,
+                    "dtype": str(wrapper.dtype).removeprefix("torch."),
+                    "layer_types": list(wrapper.layer_types),
+                },
+            },
+        )
+        EXPORT_SECONDS.append(export_s)
+        return CompileResult(report, "program")
+
+    def finalize(self, spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
+        baseline_dir, out_dir = Path(baseline_dir), Path(out_dir)
+        att = spec.attention
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise BuildError(f"finalize: kvcache_num_blocks must be a positive integer, got {num_blocks!r}.")
+        if num_blocks > att.num_full_blocks:
+            raise BuildError(
+                f"finalize: kvcache_num_blocks {num_blocks} exceeds the full pool of {att.num_full_blocks} blocks "
+                f"(max_seq_len {att.max_seq_len} // block {att.kvcache_block_size} * batch {att.batch_size})."
+            )
+        try:
+            baseline = json.loads((baseline_dir / BASELINE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BuildError(f"{baseline_dir / BASELINE_FILE}: unreadable baseline ({exc}); recompile.") from None
+        produced = baseline.get("produced")
+        config = rbln_config_for(spec, num_blocks, "plan" if produced == "plan" else "program")
+        if produced == "program":
+            src = baseline_dir / PROGRAM_FILE
+            if not src.is_file() or _sha256(src) != baseline.get("program_sha256"):
+                raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
+            _link_or_copy(src, out_dir / PROGRAM_FILE)
+            config["kv_pool"] = dict(baseline["pool"], num_blocks=num_blocks)
+            config["program"] = PROGRAM_FILE
+            config["program_sha256"] = baseline["program_sha256"]
+        elif produced != "plan":
+            raise BuildError(f"{baseline_dir / BASELINE_FILE}: unknown 'produced' {produced!r}; recompile.")
+        write_json(out_dir / "rbln_config.json", config)
+        shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
+
+
+def _inventory_of(model: Any, recipe: Any) -> Any:
+    """The inventory of the live model if the inventory module offers it; else None (from config)."""
+    try:
+        from ..inventory import inventory_from_model
+    except ImportError:
+        return None
+    sha = hashlib.sha256((recipe.directory / "config.json").read_bytes()).hexdigest()
+    return inventory_from_model(model, config_sha256=sha)
+
+
+# Export wall times of this process, for the bench (not written into artifacts: not deterministic).
+EXPORT_SECONDS: list[float] = []
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)

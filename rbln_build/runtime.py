@@ -1,0 +1,194 @@
+"""Run a ``torch`` backend cell artifact on CPU: greedy generation over a paged KV cache.
+
+    artifact = load_artifact("build/cells/<id>")     # needs only the artifact folder
+    artifact.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)   -> [[...8 ids], [...8 ids]]
+
+The KV pool has exactly ``kvcache_num_blocks`` blocks (from the artifact's rbln_config.json).
+Blocks are handed out as optimum-rbln's page table does: one free list shared by the whole batch,
+a block taken when a sequence first writes into it, all of a sequence's blocks returned when it
+is done. A pool smaller than the full pool therefore serves a batch whose sequences are short.
+A request that could run out of blocks is refused before any compute with
+``RuntimeLimitError``, instead of failing half-way or overwriting another sequence's cache.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .errors import BuildError, RuntimeLimitError, UserError
+
+__all__ = ["Artifact", "PageTable", "load_artifact"]
+
+
+class PageTable:
+    """Per-sequence block tables over one shared free list of ``num_blocks`` pool blocks."""
+
+    def __init__(self, num_blocks: int, block_size: int, batch_size: int) -> None:
+        self.block_size = block_size
+        self.free: deque[int] = deque(range(num_blocks))
+        self.tables: list[list[int]] = [[] for _ in range(batch_size)]
+
+    def ensure(self, row: int, last_position: int) -> None:
+        """Make sure ``row`` owns the blocks for positions ``0 .. last_position``."""
+        table = self.tables[row]
+        while len(table) <= last_position // self.block_size:
+            if not self.free:  # the up-front check in Artifact.generate makes this unreachable
+                raise RuntimeLimitError(f"KV-cache pool exhausted while sequence {row} reached position {last_position}.")
+            table.append(self.free.popleft())
+
+    def release(self, row: int) -> None:
+        self.free.extend(self.tables[row])
+        self.tables[row] = []
+
+    def tensor(self, rows: Sequence[int]) -> torch.Tensor:
+        """``[len(rows), W]`` block table; short rows are padded with their first block (masked out)."""
+        width = max(len(self.tables[r]) for r in rows)
+        return torch.tensor(
+            [self.tables[r] + [self.tables[r][0]] * (width - len(self.tables[r])) for r in rows], dtype=torch.long
+        )
+
+
+@dataclass
+class Artifact:
+    path: Path
+    config: dict[str, Any]
+    program: Any  # the loaded torch.export program as a callable module
+    pools: list[torch.Tensor]
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.pools[0].shape[0])
+
+    @property
+    def block_size(self) -> int:
+        return int(self.config["kvcache_block_size"])
+
+    def blocks_needed(self, prompt_len: int, max_new_tokens: int) -> int:
+        # The last generated token is returned, never written: prompt_len + max_new - 1 positions.
+        return math.ceil((prompt_len + max_new_tokens - 1) / self.block_size)
+
+    def check_request(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
+        cfg = self.config
+        if not prompts:
+            raise UserError("generate: no prompts; pass at least one list of token ids.")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise UserError(f"generate: max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
+        vocab = int(self.config.get("vocab_size") or 0)
+        for i, p in enumerate(prompts):
+            if not p:
+                raise UserError(f"generate: prompt {i} is empty; give it at least one token id.")
+            bad = [t for t in p if not isinstance(t, int) or t < 0 or (vocab and t >= vocab)]
+            if bad:
+                raise UserError(f"generate: prompt {i} has token ids outside 0..{vocab - 1}: {bad[:5]}.")
+        if len(prompts) > cfg["batch_size"]:
+            raise RuntimeLimitError(
+                f"{len(prompts)} prompts, but the artifact was compiled for batch_size {cfg['batch_size']}; "
+                f"send at most {cfg['batch_size']} prompts at a time."
+            )
+        for i, p in enumerate(prompts):
+            if len(p) + max_new_tokens > cfg["max_seq_len"]:
+                raise RuntimeLimitError(
+                    f"prompt {i} has {len(p)} tokens + {max_new_tokens} new tokens = {len(p) + max_new_tokens}, "
+                    f"more than max_seq_len {cfg['max_seq_len']}; shorten the prompt or lower --max-new-tokens."
+                )
+        per_row = [self.blocks_needed(len(p), max_new_tokens) for p in prompts]
+        if sum(per_row) > self.num_blocks:
+            rows = ", ".join(f"prompt {i}: {n}" for i, n in enumerate(per_row))
+            raise RuntimeLimitError(
+                f"this request needs {sum(per_row)} KV-cache blocks of {self.block_size} tokens ({rows}), "
+                f"but the artifact's pool has {self.num_blocks} (kvcache_num_blocks in {self.path.name}/rbln_config.json). "
+                "Send fewer prompts at once, shorten them or lower --max-new-tokens, "
+                "or rebuild the cell with a larger memory budget."
+            )
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | None = None
+    ) -> list[list[int]]:
+        """Greedy tokens for each prompt (at most ``max_new_tokens``; fewer if ``eos_token_id`` ends it)."""
+        self.check_request(prompts, max_new_tokens)
+        pages = PageTable(self.num_blocks, self.block_size, len(prompts))
+        chunk = int(self.config["prefill_chunk_size"])
+        out: list[list[int]] = [[] for _ in prompts]
+        lengths = [len(p) for p in prompts]
+        for row, prompt in enumerate(prompts):  # prefill, one sequence at a time, in chunks
+            for start in range(0, len(prompt), chunk):
+                ids = list(prompt[start : start + chunk])
+                pages.ensure(row, start + len(ids) - 1)
+                logits = self.program(
+                    torch.tensor([ids], dtype=torch.long),
+                    torch.arange(start, start + len(ids), dtype=torch.long)[None, :],
+                    pages.tensor([row]),
+                    *self.pools,
+                )
+            out[row].append(int(logits.argmax(-1)[0]))
+        active = [r for r in range(len(prompts)) if out[r][-1] != eos_token_id]
+        for _ in range(max_new_tokens - 1):  # decode the active rows together
+            if not active:
+                break
+            for r in active:
+                pages.ensure(r, lengths[r])
+            logits = self.program(
+                torch.tensor([[out[r][-1]] for r in active], dtype=torch.long),
+                torch.tensor([[lengths[r]] for r in active], dtype=torch.long),
+                pages.tensor(active),
+                *self.pools,
+            )
+            for i, r in enumerate(active):
+                lengths[r] += 1
+                out[r].append(int(logits[i].argmax()))
+            for r in [r for r in active if out[r][-1] == eos_token_id]:
+                pages.release(r)
+            active = [r for r in active if out[r][-1] != eos_token_id]
+        return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror}); is this a cell artifact folder?") from None
+    except ValueError as exc:
+        raise BuildError(f"{path}: not valid JSON ({exc}); rebuild the cell.") from None
+    if not isinstance(value, dict):
+        raise BuildError(f"{path}: expected a JSON object; rebuild the cell.")
+    return value
+
+
+def load_artifact(path: str | Path) -> Artifact:
+    """Load a cell artifact folder; its pool is allocated with exactly ``kvcache_num_blocks`` blocks."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory; pass a cell artifact folder (it holds rbln_config.json).")
+    cfg = _read_json(path / "rbln_config.json")
+    if cfg.get("artifact") == "plan":
+        raise UserError(
+            f"{path}: this cell is a resolved plan, not a compiled program (the recipe has no weights); "
+            "set weights in the recipe to build a program that can run."
+        )
+    hf = _read_json(path / "config.json")
+    pool = cfg.get("kv_pool")
+    num_blocks = cfg.get("kvcache_num_blocks")
+    if not isinstance(pool, dict) or not isinstance(num_blocks, int) or num_blocks < 1:
+        raise BuildError(f"{path / 'rbln_config.json'}: no kv_pool / kvcache_num_blocks; not a torch artifact.")
+    program_file = path / str(cfg.get("program", "program.pt2"))
+    if not program_file.is_file():
+        raise BuildError(f"{program_file}: missing; the artifact is incomplete, rebuild the cell.")
+    program = torch.export.load(str(program_file)).module()
+    dtype = getattr(torch, str(pool["dtype"]))
+    shape = (num_blocks, int(pool["kv_heads"]), int(pool["block_size"]), int(pool["head_dim"]))
+    pools = [torch.zeros(shape, dtype=dtype) for _ in range(2 * int(pool["num_layers"]))]
+    cfg = dict(cfg, vocab_size=_vocab_size(hf))
+    return Artifact(path=path, config=cfg, program=program, pools=pools)
+
+
+def _vocab_size(hf: dict[str, Any]) -> int:
+    text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else hf
+    return int(text.get("vocab_size") or 0)
