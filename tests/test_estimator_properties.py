@@ -1,0 +1,229 @@
+"""Properties of the estimator, checked against an independent brute-force oracle.
+
+The oracle restates the specification directly over the report (no code shared with the estimator):
+a count N fits when, on every (node, chiplet), non-KV bytes + the sum over KV tensors of
+align_2MiB(size // current_blocks * N) (resizable) or align_2MiB(size) (fixed) <= budget // chiplets.
+"""
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rbln_build.estimator import Request, estimate, min_budget_for_blocks
+from rbln_build.npu import resolve_npu
+from rbln_build.report import AllocationReport, KVTensor
+
+MiB, GiB = 2**20, 2**30
+TWO_MIB = 2 * MiB
+SETTINGS = settings(max_examples=120, deadline=None)
+
+
+def oracle_need(report, n):
+    """{(node, chiplet): bytes needed at n blocks}, written from the spec without the estimator."""
+    need = {}
+    for graph in report.alloc.values():
+        for key, grid in graph.items():
+            if key == "DramTensor":
+                continue
+            for i, row in enumerate(grid):
+                for j, b in enumerate(row):
+                    need[(i, j)] = need.get((i, j), 0) + b
+    for t in report.kv_tensors.values():
+        for i, row in enumerate(t.sizes):
+            for j, size in enumerate(row):
+                scaled = size // report.current_blocks * n if t.can_resize else size
+                need[(i, j)] = need.get((i, j), 0) + math.ceil(scaled / TWO_MIB) * TWO_MIB
+    return need
+
+
+def oracle_fits(report, n, budget, chiplets):
+    return all(v <= budget // chiplets for v in oracle_need(report, n).values())
+
+
+def oracle_max(report, budget, chiplets, full):
+    """Linear scan: the largest n in [0, full] with every count up to n fitting (no monotonicity assumed)."""
+    best = 0
+    for n in range(1, full + 1):
+        if not oracle_fits(report, n, budget, chiplets):
+            break
+        best = n
+    return best
+
+
+@st.composite
+def cells(draw, max_full=64):
+    """A flash-attention request on ATOM-Max or Rebel100 and a matching report."""
+    family = draw(st.sampled_from(["RBLN-CA25", "RBLN-CR03"]))
+    npu = resolve_npu(family)
+    c = npu.num_chiplets
+    nodes = draw(st.integers(1, 2))
+    partition = 8_192
+    per_seq = draw(st.integers(2, 6))
+    batch = draw(st.integers(1, max(1, max_full // per_seq)))
+    current = draw(st.sampled_from([1, 1, 2, 7, 40]))
+    per_chiplet_avail = npu.available_bytes // c
+    non_kv = [[draw(st.integers(0, per_chiplet_avail // 2)) for _ in range(c)] for _ in range(nodes)]
+    kv = {}
+    for t in range(draw(st.integers(0, 4))):
+        resizable = draw(st.booleans())
+        # per-block sizes around 2 MiB multiples, odd bytes included
+        sizes = [
+            [draw(st.integers(0, 64 * MiB)) * (current if resizable else 1) + draw(st.integers(0, current - 1))
+             for _ in range(c)]
+            for _ in range(nodes)
+        ]
+        kv[f"t{t}"] = KVTensor(resizable, tuple(tuple(r) for r in sizes))
+    report = AllocationReport(
+        alloc={"prefill": {"w": tuple(tuple(r) for r in non_kv)}, "decode": {"DramTensor": ((GiB,) * c,) * nodes}},
+        kv_tensors=kv,
+        current_blocks=current,
+    )
+    request = Request(
+        npu=family, max_seq_len=per_seq * partition, batch_size=batch, num_devices=nodes,
+        kvcache_partition_len=partition, attn_impl="flash_attn", current_blocks=current,
+    )
+    return request, report, npu
+
+
+def draw_budget(data, report, npu, full):
+    """Uniform over the device, or within 2 MiB of what some count needs (where the answers change)."""
+    if data.draw(st.integers(0, 3)) == 0:
+        return data.draw(st.integers(1, npu.available_bytes))
+    n = data.draw(st.integers(1, full))
+    near = max(oracle_need(report, n).values(), default=0) * npu.num_chiplets
+    return min(max(1, near + data.draw(st.integers(-TWO_MIB, TWO_MIB))), npu.available_bytes)
+
+
+def with_budget(request, budget):
+    return Request(**{**request.__dict__, "memory_budget": budget})
+
+
+@SETTINGS
+@given(cells(), st.data())
+def test_result_is_the_largest_count_that_fits_and_never_exceeds_the_full_pool(cell, data):
+    request, report, npu = cell
+    budget = draw_budget(data, report, npu, estimate(request, report).num_full_blocks)
+    res = estimate(with_budget(request, budget), report)
+    full, floor = res.num_full_blocks, res.num_min_blocks
+    expected = oracle_max(report, budget, npu.num_chiplets, full)
+    assert res.breakdown.max_fitting_blocks == expected
+    if expected >= floor:
+        assert res.ok and res.kvcache_num_blocks == expected <= full
+        assert oracle_fits(report, expected, budget, npu.num_chiplets)
+        if expected < full:
+            assert not oracle_fits(report, expected + 1, budget, npu.num_chiplets)
+    else:
+        assert res.error_kind == "insufficient_memory"
+        assert f"only {expected} blocks can be allocated, but at least {floor} blocks" in res.error
+
+
+@SETTINGS
+@given(cells(), st.data())
+def test_need_never_decreases_with_the_block_count(cell, data):
+    # the lemma that makes the reference's binary search exact
+    _, report, _ = cell
+    n = data.draw(st.integers(0, 5000))
+    lo, hi = oracle_need(report, n), oracle_need(report, n + 1)
+    assert all(lo[k] <= hi[k] for k in lo)
+
+
+@SETTINGS
+@given(cells(), st.data())
+def test_a_larger_budget_never_gives_fewer_blocks(cell, data):
+    request, report, npu = cell
+    full = estimate(request, report).num_full_blocks
+    a = draw_budget(data, report, npu, full)
+    b = data.draw(st.one_of(st.integers(a, npu.available_bytes), st.integers(a, min(a + TWO_MIB, npu.available_bytes))))
+    fa = estimate(with_budget(request, a), report).breakdown.max_fitting_blocks
+    fb = estimate(with_budget(request, b), report).breakdown.max_fitting_blocks
+    assert fa <= fb
+
+
+@SETTINGS
+@given(cells(), st.data())
+def test_alignment_boundaries_byte_by_byte(cell, data):
+    """At exactly the bytes N blocks need the estimator grants N; one byte less it does not."""
+    request, report, npu = cell
+    c = npu.num_chiplets
+    full = estimate(request, report).num_full_blocks
+    n = data.draw(st.integers(1, full))
+    need = max(oracle_need(report, n).values(), default=0) * c
+    assert min_budget_for_blocks(report, n, c) == max(1, need)
+    if not 1 <= need <= npu.available_bytes:
+        return
+    at = estimate(with_budget(request, need), report).breakdown.max_fitting_blocks
+    assert at >= n
+    if need > 1:
+        below = estimate(with_budget(request, need - 1), report).breakdown.max_fitting_blocks
+        assert below < n
+
+
+@st.composite
+def boundary_cells(draw):
+    """KV per-block sizes chosen so N blocks land exactly on, one byte under or one byte over 2 MiB k."""
+    n = draw(st.integers(1, 40))
+    k = draw(st.integers(1, 50))
+    delta = draw(st.sampled_from([-1, 0, 1]))
+    per_block = max(1, (k * TWO_MIB + delta) // n) if delta != 0 else k * TWO_MIB // n
+    non_kv = draw(st.integers(0, 4 * GiB))
+    report = AllocationReport(
+        alloc={"prefill": {"w": ((non_kv,),)}},
+        kv_tensors={"k": KVTensor(True, ((per_block,),)), "v": KVTensor(True, ((per_block,),))},
+    )
+    request = Request(npu="RBLN-CA25", max_seq_len=40_960, batch_size=8, kvcache_partition_len=8_192)
+    return request, report, min(n, 40)
+
+
+@SETTINGS
+@given(boundary_cells())
+def test_boundary_sizes_fit_exactly_at_their_aligned_bytes(cell):
+    request, report, n = cell
+    per_block = report.kv_tensors["k"].sizes[0][0]
+    non_kv = report.alloc["prefill"]["w"][0][0]
+    aligned = math.ceil(per_block * n / TWO_MIB) * TWO_MIB
+    budget = non_kv + 2 * aligned
+    assert estimate(with_budget(request, budget), report).breakdown.max_fitting_blocks >= n
+    assert estimate(with_budget(request, budget - 1), report).breakdown.max_fitting_blocks < n
+
+
+@SETTINGS
+@given(cells())
+def test_smallest_budgets_for_floor_and_full_pool_are_exact(cell):
+    request, report, npu = cell
+    res = estimate(request, report)
+    for answer, blocks in ((res.breakdown.budget_for_floor, res.num_min_blocks),
+                           (res.breakdown.budget_for_full_pool, res.num_full_blocks)):
+        if answer.bytes is None:
+            assert answer.required_bytes > npu.available_bytes and answer.reason
+            continue
+        at = estimate(with_budget(request, answer.bytes), report)
+        assert at.ok and at.kvcache_num_blocks >= blocks
+        if answer.bytes > 1:
+            below = estimate(with_budget(request, answer.bytes - 1), report)
+            assert below.breakdown.max_fitting_blocks < blocks
+        via_fraction = estimate(with_budget(request, answer.fraction), report)
+        assert via_fraction.ok and via_fraction.kvcache_num_blocks >= blocks
+
+
+@SETTINGS
+@given(cells(), st.integers(2, 50), st.data())
+def test_reestimation_at_current_blocks_matches_the_baseline(cell, current, data):
+    request, report, npu = cell
+    base = AllocationReport(
+        alloc=report.alloc,
+        kv_tensors={k: KVTensor(t.can_resize, tuple(tuple(s // report.current_blocks if t.can_resize else s
+                                                           for s in row) for row in t.sizes))
+                    for k, t in report.kv_tensors.items()},
+    )
+    scaled = AllocationReport(
+        alloc=report.alloc,
+        kv_tensors={k: KVTensor(t.can_resize, tuple(tuple(s * current if t.can_resize else s for s in row)
+                                                    for row in t.sizes))
+                    for k, t in base.kv_tensors.items()},
+        current_blocks=current,
+    )
+    budget = data.draw(st.integers(1, npu.available_bytes))
+    one = estimate(Request(**{**request.__dict__, "current_blocks": 1, "memory_budget": budget}), base)
+    many = estimate(Request(**{**request.__dict__, "current_blocks": current, "memory_budget": budget}), scaled)
+    assert one.to_json() == many.to_json()
