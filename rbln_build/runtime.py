@@ -181,7 +181,11 @@ def load_artifact(path: str | Path) -> Artifact:
     program_file = path / str(cfg.get("program", "program.pt2"))
     if not program_file.is_file():
         raise BuildError(f"{program_file}: missing; the artifact is incomplete, rebuild the cell.")
-    program = torch.export.load(str(program_file)).module()
+    try:
+        program = torch.export.load(str(program_file)).module()
+    except Exception as exc:  # a truncated or foreign file: torch raises many types here
+        raise BuildError(f"{program_file}: cannot load the exported program ({type(exc).__name__}: {exc}); "
+                         "rebuild the cell.") from exc
     dtype = getattr(torch, str(pool["dtype"]))
     shape = (num_blocks, int(pool["kv_heads"]), int(pool["block_size"]), int(pool["head_dim"]))
     pools = [torch.zeros(shape, dtype=dtype) for _ in range(2 * int(pool["num_layers"]))]
