@@ -1,0 +1,149 @@
+"""``rbln-build``: compose the matrix with Hydra, build it with doit, print the results.
+
+    rbln-build                                   build the default matrix (conf/config.yaml)
+    rbln-build matrix=release device=atom_max_x4 budget=0.3
+    rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
+    rbln-build explain model=qwen3_8b device=rebel100
+    rbln-build --help
+
+Hydra is the composition layer: each Hydra job (one for a run, one per combination for ``-m``)
+composes and validates its config and contributes its cells; the union of the jobs' cells is then
+built by one doit run under the build directory's lock. A sweep therefore shares one build
+directory, one cache and one manifest, and gives exactly the entries of the equivalent matrix.
+
+Exit status: 0 when every cell built or failed as declared in ``matrix.expect_failure``; 1 when a
+cell failed otherwise; 2 for a configuration error (nothing is written).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+MODULES_ENV = "RBLN_BUILD_TEST_MODULES_FILE"  # test hook: write the names of heavy imported modules here
+
+
+def _report_modules() -> None:
+    path = os.environ.get(MODULES_ENV)
+    if path:
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))
+        Path(path).write_text("\n".join(heavy) + ("\n" if heavy else ""), encoding="utf-8")
+
+
+def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from .config import CONF_DIR, register_configs, settings_from_config
+    from .errors import RblnBuildError
+
+    register_configs()
+    jobs: list[Any] = []
+    errors: list[BaseException] = []
+    called = [False]
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    def job(cfg: Any) -> None:
+        called[0] = True
+        try:
+            jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices)))
+        except RblnBuildError as exc:
+            errors.append(exc)
+
+    sys.argv[0] = "rbln-build"
+    job()
+    return jobs, errors, called[0]
+
+
+def _table(entries: list[dict[str, Any]], redone: set[str]) -> str:
+    rows = [("cell", "status", "blocks", "full", "floor", "budget", "budget bytes", "produced", "this run")]
+    for e in entries:
+        status = e["status"]
+        rows.append(
+            (
+                e["cell"],
+                status,
+                "-" if e["kvcache_num_blocks"] is None else str(e["kvcache_num_blocks"]),
+                "-" if e["num_full_blocks"] is None else str(e["num_full_blocks"]),
+                "-" if e["num_min_blocks"] is None else str(e["num_min_blocks"]),
+                repr(e["memory_budget"]) if not isinstance(e["memory_budget"], str) else e["memory_budget"],
+                "-" if e["budget_bytes"] is None else f"{e['budget_bytes']:,}",
+                e["produced"] or "-",
+                "built" if e["cell"] in redone else "cached",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for e in entries:
+        if e["status"] in ("failed", "unexpected_success", "expected_failure") and e["error"]:
+            lines.append(f"{e['cell']} [{e['status']}, {e['error_kind']}]: {e['error']}")
+    return "\n".join(lines)
+
+
+def _build(jobs: list[Any]) -> int:
+    from filelock import FileLock, Timeout
+
+    from .matrix import expand_all
+    from .tasks import LOCK_FILE, Build
+
+    build_dir, cells = expand_all(jobs)
+    progress = all(j.progress for j in jobs)
+    started = time.perf_counter()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(build_dir / LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
+        build = Build(build_dir, cells, progress=progress)
+        code = build.run_doit()
+        entries = build.entries()
+        summary = build.write_summary(entries)
+    finally:
+        lock.release()
+    print(_table(entries, build.redone))
+    took = time.perf_counter() - started
+    print(
+        f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['resized']} resized, "
+        f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
+        f"({took:.1f}s). Manifest: {build_dir / 'manifest.json'}"
+    )
+    if summary["failed"]:
+        print("failed cells: " + ", ".join(summary["failed_cells"]), file=sys.stderr)
+        return 1
+    return 1 if code else 0
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["explain"]:
+        from .explain import main as explain_main
+
+        sys.exit(explain_main(argv[1:]))
+    from .errors import RblnBuildError
+
+    try:
+        jobs, errors, called = _compose_jobs()
+        if errors:
+            raise errors[0]
+        if not called:  # --help, --cfg, --info: Hydra printed what was asked
+            sys.exit(0)
+        code = _build(jobs)
+    except RblnBuildError as exc:
+        print(f"rbln-build: {exc}", file=sys.stderr)
+        _report_modules()
+        sys.exit(2)
+    _report_modules()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

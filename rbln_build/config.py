@@ -1,0 +1,311 @@
+"""Typed config schemas for the Hydra groups, and their conversion to plain frozen objects.
+
+This is the only module besides ``cli`` that touches OmegaConf. Hydra composes ``conf/`` against
+these dataclasses (registered in the ConfigStore as ``rbln_build_schema`` and named by
+``conf/config.yaml``'s defaults list), so a misspelt key or a wrong type fails at composition with
+the key's path. ``settings_from_config`` then turns the composed DictConfig into a frozen
+``BuildSettings`` once; nothing downstream sees OmegaConf.
+
+Groups (``conf/<group>/<option>.yaml``)::
+
+    matrix   what to build: lists of models, devices, budgets and build options (MatrixConf)
+    model    narrows the matrix to one model; conf/model/<name>.yaml points at a recipe (ModelConf)
+    device   narrows the matrix to one device target (DeviceConf: npu, num_devices)
+
+``budget`` is a plain value, not a group: ``budget=0.3`` narrows the budget axis to that value
+(any form the estimator takes: null, 0.3, "50%", 1073741824, "10GB"; types are kept, 1 != 1.0).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .errors import ConfigError
+from .recipes import DEFAULT_RECIPES_DIR
+
+__all__ = [
+    "AttnImpl",
+    "BackendName",
+    "DeviceConf",
+    "ModelConf",
+    "ExpectedFailureConf",
+    "MatrixConf",
+    "BuildConf",
+    "Device",
+    "Model",
+    "ExpectedFailure",
+    "Matrix",
+    "BuildSettings",
+    "CONF_DIR",
+    "register_configs",
+    "settings_from_config",
+    "load_group_option",
+    "list_group_options",
+    "compose_settings",
+]
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+class AttnImpl(enum.Enum):
+    eager = "eager"
+    flash_attn = "flash_attn"
+
+
+class BackendName(enum.Enum):
+    torch = "torch"
+    rbln = "rbln"
+
+
+# ---------------------------------------------------------------- schemas (what YAML may say)
+
+
+@dataclass
+class DeviceConf:
+    """conf/device/<name>.yaml: one device target."""
+
+    npu: str = MISSING  # an NPU name (RBLN-CA25, RBLN-CR03) or alias
+    num_devices: int = 1  # tensor parallel; the budget applies to each device
+
+
+@dataclass
+class ModelConf:
+    """conf/model/<name>.yaml: a recipe, and build options that override the recipe's defaults."""
+
+    recipe: str = MISSING  # folder name under recipes_dir
+    batch_size: Optional[int] = None
+    max_seq_len: Optional[int] = None  # tokens
+    attn_impl: Optional[AttnImpl] = None
+    kvcache_partition_len: Optional[int] = None  # tokens
+    kvcache_block_size: Optional[int] = None  # tokens
+    prefill_chunk_size: Optional[int] = None  # tokens
+
+
+@dataclass
+class ExpectedFailureConf:
+    """A cell that is declared not to build. It is reported, but does not fail the run when the
+    build fails with exactly this ``kind`` (and ``message``, if given). A cell that then builds is
+    an unexpected success and fails the run, so the declaration cannot go stale silently."""
+
+    cell: str = MISSING
+    kind: str = MISSING  # EstimateError.kind, e.g. insufficient_memory
+    message: Optional[str] = None  # the exact error message, when it should be pinned
+
+
+@dataclass
+class MatrixConf:
+    """The matrix: the product models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks
+    x budgets, in that order (budgets vary fastest)."""
+
+    models: List[str] = MISSING  # conf/model/<name>.yaml
+    devices: List[str] = MISSING  # conf/device/<name>.yaml
+    budgets: List[Any] = field(default_factory=lambda: [None])  # memory_budget values, as typed
+    batch_sizes: Optional[List[int]] = None  # null: each model's default
+    max_seq_lens: Optional[List[int]] = None  # null: each model's default
+    kvcache_num_blocks: List[int] = field(default_factory=lambda: [0])  # 0 = resolve from the budget
+    attn_impl: Optional[AttnImpl] = None  # null: each model's default
+    kvcache_partition_len: Optional[int] = None  # null: each model's default
+    backend: BackendName = BackendName.torch
+    expect_failure: List[ExpectedFailureConf] = field(default_factory=list)
+
+
+@dataclass
+class BuildConf:
+    """conf/config.yaml: the root."""
+
+    matrix: MatrixConf = MISSING
+    model: Optional[ModelConf] = None  # set by `model=<name>`: narrows the model axis
+    device: Optional[DeviceConf] = None  # set by `device=<name>`: narrows the device axis
+    budget: Any = MISSING  # set by `budget=<value>`: narrows the budget axis (a value or a list)
+    build_dir: str = "build"  # relative to the current directory
+    recipes_dir: Optional[str] = None  # null: the repository's recipes/
+    progress: bool = True  # one line per compile and per cell
+
+
+_registered = False
+
+
+def register_configs() -> None:
+    """Register the schema in Hydra's ConfigStore (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="rbln_build_schema", node=BuildConf)
+    _registered = True
+
+
+# ---------------------------------------------------------------- plain objects (what code sees)
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    npu: str
+    num_devices: int
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    recipe: str
+    options: tuple[tuple[str, Any], ...] = ()  # build options set by the model config, sorted
+
+    def option(self, key: str) -> Any:
+        return dict(self.options).get(key)
+
+
+@dataclass(frozen=True)
+class ExpectedFailure:
+    cell: str
+    kind: str
+    message: str | None = None
+
+    def matches(self, kind: str | None, message: str | None) -> bool:
+        return kind == self.kind and (self.message is None or message == self.message)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    models: tuple[Model, ...]
+    devices: tuple[Device, ...]
+    budgets: tuple[Any, ...]
+    batch_sizes: tuple[int, ...] | None
+    max_seq_lens: tuple[int, ...] | None
+    kvcache_num_blocks: tuple[int, ...]
+    attn_impl: str | None
+    kvcache_partition_len: int | None
+    backend: str
+    expect_failure: tuple[ExpectedFailure, ...]
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    matrix: Matrix
+    build_dir: Path
+    recipes_dir: Path
+    progress: bool
+
+
+def list_group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+def load_group_option(group: str, name: str, where: str, conf_dir: Path = CONF_DIR) -> DictConfig:
+    """Load conf/<group>/<name>.yaml against its schema; errors name the file and the key."""
+    schema = {"device": DeviceConf, "model": ModelConf}[group]
+    path = conf_dir / group / f"{name}.yaml"
+    if not isinstance(name, str) or not path.is_file():
+        known = ", ".join(list_group_options(group, conf_dir))
+        raise ConfigError(f"{where}: unknown {group} {name!r}; known: {known} (files in {conf_dir / group}).")
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{path}: {exc}".rstrip()) from None
+
+
+def _device(name: str, node: Any) -> Device:
+    if not isinstance(node.num_devices, int) or node.num_devices < 1:
+        raise ConfigError(f"device {name}: num_devices must be a positive integer, got {node.num_devices!r}.")
+    return Device(name=name, npu=str(node.npu), num_devices=int(node.num_devices))
+
+
+def _model(name: str, node: Any) -> Model:
+    options = {k: _plain(node[k]) for k in node if k != "recipe" and node[k] is not None}
+    return Model(name=name, recipe=str(node.recipe), options=tuple(sorted(options.items())))
+
+
+def _positive_ints(where: str, values: Any) -> tuple[int, ...] | None:
+    if values is None:
+        return None
+    out = tuple(_plain(values))
+    if not out:
+        raise ConfigError(f"{where}: an empty list builds nothing; give at least one value or null for the default.")
+    for i, v in enumerate(out):
+        if v <= 0:
+            raise ConfigError(f"{where}[{i}]: expected a positive integer, got {v!r}.")
+    return out
+
+
+def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = None) -> BuildSettings:
+    """The composed config (and Hydra's group choices) -> frozen BuildSettings. Raises ConfigError."""
+    cwd = Path.cwd() if cwd is None else cwd
+    m = cfg.matrix
+    if cfg.device is not None:
+        devices: tuple[Device, ...] = (_device(str(choices.get("device")), cfg.device),)
+    else:
+        names = list(_plain(m.devices))
+        devices = tuple(
+            _device(n, load_group_option("device", n, f"matrix.devices[{i}]")) for i, n in enumerate(names)
+        )
+    if cfg.model is not None:
+        models: tuple[Model, ...] = (_model(str(choices.get("model")), cfg.model),)
+    else:
+        names = list(_plain(m.models))
+        models = tuple(_model(n, load_group_option("model", n, f"matrix.models[{i}]")) for i, n in enumerate(names))
+    if OmegaConf.is_missing(cfg, "budget"):
+        budgets = tuple(_plain(m.budgets))
+        where = "matrix.budgets"
+    else:
+        value = _plain(cfg.budget)
+        budgets = tuple(value) if isinstance(value, list) else (value,)
+        where = "budget"
+    for axis, values in (("matrix.models", models), ("matrix.devices", devices), (where, budgets)):
+        if not values:
+            raise ConfigError(f"{axis}: an empty list builds nothing; give at least one value.")
+    for i, b in enumerate(budgets):
+        if isinstance(b, (list, dict)):
+            raise ConfigError(f"{where}[{i}]: a budget is null, a number or a string, got {b!r}.")
+    for i, b in enumerate(_plain(m.kvcache_num_blocks)):
+        if b < 0:
+            raise ConfigError(f"matrix.kvcache_num_blocks[{i}]: expected 0 (auto) or a positive count, got {b}.")
+    if not list(_plain(m.kvcache_num_blocks)):
+        raise ConfigError("matrix.kvcache_num_blocks: an empty list builds nothing; use [0] for auto.")
+    matrix = Matrix(
+        models=models,
+        devices=devices,
+        budgets=budgets,
+        batch_sizes=_positive_ints("matrix.batch_sizes", m.batch_sizes),
+        max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
+        kvcache_num_blocks=tuple(_plain(m.kvcache_num_blocks)),
+        attn_impl=_plain(m.attn_impl),
+        kvcache_partition_len=m.kvcache_partition_len,
+        backend=_plain(m.backend),
+        expect_failure=tuple(
+            ExpectedFailure(cell=str(e.cell), kind=str(e.kind), message=e.message) for e in m.expect_failure
+        ),
+    )
+    build_dir = Path(str(cfg.build_dir))
+    recipes_dir = DEFAULT_RECIPES_DIR if cfg.recipes_dir is None else Path(str(cfg.recipes_dir))
+    return BuildSettings(
+        matrix=matrix,
+        build_dir=(build_dir if build_dir.is_absolute() else cwd / build_dir),
+        recipes_dir=(recipes_dir if recipes_dir.is_absolute() else cwd / recipes_dir),
+        progress=bool(cfg.progress),
+    )
+
+
+def compose_settings(overrides: list[str] | None = None, cwd: Path | None = None) -> BuildSettings:
+    """Compose conf/config.yaml with ``overrides`` through Hydra's compose API (for dodo.py and tests)."""
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides or []), return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    return settings_from_config(cfg, choices, cwd=cwd)

@@ -1,0 +1,113 @@
+"""The manifest (``<build_dir>/manifest.json``) and the run summary (``<build_dir>/summary.json``).
+
+The manifest is deterministic JSON (sorted keys, two-space indent, no timestamps, paths relative to
+the build directory): two clean builds of one matrix give byte-identical files. One entry per cell::
+
+    {"schema_version": 1,
+     "cells": {"<cell id>": {
+        "cell": "<cell id>", "inputs": {...model, recipe, recipe_hash, device, npu, num_devices,
+                                        backend, build_options, attention, memory_budget,
+                                        kvcache_num_blocks},
+        "compile_key": "...", "cell_key": "...",
+        "memory_budget": <as given: null | 0.3 | 1 | "10GB" | "50%">,
+        "budget_bytes": <per device, resolved>, "kvcache_num_blocks": N,
+        "num_full_blocks": F, "num_min_blocks": M,
+        "budget_for_floor": {...}, "budget_for_full_pool": {...},
+        "produced": "program" | "plan" | null,
+        "artifact": {"path": "artifacts/<cell id>", "content_hash": "sha256:..."} | null,
+        "status": "ok" | "failed" | "expected_failure" | "unexpected_success",
+        "error": null | "<exact message>", "error_kind": null | "<kind>",
+        "expected_failure": null | {"kind": ..., "message": ...}, "warnings": [...]}}}
+
+A run (or a whole multirun sweep, whose jobs are built together) writes the entries of its cells.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from .matrix import Cell
+
+__all__ = ["SCHEMA_VERSION", "entry_for", "render_manifest", "summarize", "render_json", "FAILING_STATUSES"]
+
+SCHEMA_VERSION = 1
+FAILING_STATUSES = ("failed", "unexpected_success")
+
+
+def render_json(value: Any) -> bytes:
+    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def status_of(cell: Cell, result: dict[str, Any] | None) -> str:
+    raw = "failed" if result is None or result.get("error") is not None else "ok"
+    if cell.expected is None:
+        return raw
+    if raw == "ok":
+        return "unexpected_success"
+    assert result is not None
+    return "expected_failure" if cell.expected.matches(result.get("error_kind"), result.get("error")) else "failed"
+
+
+def entry_for(cell: Cell, result: dict[str, Any] | None) -> dict[str, Any]:
+    r = result or {"error": "the cell was not built (its compile failed or the run stopped)", "error_kind": "not_built"}
+    status = status_of(cell, result)
+    artifact = None
+    if r.get("artifact_hash") and status in ("ok", "unexpected_success"):
+        artifact = {"path": f"artifacts/{cell.id}", "content_hash": r["artifact_hash"]}
+    error = r.get("error")
+    if status == "unexpected_success":
+        error = (
+            f"expected to fail with {cell.expected.kind!r} (matrix.expect_failure) but it built; "  # type: ignore[union-attr]
+            "update the matrix"
+        )
+    elif status == "failed" and cell.expected is not None and result is not None:
+        error = f"{r.get('error')} [expected {cell.expected.kind!r}" + (
+            f" with message {cell.expected.message!r}]" if cell.expected.message else "]"
+        )
+    return {
+        "cell": cell.id,
+        "inputs": cell.inputs(),
+        "compile_key": cell.compile_key,
+        "cell_key": cell.cell_key,
+        "memory_budget": cell.memory_budget,
+        "budget_bytes": r.get("budget_bytes"),
+        "kvcache_num_blocks": r.get("kvcache_num_blocks"),
+        "num_full_blocks": r.get("num_full_blocks"),
+        "num_min_blocks": r.get("num_min_blocks"),
+        "budget_for_floor": r.get("budget_for_floor"),
+        "budget_for_full_pool": r.get("budget_for_full_pool"),
+        "produced": r.get("produced"),
+        "artifact": artifact,
+        "status": status,
+        "error": error,
+        "error_kind": r.get("error_kind"),
+        "expected_failure": None
+        if cell.expected is None
+        else {"kind": cell.expected.kind, "message": cell.expected.message},
+        "warnings": list(r.get("warnings") or ()),
+    }
+
+
+def render_manifest(entries: Iterable[dict[str, Any]]) -> bytes:
+    return render_json({"schema_version": SCHEMA_VERSION, "cells": {e["cell"]: e for e in entries}})
+
+
+def summarize(entries: list[dict[str, Any]], compiled: int, redone: set[str]) -> dict[str, Any]:
+    """Counts for one run. Cells are partitioned: failed (incl. unexpected successes), expected_failures,
+    resized (built in this run from a compile), skipped (reused unchanged)."""
+    failed = sorted(e["cell"] for e in entries if e["status"] in FAILING_STATUSES)
+    expected = sorted(e["cell"] for e in entries if e["status"] == "expected_failure")
+    ok = [e["cell"] for e in entries if e["status"] == "ok"]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cells": len(entries),
+        "compiled": compiled,
+        "resized": sum(1 for c in ok if c in redone),
+        "skipped": sum(1 for c in ok if c not in redone),
+        "failed": len(failed),
+        "expected_failures": len(expected),
+        "failed_cells": failed,
+        "expected_failure_cells": expected,
+        "redone_cells": sorted(redone),
+    }

@@ -1,0 +1,233 @@
+"""Matrix expansion: BuildSettings -> cells, in a stable order, with stable readable ids.
+
+Order: models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks x budgets, each axis in
+the order the config lists it (budgets vary fastest). A cell id names the model, the device and the
+budget, plus a suffix for every build option the *matrix* sets explicitly, so an id never depends on
+which other cells are in the matrix (a narrowed run or a multirun job gives the same ids)::
+
+    qwen3_8b.rebel100.b0.3          budget 0.3 (float fraction)
+    qwen3_8b.rebel100.b1            budget 1 (one byte: an int is a byte count)
+    qwen3_8b.rebel100.b1.0          budget 1.0 (100%)
+    qwen3_8b.rebel100.bnone         budget null (all available DRAM)
+    qwen3_8b.rebel100.b50pct        budget "50%";  b10GB: budget "10GB"
+    qwen3_8b.atom_max_x4.bs1.s8192.b0.5.n12   matrix batch_sizes/max_seq_lens set; explicit 12 blocks
+
+Attention options are resolved here (cheaply, no torch) because they are part of the compile key.
+An invalid combination (e.g. a max_seq_len that is not a multiple of the partition) makes that cell
+fail with the estimator's exact error; the other cells still build.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .attention import resolve_attention
+from .backends.base import CompileSpec
+from .config import BuildSettings, Device, ExpectedFailure, Model
+from .errors import ConfigError, EstimateError
+from .keys import cell_key, compile_key, digest
+from .npu import NpuTarget, resolve_npu
+from .recipes import Recipe, load_recipe
+
+__all__ = ["Cell", "expand", "expand_all", "format_budget", "BUILD_OPTIONS"]
+
+BUILD_OPTIONS = (
+    "batch_size",
+    "max_seq_len",
+    "attn_impl",
+    "kvcache_partition_len",
+    "kvcache_block_size",
+    "prefill_chunk_size",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    model: str
+    device: Device
+    recipe: Recipe
+    npu: NpuTarget
+    options: tuple[tuple[str, Any], ...]  # build options as requested (before NPU defaults), sorted
+    memory_budget: Any  # exactly as configured
+    kvcache_num_blocks: int  # 0 = auto
+    backend: str
+    spec: CompileSpec | None  # None when the attention options are invalid for this NPU
+    compile_key: str | None
+    cell_key: str
+    setup_error: tuple[str, str] | None  # (message, kind) when the cell cannot even be compiled
+    expected: ExpectedFailure | None
+
+    def option(self, key: str) -> Any:
+        return dict(self.options).get(key)
+
+    def inputs(self) -> dict[str, Any]:
+        """The cell's inputs as plain JSON (for the manifest)."""
+        return {
+            "model": self.model,
+            "recipe": self.recipe.name,
+            "recipe_hash": self.recipe.content_hash,
+            "device": self.device.name,
+            "npu": self.npu.name,
+            "num_devices": self.device.num_devices,
+            "backend": self.backend,
+            "build_options": dict(self.options),
+            "attention": None if self.spec is None else self.spec.attention.to_json(),
+            "memory_budget": self.memory_budget,
+            "kvcache_num_blocks": self.kvcache_num_blocks,
+        }
+
+
+def format_budget(budget: Any) -> str:
+    if budget is None:
+        return "none"
+    if isinstance(budget, bool):
+        return "true" if budget else "false"
+    if isinstance(budget, (int, float)):
+        return repr(budget)
+    text = str(budget).replace("%", "pct")
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
+
+
+def _options(model: Model, recipe: Recipe, settings: BuildSettings, batch: int | None, seq: int | None) -> dict[str, Any]:
+    m = settings.matrix
+    out: dict[str, Any] = {}
+    for key in BUILD_OPTIONS:
+        value = recipe.build.get(key)
+        if model.option(key) is not None:
+            value = model.option(key)
+        out[key] = value
+    if batch is not None:
+        out["batch_size"] = batch
+    if seq is not None:
+        out["max_seq_len"] = seq
+    if m.attn_impl is not None:
+        out["attn_impl"] = m.attn_impl
+    if m.kvcache_partition_len is not None:
+        out["kvcache_partition_len"] = m.kvcache_partition_len
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _suffix(settings: BuildSettings, batch: int | None, seq: int | None) -> str:
+    m = settings.matrix
+    parts = []
+    if batch is not None:
+        parts.append(f"bs{batch}")
+    if seq is not None:
+        parts.append(f"s{seq}")
+    if m.attn_impl is not None:
+        parts.append(m.attn_impl)
+    if m.kvcache_partition_len is not None:
+        parts.append(f"p{m.kvcache_partition_len}")
+    return "".join("." + p for p in parts)
+
+
+def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
+    """Every cell of the matrix, in order. Raises ConfigError/RecipeError for bad config or recipes."""
+    m = settings.matrix
+    recipes: dict[str, Recipe] = {}
+    npus: dict[str, NpuTarget] = {}
+    for model in m.models:
+        if model.recipe not in recipes:
+            recipes[model.recipe] = load_recipe(model.recipe, settings.recipes_dir)
+    for device in m.devices:
+        try:
+            npus[device.name] = resolve_npu(device.npu)
+        except EstimateError as exc:
+            raise ConfigError(f"device {device.name}: npu: {exc}") from None
+    expected = {e.cell: e for e in m.expect_failure}
+    cells: list[Cell] = []
+    seen: dict[str, str] = {}
+    for model in m.models:
+        recipe = recipes[model.recipe]
+        for device in m.devices:
+            npu = npus[device.name]
+            for batch in m.batch_sizes or (None,):
+                for seq in m.max_seq_lens or (None,):
+                    options = _options(model, recipe, settings, batch, seq)
+                    spec, ckey, setup_error = _compile_of(recipe, npu, device, options, m.backend, toolchain)
+                    for blocks in m.kvcache_num_blocks:
+                        for budget in m.budgets:
+                            cid = (
+                                f"{model.name}.{device.name}{_suffix(settings, batch, seq)}"
+                                f".b{format_budget(budget)}" + (f".n{blocks}" if blocks else "")
+                            )
+                            if cid in seen:
+                                raise ConfigError(
+                                    f"matrix: two cells have the id {cid!r} (budgets {seen[cid]} and {budget!r}); "
+                                    "list each value once."
+                                )
+                            seen[cid] = repr(budget)
+                            try:
+                                key = cell_key(ckey or digest({"setup_error": setup_error}), npu.name, budget, blocks)
+                            except ValueError as exc:
+                                raise ConfigError(f"matrix.budgets: {exc}; use null, a fraction, bytes or a string.") from None
+                            cells.append(
+                                Cell(
+                                    id=cid,
+                                    model=model.name,
+                                    device=device,
+                                    recipe=recipe,
+                                    npu=npu,
+                                    options=tuple(sorted(options.items())),
+                                    memory_budget=budget,
+                                    kvcache_num_blocks=blocks,
+                                    backend=m.backend,
+                                    spec=spec,
+                                    compile_key=ckey,
+                                    cell_key=key,
+                                    setup_error=setup_error,
+                                    expected=expected.get(cid),
+                                )
+                            )
+    return cells
+
+
+def _compile_of(
+    recipe: Recipe, npu: NpuTarget, device: Device, options: dict[str, Any], backend: str, toolchain: dict[str, str]
+) -> tuple[CompileSpec | None, str | None, tuple[str, str] | None]:
+    try:
+        attention = resolve_attention(
+            npu,
+            batch_size=options.get("batch_size", 1),
+            max_seq_len=options.get("max_seq_len", 0),
+            attn_impl=options.get("attn_impl"),
+            kvcache_partition_len=options.get("kvcache_partition_len"),
+            kvcache_block_size=options.get("kvcache_block_size"),
+            prefill_chunk_size=options.get("prefill_chunk_size"),
+        )
+    except EstimateError as exc:
+        return None, None, (str(exc), exc.kind)
+    spec = CompileSpec(recipe=recipe, npu=npu, num_devices=device.num_devices, attention=attention)
+    return spec, compile_key(spec.key_fields(), backend, toolchain), None
+
+
+def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
+    """The union of the cells of several composed configs (the jobs of a multirun sweep), in job
+    order, each cell once. A sweep shares one build directory; a cell id that two jobs define
+    differently is an error."""
+    from .backends import get_backend
+
+    if not jobs:
+        raise ConfigError("nothing to build: no configuration was composed.")
+    build_dir = jobs[0].build_dir
+    toolchains: dict[str, dict[str, str]] = {}
+    cells: dict[str, Cell] = {}
+    for job in jobs:
+        if job.build_dir != build_dir:
+            raise ConfigError(
+                f"build_dir: the jobs of one sweep must share one build directory, got {build_dir} and {job.build_dir}."
+            )
+        name = job.matrix.backend
+        if name not in toolchains:
+            toolchains[name] = get_backend(name).toolchain()
+        for cell in expand(job, toolchains[name]):
+            other = cells.get(cell.id)
+            if other is None:
+                cells[cell.id] = cell
+            elif other.cell_key != cell.cell_key:
+                raise ConfigError(f"cell {cell.id}: two jobs of the sweep define it with different inputs.")
+    return build_dir, list(cells.values())
