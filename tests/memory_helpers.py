@@ -1,0 +1,71 @@
+"""Helpers shared by the memory-model tests: specs, reports and estimates for a recipe on a target.
+
+Inventories are computed once per test process into one temporary cache directory (a meta-device
+build of an 8B model costs seconds of imports the first time, milliseconds afterwards).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from rbln_build.attention import resolve_attention
+from rbln_build.backends.base import CompileSpec
+from rbln_build.estimator import Request, Resolution, estimate
+from rbln_build.inventory import Inventory, inventory_for_recipe
+from rbln_build.memory import build_report
+from rbln_build.npu import resolve_npu
+from rbln_build.recipes import DEFAULT_RECIPES_DIR, Recipe, load_recipe
+from rbln_build.report import AllocationReport
+
+MiB = 2**20
+_CACHE = Path(tempfile.mkdtemp(prefix="rbln-build-test-inventory-"))
+
+
+@lru_cache(maxsize=None)
+def inventory(name: str) -> Inventory:
+    return inventory_for_recipe(load_recipe(name), cache_dir=_CACHE)
+
+
+def spec(recipe: str | Recipe, npu: str, num_devices: int = 1, **build: Any) -> CompileSpec:
+    r = load_recipe(recipe) if isinstance(recipe, str) else recipe
+    opts = {**r.build, **build}
+    target = resolve_npu(npu)
+    attention = resolve_attention(
+        target,
+        batch_size=opts["batch_size"],
+        max_seq_len=opts["max_seq_len"],
+        attn_impl=opts.get("attn_impl"),
+        kvcache_partition_len=opts.get("kvcache_partition_len"),
+        prefill_chunk_size=opts.get("prefill_chunk_size"),
+    )
+    return CompileSpec(recipe=r, npu=target, num_devices=num_devices, attention=attention)
+
+
+def report(recipe: str | Recipe, npu: str, num_devices: int = 1, live_sets: float | None = None,
+           **build: Any) -> AllocationReport:
+    s = spec(recipe, npu, num_devices, **build)
+    inv = inventory(s.recipe.name) if s.recipe.directory.parent == DEFAULT_RECIPES_DIR else None
+    return build_report(s, inv, cache_dir=_CACHE, live_sets=live_sets)
+
+
+def resolve(recipe: str, npu: str, num_devices: int = 1, memory_budget: object = None,
+            live_sets: float | None = None, **build: Any) -> Resolution:
+    s = spec(recipe, npu, num_devices, **build)
+    rep = build_report(s, inventory(recipe), live_sets=live_sets)
+    a = s.attention
+    return estimate(
+        Request(
+            npu=npu,
+            max_seq_len=a.max_seq_len,
+            batch_size=a.batch_size,
+            num_devices=num_devices,
+            attn_impl=a.attn_impl,
+            kvcache_partition_len=a.kvcache_partition_len,
+            prefill_chunk_size=a.prefill_chunk_size,
+            memory_budget=memory_budget,
+        ),
+        rep,
+    )

@@ -1,0 +1,93 @@
+"""``rbln-build explain``: the table, --json, --help and clear errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from memory_helpers import _CACHE, inventory
+
+from rbln_build import explain
+
+
+@pytest.fixture(autouse=True)
+def warm_cache(tmp_path, monkeypatch):
+    """Point the default inventory cache at a copy of the test cache, so nothing is rebuilt."""
+    inventory("qwen3_8b")
+    inventory("tiny_qwen3")
+    target = tmp_path / "inventory"
+    shutil.copytree(_CACHE, target)
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def run(capsys, *argv):
+    code = explain.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_table_for_qwen3_8b_on_rebel100(capsys):
+    code, out, err = run(capsys, "model=qwen3_8b", "device=rebel100")
+    assert code == 0 and err == ""
+    assert "not a compiler report" in out
+    assert "weights                              3,384 MiB     3,384 MiB     3,384 MiB     4,574 MiB" in out
+    assert "KV per block (2 MiB-aligned)           288 MiB       288 MiB       288 MiB       288 MiB" in out
+    assert "full pool (40 blocks)" in out and "floor (9 blocks)" in out
+    assert "           0.3      45,097,156,608  21\n" in out
+    assert "           0.2      30,064,771,072  error: below the floor (8 blocks fit, 9 needed)\n" in out
+
+
+def test_json_for_atom_max_x4_is_deterministic(capsys):
+    argv = ("model=qwen3_8b", "device=atom_max_x4", "budgets=0.5,1.0", "--json")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assert run(capsys, *argv)[1] == out
+    data = json.loads(out)
+    assert (data["num_devices"], data["npu"], data["num_full_blocks"], data["num_min_blocks"]) == (4, "RBLN-CA25", 40, 9)
+    assert [(r["budget"], r["kvcache_num_blocks"]) for r in data["budgets"]] == [(0.5, 14), (1.0, 40)]
+    assert len(data["per_chiplet"]) == 4 and data["per_chiplet"][0][0]["kv_per_block"] == 288 * 2**20
+    assert data["budget_for_floor"]["blocks"] == 9 and data["budget_for_floor"]["bytes"] > 0
+
+
+def test_options_override_the_recipe_defaults(capsys):
+    code, out, _ = run(capsys, "model=qwen3_8b", "device=rebel100", "batch_size=1", "budgets=30%,40GB", "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["num_full_blocks"], data["num_min_blocks"]) == (5, 5)
+    assert [r["kvcache_num_blocks"] for r in data["budgets"]] == [5, 5]
+
+
+def test_help(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "model=" in out and "qwen3_8b" in out and "rebel100" in out and "--json" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        pytest.param(["model=nope", "device=rebel100"], "unknown model 'nope'. Known models: gemma3_1b", id="model"),
+        pytest.param(["model=qwen3_8b", "device=nope"], "Known devices: atom_max, atom_max_x4, rebel100", id="device"),
+        pytest.param(["device=rebel100"], "missing model=", id="missing"),
+        pytest.param(["model=qwen3_8b", "device=rebel100", "colour=red"], "unknown option 'colour'", id="key"),
+        pytest.param(["model=qwen3_8b", "device=rebel100", "batch_size=two"], "is not an integer", id="int"),
+        pytest.param(["model=qwen3_8b", "device=rebel100", "max_seq_len=40000"], "must be a multiple", id="attn"),
+    ],
+)
+def test_errors_exit_2_without_traceback(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and message in err and "Traceback" not in err
+
+
+def test_module_entry_point_subprocess(warm_cache):
+    env = {**os.environ, "RBLN_BUILD_CACHE": str(warm_cache), "HF_HUB_OFFLINE": "1"}
+    ok = subprocess.run([sys.executable, "-m", "rbln_build.explain", "model=tiny_qwen3", "device=atom_max", "--json"],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["model"] == "tiny_qwen3"
+    bad = subprocess.run([sys.executable, "-m", "rbln_build.explain", "model=x", "device=rebel100"],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "Known models" in bad.stderr
