@@ -24,6 +24,7 @@ carried in the ``Resolution`` (``raise_for_error`` turns it into an ``EstimateEr
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -205,11 +206,23 @@ class _Bucket:
 class _Pool:
     """A report reduced to per-(node, chiplet) buckets at a given ``current_blocks``."""
 
-    __slots__ = ("buckets", "grid_shape")
+    __slots__ = ("buckets", "grid_shape", "profiles", "memo", "validated")
 
     def __init__(self, buckets: tuple[_Bucket, ...], grid_shape: tuple[int, ...]) -> None:
         self.buckets = buckets
         self.grid_shape = grid_shape  # number of chiplets per node
+        # Distinct (constant bytes, KV groups) over buckets: tensor-parallel nodes are usually identical,
+        # and whether N fits only depends on the distinct ones.
+        self.profiles = tuple(sorted({(b.non_kv + b.fixed, b.groups) for b in buckets}))
+        self.memo: dict[Any, Any] = {}  # answers that depend on the report alone (grids, budgets, searches)
+        self.validated: set[tuple[int, int]] = set()  # (num_devices, num_chiplets) shapes already checked
+
+    def remember(self, key: Any, compute: Any) -> Any:
+        if key not in self.memo:
+            if len(self.memo) >= 65_536:
+                self.memo.clear()
+            self.memo[key] = compute()
+        return self.memo[key]
 
     @classmethod
     def build(cls, report: AllocationReport, current_blocks: int) -> "_Pool":
@@ -246,11 +259,20 @@ class _Pool:
         return cls(buckets, tuple(shape.get(n, 0) for n in range(max(shape, default=-1) + 1)))
 
     def fits(self, num_blocks: int, per_chiplet: int) -> bool:
-        return all(b.need(num_blocks) <= per_chiplet for b in self.buckets)
+        for constant, groups in self.profiles:
+            total = constant
+            for per_block, count in groups:
+                total += count * (-(-(per_block * num_blocks) // ALIGNMENT) * ALIGNMENT)
+            if total > per_chiplet:
+                return False
+        return True
 
     def max_blocks(self, per_chiplet: int, limit: int) -> int:
         """Largest N in [0, limit] that fits (0 when not even one block does): full pool first, then
         binary search, as the reference does; exact because ``need`` is non-decreasing in N."""
+        return int(self.remember(("max", per_chiplet, limit), lambda: self._search(per_chiplet, limit)))
+
+    def _search(self, per_chiplet: int, limit: int) -> int:
         if limit <= 0 or self.fits(limit, per_chiplet):
             return max(limit, 0)
         best, lo, hi = 0, 1, limit - 1
@@ -265,20 +287,38 @@ class _Pool:
     def min_budget(self, num_blocks: int, num_chiplets: int) -> tuple[int, _Bucket | None]:
         """Smallest per-device budget B with ``B // num_chiplets >= need`` on every bucket, and the
         bucket that sets it. ``B // C >= m`` holds exactly when ``B >= m * C``; budgets are >= 1."""
-        tightest = max(self.buckets, key=lambda b: b.need(num_blocks), default=None)
-        need = 0 if tightest is None else tightest.need(num_blocks)
+        need, tightest = self.tightest(num_blocks)
         return max(1, need * num_chiplets), tightest
 
+    def tightest(self, num_blocks: int) -> tuple[int, _Bucket | None]:
+        """The most bytes any bucket needs at ``num_blocks``, and the first bucket that needs them."""
+
+        def compute() -> tuple[int, _Bucket | None]:
+            bucket = max(self.buckets, key=lambda b: b.need(num_blocks), default=None)
+            return (0, None) if bucket is None else (bucket.need(num_blocks), bucket)
+
+        result: tuple[int, _Bucket | None] = self.remember(("tightest", num_blocks), compute)
+        return result
+
     def headroom(self, num_blocks: int, per_chiplet: int) -> tuple[int | None, _Bucket | None]:
-        tightest = max(self.buckets, key=lambda b: b.need(num_blocks), default=None)
+        need, tightest = self.tightest(num_blocks)
         if tightest is None:
             return None, None
-        return per_chiplet - tightest.need(num_blocks), tightest
+        return per_chiplet - need, tightest
 
     def grid(self, value: Any) -> tuple[tuple[int, ...], ...]:
         """``value(bucket)`` laid out as [[per chiplet] per node] (0 where a bucket is absent)."""
         by_key = {(b.node, b.chiplet): value(b) for b in self.buckets}
         return tuple(tuple(by_key.get((n, c), 0) for c in range(width)) for n, width in enumerate(self.grid_shape))
+
+    def kv_grid(self, num_blocks: int) -> tuple[tuple[int, ...], ...]:
+        grid: tuple[tuple[int, ...], ...] = self.remember(("kv", num_blocks), lambda: self.grid(lambda b: b.kv(num_blocks)))
+        return grid
+
+    def static_grid(self, name: str) -> tuple[tuple[int, ...], ...]:
+        """The non-KV, per-block and fixed grids: computed once per report."""
+        grid: tuple[tuple[int, ...], ...] = self.remember(("grid", name), lambda: self.grid(lambda b: getattr(b, name)))
+        return grid
 
 
 # Reports are immutable by contract; a matrix resolves many cells against a few cached reports, so the
@@ -286,11 +326,16 @@ class _Pool:
 _POOLS: dict[tuple[int, int], tuple[weakref.ref[AllocationReport], _Pool]] = {}
 
 
+def _cached_pool(report: AllocationReport, current_blocks: int) -> _Pool | None:
+    hit = _POOLS.get((id(report), current_blocks))
+    return hit[1] if hit is not None and hit[0]() is report else None
+
+
 def _pool(report: AllocationReport, current_blocks: int) -> _Pool:
+    pool = _cached_pool(report, current_blocks)
+    if pool is not None:
+        return pool
     key = (id(report), current_blocks)
-    hit = _POOLS.get(key)
-    if hit is not None and hit[0]() is report:
-        return hit[1]
     pool = _Pool.build(report, current_blocks)
     if len(_POOLS) >= 1024:
         _POOLS.clear()
@@ -361,7 +406,10 @@ def _check_request(request: object) -> Request:
     _check_int("current_blocks", request.current_blocks, 1)
     _check_int("kvcache_partition_len", request.kvcache_partition_len, 1, optional=True)
     _check_int("kvcache_block_size", request.kvcache_block_size, 1, optional=True)
-    _check_int("prefill_chunk_size", request.prefill_chunk_size, 1, optional=True)
+    chunk = request.prefill_chunk_size
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)):
+        # range and divisibility are checked with the reference's wording by resolve_attention
+        raise _invalid(f"`prefill_chunk_size` must be an integer divisible by 64 or null (auto), got {chunk!r}.")
     if isinstance(request.kvcache_num_blocks, bool) or not isinstance(request.kvcache_num_blocks, int) or (
         request.kvcache_num_blocks < 0
     ):
@@ -374,17 +422,56 @@ def _check_request(request: object) -> Request:
     return request
 
 
-def _check_report(report: object, request: Request, npu: NpuTarget) -> AllocationReport:
-    def bad(message: str) -> EstimateError:
-        return EstimateError(message, kind="invalid_report")
+# Both are pure functions of a few validated scalars; a matrix asks them the same questions many times.
+# (Errors are not cached: lru_cache re-runs a call that raised.)
+_resolve_npu = functools.lru_cache(maxsize=64)(resolve_npu)
 
+
+@functools.lru_cache(maxsize=4096)
+def _resolve_attention(
+    npu: NpuTarget,
+    batch_size: int,
+    max_seq_len: int,
+    attn_impl: str | None,
+    kvcache_partition_len: int | None,
+    kvcache_block_size: int | None,
+    prefill_chunk_size: int | None,
+) -> AttentionConfig:
+    return resolve_attention(
+        npu,
+        batch_size=batch_size,
+        max_seq_len=max_seq_len,
+        attn_impl=attn_impl,
+        kvcache_partition_len=kvcache_partition_len,
+        kvcache_block_size=kvcache_block_size,
+        prefill_chunk_size=prefill_chunk_size,
+    )
+
+
+def _bad_report(message: str) -> EstimateError:
+    return EstimateError(message, kind="invalid_report")
+
+
+def _checked_pool(report: object, request: Request, npu: NpuTarget) -> _Pool:
+    """The report's reduced form, after checking it matches the request (shape checked once per report)."""
     if not isinstance(report, AllocationReport):
-        raise bad(f"estimate() expects an AllocationReport, got {type(report).__name__}.")
+        raise _bad_report(f"estimate() expects an AllocationReport, got {type(report).__name__}.")
     if report.current_blocks != request.current_blocks:
-        raise bad(
+        raise _bad_report(
             f"The report's KV sizes were measured at current_blocks={report.current_blocks}, but the request "
             f"says current_blocks={request.current_blocks}. Set both to the block count the KV tensors hold."
         )
+    shape = (request.num_devices, npu.num_chiplets)
+    pool = _cached_pool(report, request.current_blocks)
+    if pool is None or shape not in pool.validated:
+        _check_report_shape(report, request, npu)  # before reducing: the reduction assumes integer sizes
+        pool = pool or _pool(report, request.current_blocks)
+        pool.validated.add(shape)
+    return pool
+
+
+def _check_report_shape(report: AllocationReport, request: Request, npu: NpuTarget) -> None:
+    bad = _bad_report
     grids = [(f"alloc.{g}.{k}", grid) for g, keys in sorted(report.alloc.items()) for k, grid in sorted(keys.items())]
     grids += [(f"kv_tensors.{name}.sizes", t.sizes) for name, t in sorted(report.kv_tensors.items())]
     for where, grid in grids:
@@ -402,7 +489,6 @@ def _check_report(report: object, request: Request, npu: NpuTarget) -> Allocatio
             for nbytes in row:
                 if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
                     raise bad(f"{where}[{node}]: expected non-negative integer byte counts, got {nbytes!r}.")
-    return report
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,6 +504,14 @@ def _insufficient(fitting: int, floor: int, batch_size: int) -> str:
 
 
 def _budget_answer(pool: _Pool, npu: NpuTarget, num_blocks: int, what: str) -> BudgetAnswer:
+    answer: BudgetAnswer = pool.remember(
+        ("answer", npu.name, npu.num_chiplets, npu.available_bytes, num_blocks, what),
+        lambda: _compute_budget_answer(pool, npu, num_blocks, what),
+    )
+    return answer
+
+
+def _compute_budget_answer(pool: _Pool, npu: NpuTarget, num_blocks: int, what: str) -> BudgetAnswer:
     required, tightest = pool.min_budget(num_blocks, npu.num_chiplets)
     available = npu.available_bytes
     if required <= available:
@@ -451,12 +545,12 @@ def _breakdown(
         available_bytes=npu.available_bytes,
         budget_bytes=budget,
         budget_per_chiplet=per_chiplet,
-        non_kv_bytes=pool.grid(lambda b: b.non_kv),
-        kv_bytes_per_block=pool.grid(lambda b: b.per_block),
-        kv_fixed_bytes=pool.grid(lambda b: b.fixed),
+        non_kv_bytes=pool.static_grid("non_kv"),
+        kv_bytes_per_block=pool.static_grid("per_block"),
+        kv_fixed_bytes=pool.static_grid("fixed"),
         max_fitting_blocks=max_fit,
         headroom_blocks=headroom_blocks,
-        kv_bytes=None if headroom_blocks is None else pool.grid(lambda b: b.kv(headroom_blocks)),
+        kv_bytes=None if headroom_blocks is None else pool.kv_grid(headroom_blocks),
         headroom_bytes=headroom,
         tightest_chiplet=None if tightest is None else (tightest.node, tightest.chiplet),
         budget_for_floor=_budget_answer(pool, npu, attention.num_min_blocks, "the floor"),
@@ -490,15 +584,16 @@ def estimate(request: Request, report: AllocationReport) -> Resolution:
                 "only guides automatic block estimation, which runs when `kvcache_num_blocks` is unset.",
                 kind="budget_and_blocks_exclusive",
             )
-        npu = resolve_npu(request.npu)
-        attention = resolve_attention(
+        npu = _resolve_npu(request.npu) if isinstance(request.npu, str) else resolve_npu(request.npu)
+        # every argument is an int, None or str here (checked above), so equal keys mean equal inputs
+        attention = _resolve_attention(
             npu,
-            batch_size=request.batch_size,
-            max_seq_len=request.max_seq_len,
-            attn_impl=request.attn_impl,
-            kvcache_partition_len=request.kvcache_partition_len,
-            kvcache_block_size=request.kvcache_block_size,
-            prefill_chunk_size=request.prefill_chunk_size,
+            request.batch_size,
+            request.max_seq_len,
+            request.attn_impl,
+            request.kvcache_partition_len,
+            request.kvcache_block_size,
+            request.prefill_chunk_size,
         )
         warnings.extend(attention.warnings)
         budget_error: EstimateError | None = None
@@ -507,7 +602,7 @@ def estimate(request: Request, report: AllocationReport) -> Resolution:
         except EstimateError as error:
             budget, budget_error = None, error
         warnings.extend(budget_hints(request.memory_budget))
-        pool = _pool(_check_report(report, request, npu), request.current_blocks)
+        pool = _checked_pool(report, request, npu)
     except EstimateError as error:
         return failed(error)
 
