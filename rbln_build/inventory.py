@@ -164,6 +164,7 @@ def _write_atomic(path: Path, text: str) -> None:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
+            os.chmod(tmp, 0o644)  # a shared cache: readable like any other file, not mkstemp's 0600
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
