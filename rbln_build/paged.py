@@ -42,6 +42,7 @@ __all__ = [
     "export_paged",
     "empty_pools",
     "export_count",
+    "strip_source_paths",
 ]
 
 ATTN_NAME = "rbln_paged"
@@ -194,6 +195,14 @@ def empty_pools(paged: PagedCausalLM | dict[str, Any], num_blocks: int) -> list[
         layers, heads, block, dim = (paged[k] for k in ("num_layers", "kv_heads", "block_size", "head_dim"))
         dtype = getattr(torch, paged["dtype"])
     return [torch.zeros(num_blocks, heads, block, dim, dtype=dtype) for _ in range(2 * layers)]
+
+
+def strip_source_paths(program: torch.export.ExportedProgram) -> None:
+    """Drop the per-node Python stack traces: they hold absolute source paths of this machine."""
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if graph is not None else ():
+            node.meta.pop("stack_trace", None)
 
 
 def export_paged(

@@ -113,6 +113,7 @@ class TorchExportBackend(Backend):
         )
         export_s = time.perf_counter() - started
         program._example_inputs = None  # 2 x layers example pools would be saved otherwise
+        paged.strip_source_paths(program)  # no absolute paths in artifacts
         torch.export.save(program, str(out_dir / PROGRAM_FILE))
         write_json(out_dir / "report.json", report.to_json())
         write_json(

@@ -1,0 +1,69 @@
+"""Compile each tiny recipe with the torch backend once per test process (exports are slow-ish).
+
+Shared by test_backend_torch.py and test_runtime.py through a process-level cache rather than a
+session fixture in conftest.py, so those modules stay self-contained.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rbln_build.attention import resolve_attention
+from rbln_build.backends import CompileResult, CompileSpec, get_backend
+from rbln_build.npu import resolve_npu
+from rbln_build.recipes import Recipe, load_recipe
+
+_ROOT = Path(tempfile.mkdtemp(prefix="rbln-build-tests-"))
+atexit.register(shutil.rmtree, _ROOT, True)
+
+
+def spec_for(recipe: Recipe, npu: str = "atom_max", num_devices: int = 1) -> CompileSpec:
+    target = resolve_npu(npu)
+    b = recipe.build
+    att = resolve_attention(
+        target,
+        batch_size=b["batch_size"],
+        max_seq_len=b["max_seq_len"],
+        attn_impl=b.get("attn_impl"),
+        kvcache_partition_len=b.get("kvcache_partition_len"),
+    )
+    return CompileSpec(recipe=recipe, npu=target, num_devices=num_devices, attention=att)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    spec: CompileSpec
+    baseline: Path
+    result: CompileResult
+    exports: int  # exports the compile ran (measured with paged.export_count)
+
+
+@functools.cache
+def compiled(name: str) -> Compiled:
+    from rbln_build import paged
+
+    spec = spec_for(load_recipe(name))
+    baseline = _ROOT / name / "baseline"
+    baseline.mkdir(parents=True)
+    before = paged.export_count()
+    result = get_backend("torch").compile(spec, baseline)
+    return Compiled(spec, baseline, result, paged.export_count() - before)
+
+
+def finalized(name: str, num_blocks: int) -> Path:
+    """The cell artifact of ``name`` at ``num_blocks`` (finalized once per process)."""
+    return _finalized(name, num_blocks)
+
+
+@functools.cache
+def _finalized(name: str, num_blocks: int) -> Path:
+    c = compiled(name)
+    out = _ROOT / name / f"cell-{num_blocks}"
+    out.mkdir()
+    get_backend("torch").finalize(c.spec, c.baseline, num_blocks, out)
+    return out
