@@ -408,6 +408,10 @@ def test_no_budget_exists_is_stated_plainly():
                      id="partition-not-divisor"),
         pytest.param(dict(EAGER, max_seq_len=65_536), "invalid_attention", "exceeds the ATOM limit of 32768",
                      id="eager-too-long"),
+        pytest.param(dict(FLASH_8, prefill_chunk_size=0), "invalid_attention",
+                     "`prefill_chunk_size` must be a positive integer divisible by 64.", id="chunk-zero-reference-words"),
+        pytest.param(dict(FLASH_8, prefill_chunk_size=100), "invalid_attention", "divisible by 64", id="chunk-100"),
+        pytest.param(dict(FLASH_8, prefill_chunk_size="512"), "invalid_request", "got '512'", id="chunk-str"),
     ],
 )
 def test_request_validation(request_kw, kind, fragment):

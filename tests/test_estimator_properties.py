@@ -16,7 +16,7 @@ from rbln_build.report import AllocationReport, KVTensor
 
 MiB, GiB = 2**20, 2**30
 TWO_MIB = 2 * MiB
-SETTINGS = settings(max_examples=120, deadline=None)
+SETTINGS = settings(max_examples=80, deadline=None)
 
 
 def oracle_need(report, n):
