@@ -242,9 +242,24 @@ def _positive_ints(where: str, values: Any) -> tuple[int, ...] | None:
     return out
 
 
+def _reject_unknown_keys(cfg: Any) -> None:
+    """Keys added with ``+key=value`` escape the schema's struct check; nothing reads them, so a
+    typo there would be silently ignored. Reject them with the key's path."""
+    from dataclasses import fields
+
+    for where, node, schema in (("", cfg, BuildConf), ("matrix.", cfg.matrix, MatrixConf)):
+        known = {f.name for f in fields(schema)} | ({"hydra"} if not where else set())
+        for key in node:
+            if key not in known:
+                raise ConfigError(
+                    f"{where}{key}: unknown key (known: {', '.join(sorted(known - {'hydra'}))}); check its spelling."
+                )
+
+
 def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = None) -> BuildSettings:
     """The composed config (and Hydra's group choices) -> frozen BuildSettings. Raises ConfigError."""
     cwd = Path.cwd() if cwd is None else cwd
+    _reject_unknown_keys(cfg)
     m = cfg.matrix
     if cfg.device is not None:
         devices: tuple[Device, ...] = (_device(str(choices.get("device")), cfg.device),)

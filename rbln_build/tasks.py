@@ -358,6 +358,7 @@ def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
         overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
     settings = compose_settings(overrides)
     build_dir, cells = expand_all([settings])
+    build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
     build = Build(build_dir, cells, progress=settings.progress)
     return build.namespace()
 
