@@ -1,0 +1,148 @@
+"""The content-addressed store: atomic entries, verified before use, corruption is a warning and a miss."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rbln_build.cache import Store, content_hash, link_atomic, write_atomic
+
+
+def _store(tmp_path: Path) -> tuple[Store, list[str]]:
+    warnings: list[str] = []
+    return Store(tmp_path / "cache", warn=warnings.append), warnings
+
+
+def _fill(files: Path) -> dict[str, object]:
+    (files / "sub").mkdir()
+    (files / "a.bin").write_bytes(b"\x00" * 1000)
+    (files / "sub" / "b.json").write_text('{"x": 1}')
+    return {"produced": "plan"}
+
+
+def test_put_then_lookup(tmp_path: Path) -> None:
+    store, warnings = _store(tmp_path)
+    entry = store.put("compile", "k1", _fill)
+    again = store.lookup("compile", "k1")
+    assert again is not None and again.content_hash == entry.content_hash and again.meta == {"produced": "plan"}
+    assert (again.files / "sub" / "b.json").read_text() == '{"x": 1}'
+    assert not warnings
+    assert [p.name for p in (tmp_path / "cache" / "compile").iterdir()] == ["k1"]  # no temporaries left
+
+
+def test_hash_covers_names_order_and_meta(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+    (a / "x").write_bytes(b"12")
+    (a / "y").write_bytes(b"3")
+    (b / "x").write_bytes(b"1")
+    (b / "y").write_bytes(b"23")  # same concatenated bytes, different files
+    assert content_hash(a, {}) != content_hash(b, {})
+    assert content_hash(a, {}) != content_hash(a, {"m": 1})
+    assert content_hash(a, {"m": 1, "n": 2}) == content_hash(a, {"n": 2, "m": 1})
+
+
+@pytest.mark.parametrize("keep_stat", [False, True], ids=["plain-rewrite", "rewrite-restoring-size-and-mtime"])
+def test_tampered_entry_is_reported_removed_and_missed(tmp_path: Path, keep_stat: bool) -> None:
+    store, warnings = _store(tmp_path)
+    entry = store.put("compile", "k1", _fill)
+    victim = entry.files / "a.bin"
+    st = victim.stat()
+    victim.write_bytes(b"\x01" * 1000)
+    if keep_stat:
+        os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert store.lookup("compile", "k1") is None
+    assert len(warnings) == 1 and "corrupt" in warnings[0]
+    assert not entry.path.exists()
+    assert store.put("compile", "k1", _fill).content_hash == entry.content_hash  # rebuilt
+
+
+def test_tampered_metadata_is_caught(tmp_path: Path) -> None:
+    store, warnings = _store(tmp_path)
+    entry = store.put("compile", "k1", _fill)
+    record = json.loads((entry.path / "entry.json").read_text())
+    record["meta"]["produced"] = "program"
+    (entry.path / "entry.json").write_text(json.dumps(record))
+    assert store.lookup("compile", "k1") is None and warnings
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
+def test_unreadable_entry_record(tmp_path: Path, damage: str) -> None:
+    store, warnings = _store(tmp_path)
+    entry = store.put("compile", "k1", _fill)
+    record = entry.path / "entry.json"
+    if damage == "truncate":
+        record.write_bytes(record.read_bytes()[:10])
+    elif damage == "garbage":
+        record.write_bytes(b"\xff\xfe")
+    else:
+        record.unlink()
+    assert store.lookup("compile", "k1") is None
+    assert warnings and not entry.path.exists()
+
+
+def test_failed_fill_leaves_nothing(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+
+    def boom(files: Path) -> dict[str, object]:
+        (files / "partial").write_bytes(b"x")
+        raise RuntimeError("compiler crashed")
+
+    with pytest.raises(RuntimeError):
+        store.put("compile", "k1", boom)
+    assert store.lookup("compile", "k1") is None
+    assert list((tmp_path / "cache" / "compile").iterdir()) == []
+
+
+def test_concurrent_writer_of_the_same_key(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+
+    def racing(files: Path) -> dict[str, object]:
+        meta = _fill(files)
+        Store(tmp_path / "cache").put("compile", "k1", _fill)  # another process wins the rename
+        return meta
+
+    entry = store.put("compile", "k1", racing)
+    assert store.lookup("compile", "k1", full=True) is not None
+    assert entry.path == tmp_path / "cache" / "compile" / "k1"
+
+
+def test_temporaries_of_a_killed_build_are_removed(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    store.put("compile", "k1", _fill)
+    left = tmp_path / "cache" / "compile" / ".tmp-k2-123-abc"
+    (left / "files").mkdir(parents=True)
+    (tmp_path / "cache" / "results").mkdir()
+    (tmp_path / "cache" / "results" / ".tmp-r.json-1-x").write_text("{")
+    assert store.clean_temporaries() == 2
+    assert not left.exists() and store.lookup("compile", "k1") is not None
+
+
+def test_results_roundtrip_and_corruption(tmp_path: Path) -> None:
+    store, warnings = _store(tmp_path)
+    store.save_result("c1", {"error": None, "kvcache_num_blocks": 21})
+    assert store.load_result("c1") == {"error": None, "kvcache_num_blocks": 21}
+    path = store.result_path("c1")
+    path.write_text(path.read_text().replace("21", "22"))
+    assert store.load_result("c1") is None and warnings and not path.exists()
+    assert store.load_result("missing") is None
+
+
+def test_write_atomic_and_link_atomic(tmp_path: Path) -> None:
+    write_atomic(tmp_path / "d" / "f.json", b"one")
+    write_atomic(tmp_path / "d" / "f.json", b"two")
+    assert (tmp_path / "d" / "f.json").read_bytes() == b"two"
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["f.json"]
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t2").mkdir()
+    link_atomic(tmp_path / "art" / "cell", "../t1")
+    link_atomic(tmp_path / "art" / "cell", "../t2")
+    assert os.readlink(tmp_path / "art" / "cell") == "../t2"
+    (tmp_path / "art" / "cell").unlink()
+    (tmp_path / "art" / "cell").mkdir()  # a real folder made by hand is replaced too
+    link_atomic(tmp_path / "art" / "cell", "../t1")
+    assert os.readlink(tmp_path / "art" / "cell") == "../t1"

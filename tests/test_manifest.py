@@ -1,0 +1,89 @@
+"""Manifest entries, statuses against expect_failure, deterministic rendering, summary counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rbln_build.config import compose_settings
+from rbln_build.manifest import SCHEMA_VERSION, entry_for, render_manifest, summarize
+from rbln_build.matrix import Cell, expand
+
+TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
+INSUFFICIENT = "Insufficient memory for the required KV cache: only 3 blocks can be allocated, but at least 9 blocks are required."
+
+
+def _cells() -> dict[str, Cell]:
+    return {c.id: c for c in expand(compose_settings(["matrix=plans"]), TOOLCHAIN)}
+
+
+def _ok(blocks: int = 21) -> dict[str, object]:
+    return {"error": None, "error_kind": None, "kvcache_num_blocks": blocks, "num_full_blocks": 40,
+            "num_min_blocks": 9, "budget_bytes": 45097156608, "produced": "plan",
+            "artifact_key": "a" * 64, "artifact_hash": "sha256:" + "b" * 64, "warnings": []}
+
+
+def _failed(kind: str = "insufficient_memory", message: str = INSUFFICIENT) -> dict[str, object]:
+    return {"error": message, "error_kind": kind, "kvcache_num_blocks": None, "num_full_blocks": 40,
+            "num_min_blocks": 9, "budget_bytes": 5063363788, "produced": "plan", "warnings": []}
+
+
+def test_ok_entry() -> None:
+    cell = _cells()["qwen3_8b.rebel100.b0.3"]
+    e = entry_for(cell, _ok())
+    assert e["status"] == "ok" and e["kvcache_num_blocks"] == 21 and e["memory_budget"] == 0.3
+    assert e["artifact"] == {"path": "artifacts/qwen3_8b.rebel100.b0.3", "content_hash": "sha256:" + "b" * 64}
+    assert e["compile_key"] == cell.compile_key and e["cell_key"] == cell.cell_key
+    assert e["inputs"]["npu"] == "RBLN-CR03" and e["inputs"]["recipe"] == "qwen3_8b"
+
+
+@pytest.mark.parametrize(
+    ("cell_id", "result", "status"),
+    [
+        pytest.param("qwen3_8b.rebel100.b0.5", "failed", "failed", id="plain-failure"),
+        pytest.param("qwen3_8b.atom_max_x4.b0.3", "failed", "expected_failure", id="expected"),
+        pytest.param("qwen3_8b.atom_max_x4.b0.3", "other-kind", "failed", id="expected-other-kind"),
+        pytest.param("qwen3_8b.atom_max_x4.b0.3", "ok", "unexpected_success", id="unexpected-success"),
+        pytest.param("qwen3_8b.rebel100.b0.5", None, "failed", id="not-built"),
+    ],
+)
+def test_status(cell_id: str, result: str | None, status: str) -> None:
+    cell = _cells()[cell_id]
+    body = {"failed": _failed(), "other-kind": _failed("budget_exceeds_dram", "x"), "ok": _ok(), None: None}[result]
+    e = entry_for(cell, body)  # type: ignore[arg-type]
+    assert e["status"] == status
+    if result == "failed":
+        assert e["error"] == INSUFFICIENT and e["error_kind"] == "insufficient_memory"
+    if status != "ok":
+        assert e["error"]
+        assert status == "expected_failure" or e["artifact"] is None or status == "unexpected_success"
+
+
+def test_render_is_deterministic_and_sorted() -> None:
+    cells = list(_cells().values())
+    entries = [entry_for(c, _ok()) for c in cells]
+    a = render_manifest(entries)
+    b = render_manifest(list(reversed(entries)))
+    assert a == b and a.endswith(b"\n")
+    doc = json.loads(a)
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert list(doc["cells"]) == sorted(c.id for c in cells)
+
+
+def test_budget_type_survives_rendering() -> None:
+    cells = expand(compose_settings(["matrix=plans", "matrix.budgets=[1,1.0]"]), TOOLCHAIN)
+    doc = json.loads(render_manifest([entry_for(c, _ok()) for c in cells]))
+    budgets = {e["cell"].rsplit(".b", 1)[1]: e["memory_budget"] for e in doc["cells"].values()}
+    assert type(budgets["1"]) is int and type(budgets["1.0"]) is float
+
+
+def test_summary_counts_partition_the_cells() -> None:
+    cells = _cells()
+    entries = [entry_for(c, _failed() if c.expected else _ok()) for c in cells.values()]
+    entries[0] = entry_for(cells["llama3_2_1b.atom_max_x4.b0.3"], _failed("budget_exceeds_dram", "too big"))
+    s = summarize(entries, compiled=2, redone={"llama3_2_1b.rebel100.b0.3", "qwen3_8b.rebel100.b0.3"})
+    assert s["compiled"] == 2 and s["failed"] == 1 and s["expected_failures"] == 1
+    assert s["resized"] == 2 and s["skipped"] == 4
+    assert s["resized"] + s["skipped"] + s["failed"] + s["expected_failures"] == s["cells"] == 8
+    assert s["failed_cells"] == ["llama3_2_1b.atom_max_x4.b0.3"]
