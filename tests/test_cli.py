@@ -1,0 +1,302 @@
+"""Integration: the real `rbln-build` CLI as a subprocess, in temporary build directories.
+
+Most tests use `matrix=plans` (the large recipes resolve plans: no torch export, seconds per build),
+which exercises config, keys, doit, cache, estimator, finalize and manifest. The real exports of the
+tiny recipes (and the bare default matrix) are in the `slow` tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PLANS = ["matrix=plans"]
+PLAN_CELLS = 8
+
+
+def rbln(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rbln_build.cli", *args],
+        cwd=cwd,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.cli", *args],
+        cwd=cwd,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def summary(build: Path) -> dict[str, Any]:
+    return json.loads((build / "summary.json").read_text())  # type: ignore[no-any-return]
+
+
+def manifest(build: Path) -> dict[str, Any]:
+    return json.loads((build / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
+def check_ok(proc: subprocess.CompletedProcess[str], code: int = 0) -> None:
+    assert proc.returncode == code, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+@pytest.fixture(scope="module")
+def plans_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One clean build of matrix=plans; tests copy it rather than rebuild it."""
+    work = tmp_path_factory.mktemp("plans")
+    proc = rbln([*PLANS, f"build_dir={work / 'build'}"], cwd=work)
+    check_ok(proc)
+    return work / "build"
+
+
+def copy_build(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "build"
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def test_fresh_build(plans_build: Path) -> None:
+    s = summary(plans_build)
+    assert (s["cells"], s["compiled"], s["resized"], s["skipped"]) == (PLAN_CELLS, 4, 7, 0)
+    assert (s["failed"], s["expected_failure_cells"]) == (0, ["qwen3_8b.atom_max_x4.b0.3"])
+    m = manifest(plans_build)
+    assert m["schema_version"] == 1 and len(m["cells"]) == PLAN_CELLS
+    reference = m["cells"]["qwen3_8b.rebel100.b0.3"]  # the specification's figure: 1 x RBLN-CR at 0.3
+    assert (reference["kvcache_num_blocks"], reference["num_full_blocks"], reference["num_min_blocks"]) == (21, 40, 9)
+    assert m["cells"]["qwen3_8b.atom_max_x4.b0.5"]["kvcache_num_blocks"] == 14  # 4 x RBLN-CA at 0.5
+    for cid, e in m["cells"].items():
+        if e["status"] != "ok":
+            continue
+        assert e["produced"] == "plan"
+        art = plans_build / e["artifact"]["path"]
+        config = json.loads((art / "rbln_config.json").read_text())
+        assert config["kvcache_num_blocks"] == e["kvcache_num_blocks"] > 0
+        assert config["npu"] == e["inputs"]["npu"]
+    assert not (plans_build / "artifacts" / "qwen3_8b.atom_max_x4.b0.3").exists()
+
+
+def test_noop_rebuild_redoes_nothing_and_imports_no_torch(plans_build: Path, tmp_path: Path) -> None:
+    build = copy_build(plans_build, tmp_path)
+    before = (build / "manifest.json").read_bytes()
+    modules = tmp_path / "modules.txt"
+    started = time.perf_counter()
+    proc = rbln([*PLANS, f"build_dir={build}"], cwd=tmp_path, env={"RBLN_BUILD_TEST_MODULES_FILE": str(modules)})
+    took = time.perf_counter() - started
+    check_ok(proc)
+    s = summary(build)
+    assert (s["compiled"], s["resized"], s["skipped"], s["redone_cells"]) == (0, 0, 7, [])
+    assert modules.read_text() == "", f"heavy modules imported on the no-op path: {modules.read_text()}"
+    assert (build / "manifest.json").read_bytes() == before
+    assert "[compile" not in proc.stderr and "[cell" not in proc.stderr
+    assert took < 15  # generous: a loaded CI machine; bench/noop.py measures it properly
+    for cid in manifest(build)["cells"]:
+        assert cid in proc.stdout  # the results table lists every cell
+
+
+def test_budget_only_change_compiles_nothing(plans_build: Path, tmp_path: Path) -> None:
+    build = copy_build(plans_build, tmp_path)
+    proc = rbln([*PLANS, "matrix.budgets=[0.3,0.6]", f"build_dir={build}"], cwd=tmp_path)
+    check_ok(proc)
+    s = summary(build)
+    assert s["compiled"] == 0
+    assert s["redone_cells"] == sorted(
+        f"{m}.{d}.b0.6" for m in ("llama3_2_1b", "qwen3_8b") for d in ("atom_max_x4", "rebel100")
+    )
+    old, new = manifest(plans_build)["cells"], manifest(build)["cells"]
+    for cid, e in new.items():
+        if cid.endswith(".b0.3"):
+            assert e == old[cid]
+
+
+def test_corrupted_cache_entries_are_detected_and_rebuilt(plans_build: Path, tmp_path: Path) -> None:
+    build = copy_build(plans_build, tmp_path)
+    before = manifest(build)
+    cell = before["cells"]["qwen3_8b.rebel100.b0.3"]
+    report = build / "cache" / "compile" / cell["compile_key"] / "files" / "report.json"
+    report.write_text(report.read_text().replace("1", "2", 1))
+    artifact = (build / cell["artifact"]["path"] / "rbln_config.json").resolve()
+    artifact.write_text(artifact.read_text().replace('"kvcache_num_blocks": 21', '"kvcache_num_blocks": 40'))
+    proc = rbln([*PLANS, f"build_dir={build}"], cwd=tmp_path)
+    check_ok(proc)
+    assert proc.stderr.count("is corrupt") == 2, proc.stderr
+    s = summary(build)
+    assert s["compiled"] == 1 and "qwen3_8b.rebel100.b0.3" in s["redone_cells"]
+    assert manifest(build) == before
+    config = json.loads((build / cell["artifact"]["path"] / "rbln_config.json").read_text())
+    assert config["kvcache_num_blocks"] == 21
+
+
+INSUFFICIENT = re.compile(
+    r"^Insufficient memory for the required KV cache: only \d+ blocks can be allocated, but at least 9 blocks "
+    r"are required\. Consider reducing `max_seq_len` or `batch_size` \(currently 8\) to lower the memory requirement\.$"
+)
+
+
+def test_infeasible_cell_fails_alone_with_the_exact_error(plans_build: Path, tmp_path: Path) -> None:
+    build = copy_build(plans_build, tmp_path)
+    proc = rbln([*PLANS, "matrix.expect_failure=[]", f"build_dir={build}"], cwd=tmp_path)
+    check_ok(proc, 1)
+    cells = manifest(build)["cells"]
+    bad = cells["qwen3_8b.atom_max_x4.b0.3"]
+    assert bad["status"] == "failed" and bad["error_kind"] == "insufficient_memory"
+    assert INSUFFICIENT.match(bad["error"]), bad["error"]
+    assert bad["artifact"] is None and bad["kvcache_num_blocks"] is None and bad["num_min_blocks"] == 9
+    assert all(e["status"] == "ok" for cid, e in cells.items() if cid != "qwen3_8b.atom_max_x4.b0.3")
+    assert "qwen3_8b.atom_max_x4.b0.3" in proc.stderr
+    assert summary(build)["failed_cells"] == ["qwen3_8b.atom_max_x4.b0.3"]
+    # The error itself is stored: the next run still fails, without redoing anything.
+    again = rbln([*PLANS, "matrix.expect_failure=[]", f"build_dir={build}"], cwd=tmp_path)
+    check_ok(again, 1)
+    assert summary(build)["redone_cells"] == []
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        pytest.param("matrix.budgetz=[0.3]", "matrix.budgetz", id="misspelt-key"),
+        pytest.param("matrix.batch_sizes=[a]", "matrix.batch_sizes[0]", id="wrong-type"),
+        pytest.param("device=atom", "device/atom", id="unknown-device"),
+        pytest.param("matrix.models=[qwen3_8b,qwen3_9b]", "matrix.models[1]", id="unknown-model"),
+        pytest.param("+matrix.budgetz=[1]", "matrix.budgetz", id="appended-unknown-key"),
+    ],
+)
+def test_malformed_config_is_a_clear_error_and_writes_nothing(tmp_path: Path, override: str, says: str) -> None:
+    proc = rbln([*PLANS, override], cwd=tmp_path)
+    assert proc.returncode != 0
+    assert says in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_multirun_equals_the_matrix(plans_build: Path, tmp_path: Path) -> None:
+    proc = rbln(["-m", *PLANS, "budget=0.3,0.5", "device=atom_max_x4,rebel100"], cwd=tmp_path)
+    check_ok(proc)
+    build = tmp_path / "build"
+    assert manifest(build) == manifest(plans_build)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]  # no timestamped folders
+    assert sorted(p.name for p in (build / "hydra").iterdir()) == ["multirun.yaml"]
+
+
+def test_two_clean_builds_write_identical_manifests(plans_build: Path, tmp_path: Path) -> None:
+    check_ok(rbln([*PLANS], cwd=tmp_path))  # build_dir defaults to ./build
+    assert (tmp_path / "build" / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
+
+
+def test_sigkill_mid_compile_leaves_no_partial_artifact(plans_build: Path, tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    proc = popen([*PLANS, f"build_dir={build}"], cwd=tmp_path, env={"RBLN_BUILD_TEST_COMPILE_SLEEP": "120"})
+    assert proc.stderr is not None
+    deadline = time.time() + 120
+    for line in proc.stderr:
+        if "(test hook)" in line or time.time() > deadline:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)  # reap it and close its pipes
+    temporaries = list((build / "cache" / "compile").glob(".tmp-*"))
+    assert temporaries, "the compile should have been caught mid-write"
+    assert [p for p in (build / "cache" / "compile").iterdir() if not p.name.startswith(".tmp-")] == []
+    assert not (build / "artifacts").exists() or list((build / "artifacts").iterdir()) == []
+    assert not (build / "manifest.json").exists()
+    again = rbln([*PLANS, f"build_dir={build}"], cwd=tmp_path)
+    check_ok(again)
+    assert "interrupted build" in again.stderr
+    assert not list(build.rglob(".tmp-*"))
+    assert manifest(build) == manifest(plans_build)
+
+
+def test_two_builds_at_once_on_one_build_dir(plans_build: Path, tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    procs = [popen([*PLANS, f"build_dir={build}"], cwd=tmp_path) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    assert manifest(build) == manifest(plans_build)
+    assert not list(build.rglob(".tmp-*"))
+    assert any("waiting for another rbln-build run" in err for _, err in outs)
+
+
+def test_help_explains_groups_and_overrides(tmp_path: Path) -> None:
+    proc = rbln(["--help"], cwd=tmp_path)
+    check_ok(proc)
+    for text in ("matrix", "device", "model", "budget=", "-m", "explain", "atom_max_x4", "doit list"):
+        assert text in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doit_from_the_repo_root_sees_the_same_tasks(plans_build: Path, tmp_path: Path) -> None:
+    build = copy_build(plans_build, tmp_path)
+    env = dict(os.environ, RBLN_BUILD_OVERRIDES=f"matrix=plans build_dir={build}", HF_HUB_OFFLINE="1")
+    listed = subprocess.run(["doit", "list", "--all"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "cell:qwen3_8b.rebel100.b0.3" in listed.stdout and "manifest" in listed.stdout
+    info = subprocess.run(["doit", "info", "cell:qwen3_8b.rebel100.b0.3"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert info.returncode == 0 and "up-to-date" in info.stdout, info.stdout + info.stderr
+    forget = subprocess.run(["doit", "forget", "cell:qwen3_8b.rebel100.b0.3"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert forget.returncode == 0, forget.stderr
+    proc = rbln([*PLANS, f"build_dir={build}"], cwd=tmp_path)
+    check_ok(proc)
+    assert summary(build)["compiled"] == 0
+
+
+# ------------------------------------------------------------------------------------------ slow
+
+
+@pytest.mark.slow
+def test_default_matrix_builds_then_noops(tmp_path: Path) -> None:
+    proc = rbln([], cwd=tmp_path, timeout=900)
+    check_ok(proc)
+    build = tmp_path / "build"
+    s = summary(build)
+    assert s["cells"] == 16 and s["compiled"] == 8 and s["failed"] == 0
+    assert s["expected_failure_cells"] == ["qwen3_8b.atom_max_x4.b0.3"]
+    cells = manifest(build)["cells"]
+    assert {e["produced"] for cid, e in cells.items() if cid.startswith("tiny_")} == {"program"}
+    for cid, e in cells.items():
+        if e["status"] == "ok":
+            config = json.loads((build / e["artifact"]["path"] / "rbln_config.json").read_text())
+            assert config["kvcache_num_blocks"] == e["kvcache_num_blocks"] > 0
+            assert config["npu"] == e["inputs"]["npu"]
+    modules = tmp_path / "modules.txt"
+    again = rbln([], cwd=tmp_path, env={"RBLN_BUILD_TEST_MODULES_FILE": str(modules)})
+    check_ok(again)
+    s = summary(build)
+    assert (s["compiled"], s["resized"], s["redone_cells"]) == (0, 0, [])
+    assert modules.read_text() == ""
+
+
+@pytest.mark.slow
+def test_tiny_programs_two_clean_builds_identical(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        check_ok(rbln(["matrix=tiny"], cwd=tmp_path / d, timeout=900))
+    a, b = (tmp_path / d / "build" / "manifest.json" for d in ("a", "b"))
+    assert a.read_bytes() == b.read_bytes()
+    cells = manifest(tmp_path / "a" / "build")["cells"]
+    low, full = cells["tiny_llama.atom_max.b90MB"], cells["tiny_llama.atom_max.b0.3"]
+    assert low["produced"] == full["produced"] == "program"
+    assert low["compile_key"] == full["compile_key"]
+    assert low["num_min_blocks"] <= low["kvcache_num_blocks"] < full["kvcache_num_blocks"] == full["num_full_blocks"]
+    assert cells["tiny_qwen3.atom_max.b90MB"]["status"] == "expected_failure"
+    assert summary(tmp_path / "a" / "build")["compiled"] == 2
