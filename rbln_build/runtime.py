@@ -59,8 +59,15 @@ class PageTable:
 class Artifact:
     path: Path
     config: dict[str, Any]
-    program: Any  # the loaded torch.export program as a callable module
     pools: list[torch.Tensor]
+    _program: Any = None
+
+    @property
+    def program(self) -> Any:
+        """The exported program as a callable module, loaded on first use (requests are checked first)."""
+        if self._program is None:
+            self._program = _load_program(self.path / str(self.config.get("program", "program.pt2")))
+        return self._program
 
     @property
     def num_blocks(self) -> int:
@@ -181,16 +188,20 @@ def load_artifact(path: str | Path) -> Artifact:
     program_file = path / str(cfg.get("program", "program.pt2"))
     if not program_file.is_file():
         raise BuildError(f"{program_file}: missing; the artifact is incomplete, rebuild the cell.")
-    try:
-        program = torch.export.load(str(program_file)).module()
-    except Exception as exc:  # a truncated or foreign file: torch raises many types here
-        raise BuildError(f"{program_file}: cannot load the exported program ({type(exc).__name__}: {exc}); "
-                         "rebuild the cell.") from exc
     dtype = getattr(torch, str(pool["dtype"]))
     shape = (num_blocks, int(pool["kv_heads"]), int(pool["block_size"]), int(pool["head_dim"]))
     pools = [torch.zeros(shape, dtype=dtype) for _ in range(2 * int(pool["num_layers"]))]
     cfg = dict(cfg, vocab_size=_vocab_size(hf))
-    return Artifact(path=path, config=cfg, program=program, pools=pools)
+    return Artifact(path=path, config=cfg, pools=pools)
+
+
+def _load_program(program_file: Path) -> Any:
+    try:
+        return torch.export.load(str(program_file)).module()
+    except Exception as exc:  # a truncated or foreign file: torch raises many types here
+        raise BuildError(
+            f"{program_file}: cannot load the exported program ({type(exc).__name__}: {exc}); rebuild the cell."
+        ) from exc
 
 
 def _vocab_size(hf: dict[str, Any]) -> int:
