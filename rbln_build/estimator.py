@@ -312,12 +312,16 @@ class _Pool:
         return tuple(tuple(by_key.get((n, c), 0) for c in range(width)) for n, width in enumerate(self.grid_shape))
 
     def kv_grid(self, num_blocks: int) -> tuple[tuple[int, ...], ...]:
-        grid: tuple[tuple[int, ...], ...] = self.remember(("kv", num_blocks), lambda: self.grid(lambda b: b.kv(num_blocks)))
+        grid: tuple[tuple[int, ...], ...] = self.remember(
+            ("kv", num_blocks), lambda: self.grid(lambda b: b.kv(num_blocks))
+        )
         return grid
 
     def static_grid(self, name: str) -> tuple[tuple[int, ...], ...]:
         """The non-KV, per-block and fixed grids: computed once per report."""
-        grid: tuple[tuple[int, ...], ...] = self.remember(("grid", name), lambda: self.grid(lambda b: getattr(b, name)))
+        grid: tuple[tuple[int, ...], ...] = self.remember(
+            ("grid", name), lambda: self.grid(lambda b: getattr(b, name))
+        )
         return grid
 
 
@@ -531,14 +535,28 @@ def _breakdown(
     budget: int | None,
     attention: AttentionConfig,
     headroom_blocks: int | None,
+    num_devices: int,
 ) -> Breakdown:
     per_chiplet = None if budget is None else budget // npu.num_chiplets
     max_fit = None if per_chiplet is None else pool.max_blocks(per_chiplet, attention.num_full_blocks)
     if headroom_blocks is None:
         headroom_blocks = max_fit
-    headroom, tightest = (None, None)
+    headroom: int | None = None
+    tightest: tuple[int, int] | None = None
     if per_chiplet is not None and headroom_blocks is not None:
-        headroom, tightest = pool.headroom(headroom_blocks, per_chiplet)
+        headroom, bucket = pool.headroom(headroom_blocks, per_chiplet)
+        if bucket is None:  # an empty report: nothing is allocated anywhere
+            headroom, tightest = per_chiplet, (0, 0)
+        else:
+            tightest = (bucket.node, bucket.chiplet)
+    zeros = tuple((0,) * npu.num_chiplets for _ in range(num_devices))
+    if not pool.buckets:
+        return Breakdown(
+            npu.name, npu.num_chiplets, npu.available_bytes, budget, per_chiplet, zeros, zeros, zeros, max_fit,
+            headroom_blocks, None if headroom_blocks is None else zeros, headroom, tightest,
+            _budget_answer(pool, npu, attention.num_min_blocks, "the floor"),
+            _budget_answer(pool, npu, attention.num_full_blocks, "the full pool"),
+        )
     return Breakdown(
         npu=npu.name,
         num_chiplets=npu.num_chiplets,
@@ -552,7 +570,7 @@ def _breakdown(
         headroom_blocks=headroom_blocks,
         kv_bytes=None if headroom_blocks is None else pool.kv_grid(headroom_blocks),
         headroom_bytes=headroom,
-        tightest_chiplet=None if tightest is None else (tightest.node, tightest.chiplet),
+        tightest_chiplet=tightest,
         budget_for_floor=_budget_answer(pool, npu, attention.num_min_blocks, "the floor"),
         budget_for_full_pool=_budget_answer(pool, npu, attention.num_full_blocks, "the full pool"),
     )
@@ -610,7 +628,7 @@ def estimate(request: Request, report: AllocationReport) -> Resolution:
     explicit = request.kvcache_num_blocks
     eager = attention.attn_impl == "eager"
     chosen: int | None = explicit if explicit else (full if eager else None)
-    breakdown = _breakdown(pool, npu, budget, attention, chosen)
+    breakdown = _breakdown(pool, npu, budget, attention, chosen, request.num_devices)
     if budget_error is not None:
         return failed(budget_error)
     assert budget is not None and breakdown.max_fitting_blocks is not None
