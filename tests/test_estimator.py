@@ -469,3 +469,12 @@ def test_to_json_is_plain_and_deterministic():
     assert data["breakdown"]["non_kv_bytes"] == [[10 * GiB]]
     failed = estimate(Request(**FLASH_8, memory_budget="10GB"), BASE).to_json()
     assert set(failed) == set(data) and failed["ok"] is False and failed["kvcache_num_blocks"] is None
+
+
+def test_empty_report_has_zero_grids_of_the_request_shape():
+    empty = AllocationReport(alloc={}, kv_tensors={})
+    res = estimate(Request(npu="RBLN-CR03", num_devices=2, max_seq_len=16_384, attn_impl="flash_attn",
+                           memory_budget="50%"), empty)
+    assert res.kvcache_num_blocks == 2
+    assert res.breakdown.non_kv_bytes == ((0, 0, 0, 0), (0, 0, 0, 0))
+    assert res.breakdown.headroom_bytes == 75_161_927_680 // 4

@@ -227,3 +227,27 @@ def test_reestimation_at_current_blocks_matches_the_baseline(cell, current, data
     one = estimate(Request(**{**request.__dict__, "current_blocks": 1, "memory_budget": budget}), base)
     many = estimate(Request(**{**request.__dict__, "current_blocks": current, "memory_budget": budget}), scaled)
     assert one.to_json() == many.to_json()
+
+
+ANY = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 70_000), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8), st.sampled_from(["RBLN-CA25", "rebel100", "flash_attn", "eager", "30%", "10GB", "1TB"]),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    name: ANY for name in ("npu", "max_seq_len", "batch_size", "num_devices", "attn_impl", "kvcache_partition_len",
+                           "kvcache_block_size", "prefill_chunk_size", "kvcache_num_blocks", "memory_budget",
+                           "current_blocks")
+}))
+def test_estimate_never_raises_for_bad_request_content(fields):
+    request = Request(**{"npu": "RBLN-CA25", "max_seq_len": 16_384, **fields})
+    report = AllocationReport(alloc={"prefill": {"w": ((GiB,),)}}, kv_tensors={"k": KVTensor(True, ((MiB,),))})
+    res = estimate(request, report)
+    assert res.ok == (res.error is None)
+    if not res.ok:
+        assert res.error_kind and res.kvcache_num_blocks is None
+    else:
+        assert res.kvcache_num_blocks >= 1
