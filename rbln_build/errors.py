@@ -53,7 +53,8 @@ class EstimateError(UserError, ValueError):
 
     ``kind`` is a stable machine-readable tag (for example ``"insufficient_memory"``,
     ``"budget_exceeds_dram"``, ``"budget_and_blocks_exclusive"``, ``"invalid_budget"``,
-    ``"invalid_attention"``, ``"unknown_npu"``, ``"invalid_request"``).
+    ``"invalid_attention"``, ``"unknown_npu"``, ``"invalid_request"``, ``"invalid_report"`` (the report does
+    not match the request), ``"blocks_below_floor"`` (an explicit count below the flash-attention floor)).
     """
 
     def __init__(self, message: str, kind: str) -> None:
