@@ -91,3 +91,13 @@ def test_module_entry_point_subprocess(warm_cache):
     bad = subprocess.run([sys.executable, "-m", "rbln_build.explain", "model=x", "device=rebel100"],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "Known models" in bad.stderr
+
+
+def test_explain_on_a_cache_hit_imports_no_torch(warm_cache):
+    env = {**os.environ, "RBLN_BUILD_CACHE": str(warm_cache), "HF_HUB_OFFLINE": "1"}
+    code = (
+        "import sys, io, contextlib; from rbln_build.explain import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): rc = main(['model=qwen3_8b', 'device=rebel100'])\n"
+        "assert rc == 0 and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:5]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)

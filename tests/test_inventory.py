@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 
 import pytest
 from memory_helpers import inventory
@@ -65,9 +64,7 @@ def test_gemma3_layer_types_agree_with_transformers():
     from transformers import Gemma3TextConfig
 
     c = json.loads((DEFAULT_RECIPES_DIR / "gemma3_1b" / "config.json").read_text())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        hf = Gemma3TextConfig(**{k: v for k, v in c.items() if k != "model_type"})
+    hf = Gemma3TextConfig(**{k: v for k, v in c.items() if k != "model_type"})
     assert list(load_recipe("gemma3_1b").geometry.layer_types) == list(hf.layer_types)
     assert list(hf.layer_types).count("full_attention") == 4
 
