@@ -1,0 +1,214 @@
+"""The ``rbln`` backend: the real Rebellions compiler through optimum-rbln 0.12.0.
+
+Needs ``rebel`` (rebel-compiler, from Rebellions' SDK) and ``optimum.rbln``
+(``pip install optimum-rbln==0.12.0``). Without them, constructing the backend raises
+``BackendUnavailable`` saying what to install.
+
+compile (once per compile key): optimum-rbln compiles the model with ``kvcache_num_blocks``
+unset (auto: it sizes the KV buffers for the NPU it was told about), ``save_pretrained`` writes
+``prefill.rbln``, ``decoder_batch_<b>.rbln``, ``rbln_config.json`` and ``config.json``. The
+AllocationReport is read back from the compiled models, exactly what optimum-rbln's estimator
+reads: ``get_alloc_per_chiplet_by_key()`` of every graph (non-KV bytes per node and chiplet),
+``exp_get_dram_tensor_sizes()`` of the prefill graph (each KV tensor at the compiled block count)
+and the ``can_resize`` of each entry of ``cache_metas`` (a full-attention cache compiled with auto
+blocks; sliding-window caches are fixed). ``current_blocks`` is the compiled block count.
+
+finalize (once per cell): the caller has already resolved ``num_blocks`` against the cell's
+budget and target NPU (the estimator over this report, which is what ``--set-memory-budget``
+does); finalize only rescales the resizable buffers of every graph with
+``exp_rescale_buffer_size({name: (target, current)})``, saves them, and writes rbln_config.json
+with ``kvcache_num_blocks`` = target and ``npu`` = the target NPU (optimum-rbln 0.12 forgets it).
+
+Recipes without weights resolve a plan from the memory model, as with the ``torch`` backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendUnavailable, BuildError
+from ..report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
+from .base import Backend, CompileResult, CompileSpec
+
+__all__ = ["RblnBackend", "INSTALL_HINT", "report_from_compiled"]
+
+INSTALL_HINT = (
+    "install optimum-rbln 0.12.0 (`pip install optimum-rbln==0.12.0`) and the rebel-compiler wheel from "
+    "Rebellions' RBLN SDK (https://docs.rbln.ai), or use the embedded backend: backend=torch"
+)
+
+
+def _require_sdk() -> tuple[Any, Any]:
+    missing = []
+    modules = []
+    for name in ("rebel", "optimum.rbln"):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise BackendUnavailable(
+            f"backend 'rbln': cannot import {' and '.join(repr(m) for m in missing)}; {INSTALL_HINT}."
+        )
+    return modules[0], modules[1]
+
+
+def _version(dist: str, module: Any) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return str(getattr(module, "__version__", "unknown"))
+
+
+def _can_resize(meta: dict[str, Any]) -> bool:
+    # optimum-rbln's FullAttentionKVCacheMeta.can_resize: a full-attention cache compiled with auto
+    # blocks. Sliding-window (and linear-attention) caches are fixed.
+    return meta.get("layer_type") == "full_attention" and bool(meta.get("is_auto"))
+
+
+def _read_config(directory: Path) -> dict[str, Any]:
+    path = directory / "rbln_config.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BuildError(f"{path}: unreadable rbln_config.json ({exc}); recompile this key.") from None
+    return value
+
+
+def _compiled_models(rebel: Any, directory: Path) -> dict[str, Any]:
+    files = sorted(directory.glob("*.rbln"))
+    if not files:
+        raise BuildError(f"{directory}: no *.rbln compiled models; recompile this key.")
+    return {p.stem: rebel.RBLNCompiledModel(p) for p in files}
+
+
+def report_from_compiled(compiled: dict[str, Any], rbln_config: dict[str, Any]) -> AllocationReport:
+    """The AllocationReport of optimum-rbln compiled models, as its estimator reads them."""
+    if "prefill" not in compiled:
+        raise BuildError(f"compiled models {sorted(compiled)} have no 'prefill' graph; cannot size the KV cache.")
+    alloc = {
+        graph: {key: grid for key, grid in model.get_alloc_per_chiplet_by_key().items() if key != DRAM_TENSOR_KEY}
+        for graph, model in sorted(compiled.items())
+    }
+    metas = {m["name"]: m for m in rbln_config.get("cache_metas", [])}
+    kv: dict[str, KVTensor] = {}
+    for name, sizes in compiled["prefill"].exp_get_dram_tensor_sizes().items():
+        if name not in metas:
+            raise BuildError(f"KV tensor {name!r} has no entry in rbln_config.json cache_metas; recompile.")
+        kv[name] = KVTensor.from_json({"can_resize": _can_resize(metas[name]), "sizes": sizes}, f"kv_tensors.{name}")
+    current = int(rbln_config.get("kvcache_num_blocks") or 1)
+    return AllocationReport.from_json(
+        {
+            "alloc": alloc,
+            "kv_tensors": {n: t.to_json() for n, t in kv.items()},
+            "current_blocks": current,
+        }
+    )
+
+
+class RblnBackend(Backend):
+    name = "rbln"
+
+    def __init__(self) -> None:
+        self._rebel, self._optimum_rbln = _require_sdk()
+
+    def toolchain(self) -> dict[str, str]:
+        return {
+            "rebel-compiler": _version("rebel-compiler", self._rebel),
+            "optimum-rbln": _version("optimum-rbln", self._optimum_rbln),
+        }
+
+    def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
+        out_dir = Path(out_dir)
+        recipe, att = spec.recipe, spec.attention
+        if not recipe.has_weights:
+            from .. import memory
+            from .torch_export import write_json
+
+            report = memory.build_report(spec)
+            write_json(out_dir / "config.json", recipe.hf_config)
+            write_json(out_dir / "report.json", report.to_json())
+            write_json(out_dir / "baseline.json", {"produced": "plan"})
+            return CompileResult(report, "plan")
+        rbln_config = {
+            "batch_size": att.batch_size,
+            "max_seq_len": att.max_seq_len,
+            "attn_impl": att.attn_impl,
+            "kvcache_partition_len": att.kvcache_partition_len,
+            "kvcache_block_size": att.kvcache_block_size,
+            "prefill_chunk_size": att.prefill_chunk_size,
+            "num_devices": spec.num_devices,
+            "npu": spec.npu.name,
+            "create_runtimes": False,
+        }
+        with tempfile.TemporaryDirectory(prefix="rbln-build-hf-") as tmp:
+            model_dir = self._checkpoint_dir(spec, Path(tmp))
+            model = self._optimum_rbln.RBLNAutoModelForCausalLM.from_pretrained(
+                str(model_dir), export=True, rbln_config=rbln_config
+            )
+            model.save_pretrained(str(out_dir))
+        config = _read_config(out_dir)
+        config["npu"] = spec.npu.name
+        _write_config(out_dir, config)
+        report = report_from_compiled(_compiled_models(self._rebel, out_dir), config)
+        (out_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        (out_dir / "baseline.json").write_text(json.dumps({"produced": "program"}, sort_keys=True) + "\n")
+        return CompileResult(report, "program")
+
+    def _checkpoint_dir(self, spec: CompileSpec, tmp: Path) -> Path:
+        recipe = spec.recipe
+        if recipe.weights_path is not None:
+            return recipe.weights_path
+        from ..weights import build_model  # seeded weights: materialize an HF checkpoint once
+
+        build_model(recipe).save_pretrained(str(tmp))
+        return tmp
+
+    def finalize(self, spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
+        baseline_dir, out_dir = Path(baseline_dir), Path(out_dir)
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise BuildError(f"finalize: kvcache_num_blocks must be a positive integer, got {num_blocks!r}.")
+        baseline = json.loads((baseline_dir / "baseline.json").read_text(encoding="utf-8"))
+        if baseline.get("produced") == "plan":
+            from .torch_export import rbln_config_for, write_json
+
+            write_json(out_dir / "rbln_config.json", rbln_config_for(spec, num_blocks, "plan"))
+            shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
+            return
+        config = _read_config(baseline_dir)
+        current = int(config.get("kvcache_num_blocks") or 0)
+        if current < 1:
+            raise BuildError(
+                f"{baseline_dir / 'rbln_config.json'}: kvcache_num_blocks is {current}, not a resolved block count; "
+                "the baseline must be compiled with auto blocks."
+            )
+        compiled = _compiled_models(self._rebel, baseline_dir)
+        resizable = {m["name"]: (num_blocks, current) for m in config.get("cache_metas", []) if _can_resize(m)}
+        for name, model in compiled.items():
+            if not hasattr(model, "exp_rescale_buffer_size"):
+                raise BackendUnavailable(
+                    "backend 'rbln': this rebel-compiler cannot resize compiled KV buffers "
+                    "(no exp_rescale_buffer_size); upgrade rebel-compiler."
+                )
+            if resizable:
+                model.exp_rescale_buffer_size(resizable)
+            model.save(out_dir / f"{name}.rbln")
+        for item in sorted(baseline_dir.iterdir()):
+            if item.suffix == ".rbln" or item.name in ("rbln_config.json", "report.json", "baseline.json"):
+                continue
+            if item.is_file():
+                shutil.copyfile(item, out_dir / item.name)
+        config["kvcache_num_blocks"] = num_blocks
+        config["npu"] = spec.npu.name
+        config["artifact"] = "program"
+        _write_config(out_dir, config)
+
+
+def _write_config(directory: Path, config: dict[str, Any]) -> None:
+    (directory / "rbln_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
