@@ -243,7 +243,8 @@ def render(data: dict[str, Any]) -> str:
     a = data["attention"]
     out = [
         f"{data['model']} on {data['device']}: {data['num_devices']} x {data['npu']} ({data['product']}, "
-        f"{data['num_chiplets']} chiplet(s) per device, {_gib(data['available_bytes_per_device'])} available per device)",
+        f"{data['num_chiplets']} chiplet(s) per device, "
+        f"{_gib(data['available_bytes_per_device'])} available per device)",
         "Model-based estimate (rbln_build.memory), calibrated to the specification's figures; not a compiler report.",
         "",
         f"attention   {a['attn_impl']}, block {a['kvcache_block_size']}, partition {a['kvcache_partition_len']}, "
@@ -267,7 +268,8 @@ def render(data: dict[str, Any]) -> str:
               "kv_per_block": "KV per block (2 MiB-aligned)", "kv_fixed": "KV fixed (sliding windows)"}
     for label, chiplets in groups:
         width = max(14, *(len(_mib(c[k])) + 2 for c in chiplets for k in c))
-        out.append(f"{'per chiplet, ' + label:34}" + "".join(f"{'chiplet ' + str(i):>{width}}" for i in range(len(chiplets))))
+        header = "".join(f"{'chiplet ' + str(i):>{width}}" for i in range(len(chiplets)))
+        out.append(f"{'per chiplet, ' + label:34}" + header)
         for key in keys + ["non_kv", "kv_per_block", "kv_fixed"]:
             out.append(f"  {labels.get(key, key):32}" + "".join(f"{_mib(c[key]):>{width}}" for c in chiplets))
         out.append("")

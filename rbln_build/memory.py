@@ -63,6 +63,8 @@ __all__ = [
     "HEAD_DIM_ALIGNMENT",
     "ACTIVATION_LIVE_SETS",
     "build_report",
+    "ModelFacts",
+    "model_facts",
     "align",
     "layer_placement",
     "weight_bytes_per_device",
@@ -101,7 +103,7 @@ def kv_heads_per_device(num_key_value_heads: int, num_devices: int) -> int:
 
 
 @dataclass(frozen=True)
-class _Model:
+class ModelFacts:
     """The geometry and build facts the terms read."""
 
     hidden: int
@@ -128,7 +130,7 @@ def _module_name(entry: TensorEntry) -> str:
     return parts[-2] if len(parts) >= 2 else ""
 
 
-def _device_shape(entry: TensorEntry, m: _Model) -> tuple[int, ...]:
+def _device_shape(entry: TensorEntry, m: ModelFacts) -> tuple[int, ...]:
     """The shard of ``entry`` one device holds under tensor parallelism."""
     n = m.num_devices
     shape = entry.shape
@@ -153,7 +155,7 @@ def _device_shape(entry: TensorEntry, m: _Model) -> tuple[int, ...]:
     return (rows,) + shape[1:]
 
 
-def weight_bytes_per_device(entry: TensorEntry, m: _Model) -> int:
+def weight_bytes_per_device(entry: TensorEntry, m: ModelFacts) -> int:
     """Unaligned bytes of ``entry``'s shard on one device, with quantization applied."""
     shape = _device_shape(entry, m)
     numel = math.prod(shape)
@@ -164,7 +166,7 @@ def weight_bytes_per_device(entry: TensorEntry, m: _Model) -> int:
     return numel * m.dtype_bytes
 
 
-def activation_elems_per_token(m: _Model) -> int:
+def activation_elems_per_token(m: ModelFacts) -> int:
     """Elements of one decoder layer's live activations per token on one device."""
     n = m.num_devices
     qkv = (math.ceil(m.heads / n) + 2 * kv_heads_per_device(m.kv_heads, n)) * m.head_dim
@@ -175,10 +177,10 @@ def _grid(per_chiplet: list[int], num_devices: int) -> list[list[int]]:
     return [list(per_chiplet) for _ in range(num_devices)]
 
 
-def _model(spec: Any) -> _Model:
+def model_facts(spec: Any) -> ModelFacts:
     recipe, att = spec.recipe, spec.attention
     g = recipe.geometry
-    return _Model(
+    return ModelFacts(
         hidden=g.hidden_size,
         intermediate=g.intermediate_size,
         heads=g.num_attention_heads,
@@ -199,7 +201,7 @@ def _model(spec: Any) -> _Model:
     )
 
 
-def _runtime_buffers(m: _Model, graph: str) -> tuple[int, int]:
+def _runtime_buffers(m: ModelFacts, graph: str) -> tuple[int, int]:
     """(input bytes on the first chiplet, output bytes on the last) of one graph, each tensor aligned."""
     has_full = "full_attention" in m.layer_types
     has_sliding = "sliding_attention" in m.layer_types
@@ -235,7 +237,7 @@ def build_report(
     """
     if inventory is None:
         inventory = inventory_for_recipe(spec.recipe, cache_dir=cache_dir)
-    m = _model(spec)
+    m = model_facts(spec)
     alpha = ACTIVATION_LIVE_SETS if live_sets is None else live_sets
     chiplets = m.num_chiplets
     last = chiplets - 1

@@ -48,7 +48,8 @@ def test_json_for_atom_max_x4_is_deterministic(capsys):
     assert code == 0
     assert run(capsys, *argv)[1] == out
     data = json.loads(out)
-    assert (data["num_devices"], data["npu"], data["num_full_blocks"], data["num_min_blocks"]) == (4, "RBLN-CA25", 40, 9)
+    facts = (data["num_devices"], data["npu"], data["num_full_blocks"], data["num_min_blocks"])
+    assert facts == (4, "RBLN-CA25", 40, 9)
     assert [(r["budget"], r["kvcache_num_blocks"]) for r in data["budgets"]] == [(0.5, 14), (1.0, 40)]
     assert len(data["per_chiplet"]) == 4 and data["per_chiplet"][0][0]["kv_per_block"] == 288 * 2**20
     assert data["budget_for_floor"]["blocks"] == 9 and data["budget_for_floor"]["bytes"] > 0

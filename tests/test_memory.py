@@ -111,9 +111,9 @@ def test_quantization_shrinks_linear_weights_not_lm_head(tmp_path, bits):
     inv = inventory("qwen3_8b")
     base = spec("qwen3_8b", "RBLN-CR03")
     quant = spec(_quantized(tmp_path, bits), "RBLN-CR03")
-    from rbln_build.memory import _model
+    from rbln_build.memory import model_facts
 
-    m16, mq = _model(base), _model(quant)
+    m16, mq = model_facts(base), model_facts(quant)
     for t in inv.tensors:
         b16, bq = weight_bytes_per_device(t, m16), weight_bytes_per_device(t, mq)
         if t.role == "linear":
