@@ -117,7 +117,9 @@ def _build(jobs: list[Any]) -> int:
         f"({took:.1f}s). Manifest: {build_dir / 'manifest.json'}"
     )
     if summary["failed"]:
-        print("failed cells: " + ", ".join(summary["failed_cells"]), file=sys.stderr)
+        names = summary["failed_cells"]
+        more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
+        print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
     return 1 if code else 0
 

@@ -7,14 +7,17 @@
 * cell key: the compile key + the target NPU name + ``memory_budget`` exactly as typed (``1`` and
   ``1.0`` differ, as they do for the estimator) + the explicit ``kvcache_num_blocks``.
 
-The code version is a hash of the package's source files that take part in compiling and resolving
-(everything except the orchestration modules listed in ``_ORCHESTRATION``), plus a constant to bump
-by hand. Editing the memory model or a backend therefore changes every key, and nothing stale is
-reused; editing the CLI or the manifest writer does not.
+The code versions are hashes of source files, found statically (``ast``, nothing imported): the
+compile code version covers the backend module and every package module it imports, transitively
+(lazy imports inside functions included); the resolve code version does the same for the estimator
+and enters the cell key. Editing the memory model or a backend changes the compile keys, editing the
+estimator changes the cell keys, and editing the CLI or the manifest writer changes neither. A
+constant, ``COMPILE_CODE_EPOCH``, can be bumped by hand to invalidate every compile.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -22,36 +25,82 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "digest", "code_version", "compile_key", "cell_key", "COMPILE_CODE_EPOCH"]
+__all__ = ["canonical_json", "digest", "code_version", "module_closure", "compile_key", "cell_key", "COMPILE_CODE_EPOCH"]
 
 COMPILE_CODE_EPOCH = 1  # bump to invalidate every compile without touching compile code
 
 _PACKAGE = Path(__file__).resolve().parent
-# Modules that only orchestrate, report or run artifacts: they never change what is compiled or resolved.
-_ORCHESTRATION = frozenset(
-    {"cli.py", "tasks.py", "matrix.py", "config.py", "manifest.py", "cache.py", "keys.py", "explain.py",
-     "run.py", "runtime.py", "estimate.py", "__main__.py"}
-)
+_PACKAGE_NAME = _PACKAGE.name
 
 
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, no NaN: equal values give equal strings (key order never matters)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def _module_file(name: str) -> Path | None:
+    """rbln_build.x.y -> its .py file (module or package __init__), or None if not in the package."""
+    parts = name.split(".")
+    if parts[0] != _PACKAGE_NAME:
+        return None
+    base = _PACKAGE.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
-def digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(_PACKAGE).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join([_PACKAGE_NAME, *parts])
 
 
-@lru_cache(maxsize=1)
-def code_version() -> str:
+def _imports(path: Path) -> set[str]:
+    name = _module_name(path)
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)  # `from . import memory`
+    return out
+
+
+@lru_cache(maxsize=None)
+def module_closure(module: str) -> tuple[Path, ...]:
+    """The package's source files ``module`` imports, transitively, with the packages on the way."""
+    seen: set[Path] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ too
+            path = _module_file(".".join(parts[:i]))
+            if path is not None and path not in seen:
+                seen.add(path)
+                todo.extend(_imports(path))
+    return tuple(sorted(seen))
+
+
+@lru_cache(maxsize=None)
+def code_version(module: str) -> str:
+    """sha256 over the sources of ``module``'s closure inside the package (names included)."""
     h = hashlib.sha256(f"epoch={COMPILE_CODE_EPOCH}\0".encode())
-    for path in sorted(_PACKAGE.rglob("*.py")):
-        rel = path.relative_to(_PACKAGE).as_posix()
-        if rel in _ORCHESTRATION:
-            continue
-        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in module_closure(module):
+        h.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def backend_module(backend: str) -> str:
+    from .backends.base import BACKENDS
+
+    return BACKENDS[backend].split(":")[0] if backend in BACKENDS else f"{_PACKAGE_NAME}.backends.{backend}"
+
+
+RESOLVE_MODULE = f"{_PACKAGE_NAME}.estimator"
 
 
 def compile_key(key_fields: dict[str, Any], backend: str, toolchain: dict[str, str], code: str | None = None) -> str:
@@ -61,7 +110,7 @@ def compile_key(key_fields: dict[str, Any], backend: str, toolchain: dict[str, s
             "spec": key_fields,
             "backend": backend,
             "toolchain": toolchain,
-            "code": code_version() if code is None else code,
+            "code": code_version(backend_module(backend)) if code is None else code,
         }
     )
 
@@ -71,11 +120,14 @@ def _check_budget(budget: Any) -> None:
         raise ValueError(f"memory_budget {budget!r} is not a finite number")
 
 
-def cell_key(compile_key_: str, npu: str, memory_budget: Any, kvcache_num_blocks: int) -> str:
+def cell_key(
+    compile_key_: str, npu: str, memory_budget: Any, kvcache_num_blocks: int, resolve_code: str | None = None
+) -> str:
     _check_budget(memory_budget)
     return digest(
         {
             "kind": "cell",
+            "resolve_code": code_version(RESOLVE_MODULE) if resolve_code is None else resolve_code,
             "compile": compile_key_,
             "npu": npu,
             "memory_budget": memory_budget,

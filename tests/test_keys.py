@@ -68,3 +68,17 @@ def test_toolchain_reaches_every_key() -> None:
     a = _cells([])
     b = _cells([], dict(TOOLCHAIN, transformers="9.9.9"))
     assert all(x.compile_key != y.compile_key and x.cell_key != y.cell_key for x, y in zip(a, b))
+
+
+def test_code_versions_follow_the_import_closure() -> None:
+    from rbln_build.keys import backend_module, module_closure
+
+    torch_files = {p.name for p in module_closure(backend_module("torch"))}
+    assert {"torch_export.py", "base.py", "memory.py", "recipes.py"} <= torch_files
+    assert not {"cli.py", "tasks.py", "manifest.py", "cache.py", "matrix.py", "config.py"} & torch_files
+    resolve_files = {p.name for p in module_closure("rbln_build.estimator")}
+    assert "estimator.py" in resolve_files and "memory.py" not in resolve_files
+
+
+def test_resolve_code_is_in_the_cell_key_only() -> None:
+    assert cell_key("k", "RBLN-CA25", 0.3, 0, resolve_code="a") != cell_key("k", "RBLN-CA25", 0.3, 0, resolve_code="b")
