@@ -102,3 +102,23 @@ def test_explain_on_a_cache_hit_imports_no_torch(warm_cache):
         "assert rc == 0 and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:5]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("device", ["rebel100", "atom_max_x4"])
+def test_docs_show_the_current_output(capsys, device):
+    """docs/memory-model.md quotes explain's real output; regenerate it when the model changes."""
+    from pathlib import Path
+
+    import difflib
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "memory-model.md").read_text()
+    command = f"$ rbln-build explain model=qwen3_8b device={device}\n"
+    assert command in doc
+    quoted = doc.split(command, 1)[1].split("\n```", 1)[0] + "\n"
+    code, out, _ = run(capsys, "model=qwen3_8b", f"device={device}")
+    assert code == 0
+    diff = "".join(difflib.unified_diff(quoted.splitlines(True), out.splitlines(True), "docs", "explain"))
+    assert not diff, (
+        f"docs/memory-model.md is stale; paste the output of `python -m rbln_build.explain model=qwen3_8b "
+        f"device={device}` into it:\n{diff}"
+    )
