@@ -103,6 +103,15 @@ def backend_module(backend: str) -> str:
 RESOLVE_MODULE = f"{_PACKAGE_NAME}.estimator"
 
 
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, no NaN: equal values give equal strings (key order never matters)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
 def compile_key(key_fields: dict[str, Any], backend: str, toolchain: dict[str, str], code: str | None = None) -> str:
     return digest(
         {
