@@ -22,7 +22,7 @@ import yaml
 from .errors import BuildError, RblnBuildError, UserError
 from .recipes import DEFAULT_RECIPES_DIR, list_recipes, load_recipe
 
-__all__ = ["main", "explain", "DEFAULT_DEVICE_DIR", "DEFAULT_BUDGETS"]
+__all__ = ["main", "explain", "render", "load_device", "DEFAULT_DEVICE_DIR", "DEFAULT_BUDGETS"]
 
 DEFAULT_DEVICE_DIR = Path(__file__).resolve().parent.parent / "conf" / "device"
 DEFAULT_BUDGETS: tuple[object, ...] = (0.1, 0.2, 0.3, 0.5, 1.0)
