@@ -232,14 +232,18 @@ class _Pool:
         groups: dict[tuple[int, int], dict[int, int]] = {}
         for tensor in report.kv_tensors.values():
             for node, row in enumerate(tensor.sizes):
-                for chiplet, size in enumerate(row):
-                    key = (node, chiplet)
-                    if tensor.can_resize:
+                if tensor.can_resize:
+                    for chiplet, size in enumerate(row):
                         unit = size // current_blocks
+                        key = (node, chiplet)
                         per_block[key] = per_block.get(key, 0) + unit
-                        sizes = groups.setdefault(key, {})
+                        sizes = groups.get(key)
+                        if sizes is None:
+                            sizes = groups[key] = {}
                         sizes[unit] = sizes.get(unit, 0) + 1
-                    else:
+                else:
+                    for chiplet, size in enumerate(row):
+                        key = (node, chiplet)
                         fixed[key] = fixed.get(key, 0) + align_2mib(size)
         keys = sorted(set(non_kv) | set(fixed) | set(groups))
         shape: dict[int, int] = {}
