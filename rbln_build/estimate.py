@@ -152,7 +152,7 @@ example:
   → kvcache_num_blocks 36 (full pool 40, floor 9) with its breakdown.
 
 A malformed line yields {{"ok": false, "error": "...", "error_kind": "invalid_request", ...}} and the
-stream goes on. Exit status 0 unless stdin cannot be read."""
+stream goes on. Exit status 0 unless stdin cannot be read or stdout is closed early (then 1)."""
 
 
 def main(argv: list[str] | None = None, stdin: BinaryIO | None = None, stdout: TextIO | None = None) -> int:

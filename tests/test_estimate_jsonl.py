@@ -1,12 +1,13 @@
 """The JSON-lines interface, in process and as the real ``python -m rbln_build.estimate`` subprocess."""
 
+import io
 import json
 import subprocess
 import sys
 
 import pytest
 
-from rbln_build.estimate import EXAMPLE_IN, handle_line, run
+from rbln_build.estimate import EXAMPLE_IN, handle_line, main, run
 
 MiB, GiB = 2**20, 2**30
 
@@ -166,3 +167,22 @@ def test_cli_does_not_import_torch_or_transformers():
         capture_output=True, text=True, timeout=60, check=True,
     )
     assert proc.stdout.strip() == "[]"
+
+
+def test_stdin_that_fails_to_read_is_exit_1_with_a_message(capsys):
+    class FailingStdin(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            raise OSError(5, "Input/output error")
+
+    out = io.StringIO()
+    assert main([], stdin=io.BufferedReader(FailingStdin()), stdout=out) == 1
+    assert "cannot read stdin" in capsys.readouterr().err and out.getvalue() == ""
+
+
+def test_main_in_process_writes_one_line_per_request():
+    out = io.StringIO()
+    assert main([], stdin=io.BytesIO((line() + "\n\n" + line() + "\n").encode()), stdout=out) == 0
+    assert [json.loads(t)["line"] for t in out.getvalue().splitlines()] == [1, 3]
