@@ -624,7 +624,12 @@ def estimate(request: Request, report: AllocationReport) -> Resolution:
         except EstimateError as error:
             budget, budget_error = None, error
         warnings.extend(budget_hints(request.memory_budget))
-        pool = _checked_pool(report, request, npu)
+        try:
+            pool = _checked_pool(report, request, npu)
+        except EstimateError:
+            if budget_error is not None:  # the budget is checked first; its error wins
+                raise budget_error from None
+            raise
     except EstimateError as error:
         return failed(error)
 

@@ -478,3 +478,10 @@ def test_empty_report_has_zero_grids_of_the_request_shape():
     assert res.kvcache_num_blocks == 2
     assert res.breakdown.non_kv_bytes == ((0, 0, 0, 0), (0, 0, 0, 0))
     assert res.breakdown.headroom_bytes == 75_161_927_680 // 4
+
+
+def test_a_bad_budget_is_reported_before_a_bad_report():
+    res = estimate(Request(**FLASH_8, num_devices=2, memory_budget="lots"), BASE)
+    assert res.error_kind == "invalid_budget" and res.breakdown is None
+    res = estimate(Request(**FLASH_8, num_devices=2, memory_budget="1GB"), BASE)
+    assert res.error_kind == "invalid_report"
