@@ -234,6 +234,29 @@ def test_two_builds_at_once_on_one_build_dir(plans_build: Path, tmp_path: Path) 
     assert any("waiting for another rbln-build run" in err for _, err in outs)
 
 
+def test_default_matrix_narrowed_to_a_plan_model_is_a_clean_success(tmp_path: Path) -> None:
+    # The bare default matrix needs 4 torch exports (slow test below); narrowed to Qwen3-8B it runs
+    # the same config, including its declared expected failure, in seconds.
+    proc = rbln(["model=qwen3_8b"], cwd=tmp_path)
+    check_ok(proc)
+    assert "expected_failure" in proc.stdout and "qwen3_8b.atom_max_x4.b0.3" in proc.stdout
+    cells = manifest(tmp_path / "build")["cells"]
+    assert {cid: e["kvcache_num_blocks"] for cid, e in cells.items()} == {
+        "qwen3_8b.atom_max_x4.b0.3": None,
+        "qwen3_8b.atom_max_x4.b0.5": 14,
+        "qwen3_8b.rebel100.b0.3": 21,
+        "qwen3_8b.rebel100.b0.5": 40,
+    }
+    assert "4 cells: 2 compiled, 3 resized, 0 skipped, 0 failed, 1 failed as expected" in proc.stdout
+
+
+def test_explain_is_dispatched(tmp_path: Path) -> None:
+    proc = rbln(["explain", "model=qwen3_8b", "device=rebel100", "--json"], cwd=tmp_path)
+    check_ok(proc)
+    assert proc.stdout.strip()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_help_explains_groups_and_overrides(tmp_path: Path) -> None:
     proc = rbln(["--help"], cwd=tmp_path)
     check_ok(proc)
