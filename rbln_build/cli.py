@@ -56,7 +56,13 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
             errors.append(exc)
 
     sys.argv[0] = "rbln-build"
-    job()
+    try:
+        job()
+    except SystemExit as exc:  # Hydra printed a composition error: a configuration error, exit 2
+        if exc.code not in (0, None):
+            _report_modules()
+            raise SystemExit(2) from None
+        raise
     return jobs, errors, called[0]
 
 

@@ -181,9 +181,15 @@ def test_infeasible_cell_fails_alone_with_the_exact_error(plans_build: Path, tmp
 )
 def test_malformed_config_is_a_clear_error_and_writes_nothing(tmp_path: Path, override: str, says: str) -> None:
     proc = rbln([*PLANS, override], cwd=tmp_path)
-    assert proc.returncode != 0
+    assert proc.returncode == 2
     assert says in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_malformed_multirun_writes_nothing(tmp_path: Path) -> None:
+    proc = rbln(["-m", *PLANS, "budget=0.3,0.5", "matrix.batch_sizes=[a]"], cwd=tmp_path)
+    assert proc.returncode == 2 and "matrix.batch_sizes[0]" in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
 
