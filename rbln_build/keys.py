@@ -7,7 +7,7 @@
 * cell key: the compile key + the target NPU name + ``memory_budget`` exactly as typed (``1`` and
   ``1.0`` differ, as they do for the estimator) + the explicit ``kvcache_num_blocks``.
 
-The code versions are hashes of source files, found statically (``ast``, nothing imported): the
+The code versions are hashes of source files, found statically (a regex over the sources, nothing imported): the
 compile code version covers the backend module and every package module it imports, transitively
 (lazy imports inside functions included); the resolve code version does the same for the estimator
 and enters the cell key. Editing the memory model or a backend changes the compile keys, editing the
@@ -17,10 +17,10 @@ constant, ``COMPILE_CODE_EPOCH``, can be bumped by hand to invalidate every comp
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -51,21 +51,32 @@ def _module_name(path: Path) -> str:
     return ".".join([_PACKAGE_NAME, *parts])
 
 
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([\w., \t]+))", re.M
+)
+
+
 def _imports(path: Path) -> set[str]:
+    """Modules a source file imports (top level or inside functions). A regex, not ``ast``: it runs
+    on every start-up; an import-looking line inside a string only adds a file (the safe side)."""
     name = _module_name(path)
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base_parts = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
-                base = ".".join(base_parts + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            out.add(base)
-            out.update(f"{base}.{alias.name}" for alias in node.names)  # `from . import memory`
+    for dots, module, names, plain in _IMPORT.findall(path.read_text(encoding="utf-8")):
+        if plain:
+            out.update(n.strip().split(" ")[0] for n in plain.split(",") if n.strip())
+            continue
+        if dots:
+            parts = name.split(".")
+            base_parts = parts[: len(parts) - len(dots) + (1 if is_pkg else 0)]
+            base = ".".join(base_parts + ([module] if module else []))
+        else:
+            base = module
+        out.add(base)
+        for alias in names.strip("()").replace("\n", " ").split(","):
+            alias = alias.split("#")[0].strip().split(" ")[0]
+            if alias:
+                out.add(f"{base}.{alias}")  # `from . import memory` imports a module
     return out
 
 

@@ -1,6 +1,6 @@
 """The manifest (``<build_dir>/manifest.json``) and the run summary (``<build_dir>/summary.json``).
 
-The manifest is deterministic JSON (sorted keys, two-space indent, no timestamps, paths relative to
+The manifest is deterministic JSON (sorted keys, one line per cell, no timestamps, paths relative to
 the build directory): two clean builds of one matrix give byte-identical files. One entry per cell::
 
     {"schema_version": 1,
@@ -90,7 +90,17 @@ def entry_for(cell: Cell, result: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def render_manifest(entries: Iterable[dict[str, Any]]) -> bytes:
-    return render_json({"schema_version": SCHEMA_VERSION, "cells": {e["cell"]: e for e in entries}})
+    """Valid, deterministic JSON with one line per cell (sorted keys everywhere): readable, diffable,
+    and rendered by json's C encoder (an indented dump of 1,000 cells takes ~10x longer)."""
+    cells = sorted((e["cell"], e) for e in entries)
+    lines = [
+        "  " + json.dumps(cid, ensure_ascii=False) + ": "
+        + json.dumps(e, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+        for cid, e in cells
+    ]
+    body = ",\n".join("  " + line for line in lines)
+    text = '{\n  "cells": {\n' + body + ("\n" if lines else "") + '  },\n  "schema_version": ' + str(SCHEMA_VERSION) + "\n}\n"
+    return text.encode("utf-8")
 
 
 def summarize(entries: list[dict[str, Any]], compiled: int, redone: set[str]) -> dict[str, Any]:

@@ -74,6 +74,7 @@ class Build:
         self.results: dict[str, dict[str, Any]] = {}
         self.redone: set[str] = set()
         self._backends: dict[str, Any] = {}
+        self._reports: dict[str, Any] = {}  # compile key -> parsed AllocationReport
 
     # -- output -----------------------------------------------------------------------------------
 
@@ -263,7 +264,9 @@ class Build:
         from .estimator import Request, estimate
         from .report import AllocationReport
 
-        report = AllocationReport.from_json(compiled.meta["report"])
+        report = self._reports.get(cell.compile_key)
+        if report is None:
+            report = self._reports[cell.compile_key] = AllocationReport.from_json(compiled.meta["report"])
         opts = dict(cell.options)
         request = Request(
             npu=cell.npu.name,
