@@ -168,3 +168,16 @@ def test_cli_help_and_usage_errors() -> None:
     assert proc.returncode == 0 and "--prompt-ids" in proc.stdout and "kvcache_num_blocks" in proc.stdout
     proc = _run_cli("somewhere", "--prompt-ids", "1,x")
     assert proc.returncode == 2 and "comma-separated integers" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tiny_llama", "tiny_qwen3"])
+def test_every_pool_size_of_one_export_computes_the_same_tokens(name: str) -> None:
+    reference = build_model(load_recipe(name))
+    expected = [hf_greedy(reference, p, 24) for p in PROMPTS]
+    att = compiled(name).spec.attention
+    for n in range(att.num_min_blocks, att.num_full_blocks + 1):
+        artifact = load_artifact(finalized(name, n))
+        assert artifact.num_blocks == n
+        assert artifact.generate(PROMPTS, max_new_tokens=24) == expected, n
+    assert compiled(name).exports == 1

@@ -25,6 +25,7 @@ Recipes without weights resolve a plan from the memory model, as with the ``torc
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import shutil
 import tempfile
@@ -44,26 +45,34 @@ INSTALL_HINT = (
 )
 
 
-def _require_sdk() -> tuple[Any, Any]:
+def _find_sdk() -> None:
+    """Cheap availability check (no import: importing the SDK pulls in torch and the compiler)."""
     missing = []
-    modules = []
     for name in ("rebel", "optimum.rbln"):
         try:
-            modules.append(importlib.import_module(name))
-        except ImportError:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # "optimum" itself missing, or a broken parent package
+            found = False
+        if not found:
             missing.append(name)
     if missing:
         raise BackendUnavailable(
             f"backend 'rbln': cannot import {' and '.join(repr(m) for m in missing)}; {INSTALL_HINT}."
         )
-    return modules[0], modules[1]
 
 
-def _version(dist: str, module: Any) -> str:
+def _import_sdk() -> tuple[Any, Any]:
+    try:
+        return importlib.import_module("rebel"), importlib.import_module("optimum.rbln")
+    except ImportError as exc:
+        raise BackendUnavailable(f"backend 'rbln': the SDK is installed but fails to import ({exc}); {INSTALL_HINT}.") from exc
+
+
+def _version(dist: str, module_name: str) -> str:
     try:
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return str(getattr(module, "__version__", "unknown"))
+    except metadata.PackageNotFoundError:  # e.g. a source checkout: ask the module itself
+        return str(getattr(importlib.import_module(module_name), "__version__", "unknown"))
 
 
 def _can_resize(meta: dict[str, Any]) -> bool:
@@ -116,12 +125,20 @@ class RblnBackend(Backend):
     name = "rbln"
 
     def __init__(self) -> None:
-        self._rebel, self._optimum_rbln = _require_sdk()
+        _find_sdk()
+
+    @property
+    def _rebel(self) -> Any:
+        return _import_sdk()[0]
+
+    @property
+    def _optimum_rbln(self) -> Any:
+        return _import_sdk()[1]
 
     def toolchain(self) -> dict[str, str]:
         return {
-            "rebel-compiler": _version("rebel-compiler", self._rebel),
-            "optimum-rbln": _version("optimum-rbln", self._optimum_rbln),
+            "rebel-compiler": _version("rebel-compiler", "rebel"),
+            "optimum-rbln": _version("optimum-rbln", "optimum.rbln"),
         }
 
     def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
