@@ -39,6 +39,7 @@ __all__ = ["Build", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", 
 STATE_FILE = ".doit.sqlite3"
 LOCK_FILE = ".lock"
 TEST_SLEEP_ENV = "RBLN_BUILD_TEST_COMPILE_SLEEP"  # test hook: seconds to sleep inside a compile
+INVENTORY_ENV = "RBLN_BUILD_CACHE"  # rbln_build.inventory's cache root
 
 
 def doit_config(build_dir: Path) -> dict[str, Any]:
@@ -146,10 +147,26 @@ class Build:
         from doit.doit_cmd import DoitMain
 
         self.build_dir.mkdir(parents=True, exist_ok=True)
+        self._scope_inventory_cache()
         removed = self.store.clean_temporaries()
         if removed:
             self._say(f"removed {removed} temporary file(s) left by an interrupted build")
         return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+
+    def _scope_inventory_cache(self) -> None:
+        """The memory model caches parameter inventories keyed by config.json bytes only (by default
+        in ~/.cache). Unless the user chose a place (RBLN_BUILD_CACHE), keep them under this build
+        directory, in a folder keyed by the backends' toolchains and the inventory code, so that an
+        upgrade of transformers or a fix of the inventory never reuses a stale inventory."""
+        if os.environ.get(INVENTORY_ENV):
+            return
+        from .keys import code_version
+
+        context = {
+            "toolchains": {name: self._backend(name).toolchain() for name in sorted({c.backend for c in self.cells})},
+            "inventory_code": code_version("rbln_build.inventory"),
+        }
+        os.environ[INVENTORY_ENV] = str(self.build_dir / "cache" / "inventory" / digest(context)[:16])
 
     # -- compile ----------------------------------------------------------------------------------
 

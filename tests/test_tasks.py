@@ -24,6 +24,9 @@ class FlakyBackend:
         self.failing_family = failing_family
         self.error = error
 
+    def toolchain(self) -> dict[str, str]:
+        return self.real.toolchain()  # type: ignore[no-any-return]
+
     def compile(self, spec: Any, out_dir: Path) -> Any:
         if spec.npu.family == self.failing_family:
             (out_dir / "partial.bin").write_bytes(b"half")
@@ -51,8 +54,10 @@ def _build(build_dir: Path, backend: FlakyBackend, capsys: pytest.CaptureFixture
     ],
 )
 def test_failed_compile_fails_its_cells_and_is_retried(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], error: Exception, kind: str, message: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    error: Exception, kind: str, message: str,
 ) -> None:
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))  # no process-wide side effect
     build, cells = _build(tmp_path, FlakyBackend("RBLN-CR", error), capsys)
     assert build.compiled and len(build.compile_errors) == 1
     for cid, e in cells.items():
