@@ -36,8 +36,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import BuildError
+
 __all__ = [
     "ATTN_NAME",
+    "SUPPORTED_MODEL_TYPES",
     "PagedCausalLM",
     "export_paged",
     "empty_pools",
@@ -111,7 +114,20 @@ def _register() -> None:
 _register()
 
 
+# Model types whose decoder layers take (hidden, attention_mask, position_ids, past_key_values,
+# use_cache, position_embeddings, **kwargs) with one RoPE for all layers and no logit soft-capping.
+# Others (Gemma 3: per-layer-type RoPE, scaled queries, soft-capping) would compute wrong tokens.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
 def _decoder_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise BuildError(
+            f"model_type {model_type!r}: the torch backend's paged wrapper supports "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}; build this recipe as a plan (weights: null) or add support "
+            "in rbln_build/paged.py with a token-equality test."
+        )
     body = getattr(model, "model", None)
     needed = ("embed_tokens", "layers", "norm", "rotary_emb")
     if body is None or not all(hasattr(body, n) for n in needed) or not hasattr(model, "lm_head"):
@@ -132,10 +148,12 @@ class PagedCausalLM(nn.Module):
         config._attn_implementation = ATTN_NAME
         self.block_size = int(block_size)
         num_layers = int(config.num_hidden_layers)
-        self.layer_types: tuple[str, ...] = tuple(
-            getattr(config, "layer_types", None) or ["full_attention"] * num_layers
-        )
         window = getattr(config, "sliding_window", None)
+        types = getattr(config, "layer_types", None)
+        if types is None:  # Mistral: one window for every layer when sliding_window is set
+            uses_window = window is not None and getattr(config, "use_sliding_window", True)
+            types = ["sliding_attention" if uses_window else "full_attention"] * num_layers
+        self.layer_types: tuple[str, ...] = tuple(types)
         self.sliding_window: int | None = int(window) if window and "sliding_attention" in self.layer_types else None
         self.num_layers = num_layers
         self.kv_heads = int(config.num_key_value_heads)

@@ -126,3 +126,47 @@ def test_one_export_serves_every_pool_size(llama_export, num_blocks: int) -> Non
     got = paged_greedy(program, PROMPTS, 16, block_size=4, num_blocks=num_blocks, chunk=8, pools=pools)
     assert got == expected
     assert all(p.shape[0] == num_blocks for p in pools)
+
+
+def _variant(tmp_path, name: str, cfg: dict):
+    import json
+
+    d = tmp_path / "recipes" / name
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "recipe.yaml").write_text(f"name: {name}\nweights: {{seed: 7}}\ndtype: float32\n")
+    return load_recipe(name, root=tmp_path / "recipes")
+
+
+_SMALL = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              num_hidden_layers=2, vocab_size=256, max_position_embeddings=512, rms_norm_eps=1e-6,
+              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        pytest.param(dict(_SMALL, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=6),
+                     id="mistral_window_all_layers"),
+        pytest.param(dict(_SMALL, model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=False),
+                     id="qwen2_bias"),
+    ],
+)
+def test_other_supported_families_match_hf(tmp_path, cfg) -> None:
+    recipe = _variant(tmp_path, cfg["model_type"] + "_small", cfg)
+    reference = build_model(recipe)
+    wrapper = paged.PagedCausalLM(build_model(recipe), block_size=4)
+    if cfg["model_type"] == "mistral":
+        assert set(wrapper.layer_types) == {"sliding_attention"} and wrapper.sliding_window == 6
+    pools = paged.empty_pools(wrapper, 16)
+    got = paged_greedy(wrapper, PROMPTS, 12, block_size=4, num_blocks=16, chunk=4, pools=pools)
+    assert got == [hf_greedy(reference, p, 12) for p in PROMPTS]
+
+
+def test_unsupported_family_is_a_clear_build_error(tmp_path) -> None:
+    from rbln_build.errors import BuildError
+
+    cfg = dict(_SMALL, model_type="gemma", architectures=["GemmaForCausalLM"])
+    model = build_model(_variant(tmp_path, "gemma_small", cfg))
+    with pytest.raises(BuildError, match="supports llama, mistral, qwen2, qwen3"):
+        paged.PagedCausalLM(model, block_size=4)
