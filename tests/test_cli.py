@@ -145,6 +145,20 @@ def test_corrupted_cache_entries_are_detected_and_rebuilt(plans_build: Path, tmp
     assert config["kvcache_num_blocks"] == 21
 
 
+def test_editing_a_recipe_recompiles_only_that_recipe(plans_build: Path, tmp_path: Path) -> None:
+    build = copy_build(plans_build, tmp_path)
+    recipes = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", recipes)
+    check_ok(rbln([*PLANS, f"build_dir={build}", f"recipes_dir={recipes}"], cwd=tmp_path))
+    assert summary(build)["redone_cells"] == []  # keys hash recipe content, not its path
+    with open(recipes / "qwen3_8b" / "recipe.yaml", "a") as f:
+        f.write("# edited\n")
+    check_ok(rbln([*PLANS, f"build_dir={build}", f"recipes_dir={recipes}"], cwd=tmp_path))
+    s = summary(build)
+    assert s["compiled"] == 2
+    assert s["redone_cells"] == sorted(c for c in manifest(build)["cells"] if c.startswith("qwen3_8b."))
+
+
 INSUFFICIENT = re.compile(
     r"^Insufficient memory for the required KV cache: only \d+ blocks can be allocated, but at least 9 blocks "
     r"are required\. Consider reducing `max_seq_len` or `batch_size` \(currently 8\) to lower the memory requirement\.$"
