@@ -245,7 +245,9 @@ def test_sigkill_mid_compile_leaves_no_partial_artifact(plans_build: Path, tmp_p
 
 def test_two_builds_at_once_on_one_build_dir(plans_build: Path, tmp_path: Path) -> None:
     build = tmp_path / "build"
-    procs = [popen([*PLANS, f"build_dir={build}"], cwd=tmp_path) for _ in range(2)]
+    # Each compile lingers 1 s, so the first run surely holds the lock while the second starts.
+    slow = {"RBLN_BUILD_TEST_COMPILE_SLEEP": "1"}
+    procs = [popen([*PLANS, f"build_dir={build}"], cwd=tmp_path, env=slow) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
