@@ -29,15 +29,27 @@ def hf_greedy(model, prompt: list[int], new: int) -> list[int]:
 
 @pytest.fixture(scope="module", params=["tiny_llama", "tiny_qwen3"])
 def small_pool(request):
-    """(recipe name, artifact at num_min_blocks < num_full_blocks, HF reference model)."""
+    """(recipe name, artifact built at a budget below the full pool, HF reference model, its blocks).
+
+    The budget is the smallest one that clears the floor (the estimator's own answer), so the
+    count comes from a budget through the estimator, exactly as a matrix cell gets it.
+    """
+    from rbln_build.estimator import Request, estimate
+
     name = request.param
-    att = compiled(name).spec.attention
-    assert att.num_min_blocks == 5 < att.num_full_blocks == 8
-    return name, load_artifact(finalized(name, att.num_min_blocks)), build_model(load_recipe(name))
+    c = compiled(name)
+    att = c.spec.attention
+    ask = dict(npu=c.spec.npu.name, max_seq_len=att.max_seq_len, batch_size=att.batch_size,
+               attn_impl=att.attn_impl, kvcache_partition_len=att.kvcache_partition_len)
+    floor_budget = estimate(Request(**ask), c.result.report).breakdown.budget_for_floor.bytes
+    resolution = estimate(Request(**ask, memory_budget=floor_budget), c.result.report)
+    n = resolution.kvcache_num_blocks
+    assert att.num_min_blocks <= n < att.num_full_blocks, (name, n)
+    return name, load_artifact(finalized(name, n)), build_model(load_recipe(name)), n
 
 
 def test_small_pool_generates_exactly_hf_greedy_tokens(small_pool) -> None:
-    name, artifact, reference = small_pool
+    name, artifact, reference, _ = small_pool
     got = artifact.generate(PROMPTS, max_new_tokens=16)
     assert [len(g) for g in got] == [16, 16]
     for prompt, tokens in zip(PROMPTS, got):
@@ -45,32 +57,36 @@ def test_small_pool_generates_exactly_hf_greedy_tokens(small_pool) -> None:
 
 
 def test_the_pool_has_exactly_kvcache_num_blocks(small_pool) -> None:
-    name, artifact, _ = small_pool
+    name, artifact, _, n = small_pool
     cfg = json.loads((artifact.path / "rbln_config.json").read_text())
-    assert cfg["kvcache_num_blocks"] == 5
-    assert artifact.num_blocks == 5
-    assert {tuple(p.shape) for p in artifact.pools} == {(5, cfg["kv_pool"]["kv_heads"], 1024, 32)}
+    assert cfg["kvcache_num_blocks"] == n
+    assert artifact.num_blocks == n
+    assert {tuple(p.shape) for p in artifact.pools} == {(n, cfg["kv_pool"]["kv_heads"], 1024, 32)}
     assert len(artifact.pools) == 2 * cfg["kv_pool"]["num_layers"]
-    assert load_artifact(finalized(name, 8)).num_blocks == 8
+    full = compiled(name).spec.attention.num_full_blocks
+    assert load_artifact(finalized(name, full)).num_blocks == full
 
 
 def test_a_request_bigger_than_the_pool_is_a_clear_error(small_pool) -> None:
-    _, artifact, _ = small_pool
-    long = [7] * 2100  # 2100 + 8 - 1 positions: 3 blocks of 1024 per prompt
+    _, artifact, _, n = small_pool
+    per_prompt = n // 2 + 1  # two prompts of this many blocks each need more than the pool
+    long = [7] * ((per_prompt - 1) * 1024 + 1)  # + 8 new tokens - 1: just over per_prompt - 1 blocks
     with pytest.raises(RuntimeLimitError) as info:
         artifact.generate([long, long], max_new_tokens=8)
     msg = str(info.value)
-    assert "needs 6 KV-cache blocks of 1024 tokens (prompt 0: 3, prompt 1: 3)" in msg
-    assert "pool has 5 (kvcache_num_blocks" in msg
+    need = 2 * per_prompt
+    assert f"needs {need} KV-cache blocks of 1024 tokens (prompt 0: {per_prompt}, prompt 1: {per_prompt})" in msg
+    assert f"pool has {n} (kvcache_num_blocks" in msg
     assert "larger memory budget" in msg
 
 
 def test_batch_and_length_limits(small_pool) -> None:
-    _, artifact, _ = small_pool
+    name, artifact, _, _ = small_pool
+    max_seq_len = compiled(name).spec.attention.max_seq_len
     with pytest.raises(RuntimeLimitError, match="compiled for batch_size 2"):
         artifact.generate([[1], [2], [3]], max_new_tokens=2)
-    with pytest.raises(RuntimeLimitError, match="more than max_seq_len 4096"):
-        artifact.generate([[1] * 4090], max_new_tokens=8)
+    with pytest.raises(RuntimeLimitError, match=f"more than max_seq_len {max_seq_len}"):
+        artifact.generate([[1] * (max_seq_len - 6)], max_new_tokens=8)
     with pytest.raises(UserError, match="prompt 1 is empty"):
         artifact.generate([[1], []], max_new_tokens=2)
     with pytest.raises(UserError, match="outside 0"):
@@ -78,7 +94,7 @@ def test_batch_and_length_limits(small_pool) -> None:
 
 
 def test_eos_ends_one_row_and_the_other_continues(small_pool) -> None:
-    _, artifact, reference = small_pool
+    _, artifact, reference, _ = small_pool
     first = hf_greedy(reference, PROMPTS[0], 1)[0]
     full = hf_greedy(reference, PROMPTS[1], 6)
     got = artifact.generate(PROMPTS, max_new_tokens=6, eos_token_id=first)
