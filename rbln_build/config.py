@@ -8,7 +8,8 @@ the key's path. ``settings_from_config`` then turns the composed DictConfig into
 
 Groups (``conf/<group>/<option>.yaml``)::
 
-    matrix   what to build: lists of models, devices, budgets and build options (MatrixConf)
+    matrix   what to build: lists of models, devices, budgets and build options (MatrixConf),
+             plus ``include``: sub-matrices appended after the main product (MatrixIncludeConf)
     model    narrows the matrix to one model; conf/model/<name>.yaml points at a recipe (ModelConf)
     device   narrows the matrix to one device target (DeviceConf: npu, num_devices)
 
@@ -35,11 +36,13 @@ __all__ = [
     "DeviceConf",
     "ModelConf",
     "ExpectedFailureConf",
+    "MatrixIncludeConf",
     "MatrixConf",
     "BuildConf",
     "Device",
     "Model",
     "ExpectedFailure",
+    "SubMatrix",
     "Matrix",
     "BuildSettings",
     "CONF_DIR",
@@ -99,9 +102,26 @@ class ExpectedFailureConf:
 
 
 @dataclass
+class MatrixIncludeConf:
+    """One entry of ``matrix.include``: a sub-matrix with the main matrix's axes, expanded the same
+    way and appended after the main product. A key the entry omits takes the main matrix's value
+    (as configured, before any narrowing); an explicit null means what it means in the main matrix
+    (batch_sizes, max_seq_lens, attn_impl, kvcache_partition_len: each model's default)."""
+
+    models: List[str] = MISSING
+    devices: List[str] = MISSING
+    budgets: List[Any] = MISSING
+    batch_sizes: Optional[List[int]] = MISSING
+    max_seq_lens: Optional[List[int]] = MISSING
+    kvcache_num_blocks: List[int] = MISSING
+    attn_impl: Optional[AttnImpl] = MISSING
+    kvcache_partition_len: Optional[int] = MISSING
+
+
+@dataclass
 class MatrixConf:
     """The matrix: the product models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks
-    x budgets, in that order (budgets vary fastest)."""
+    x budgets, in that order (budgets vary fastest), then the cells of each ``include`` entry."""
 
     models: List[str] = MISSING  # conf/model/<name>.yaml
     devices: List[str] = MISSING  # conf/device/<name>.yaml
@@ -112,7 +132,11 @@ class MatrixConf:
     attn_impl: Optional[AttnImpl] = None  # null: each model's default
     kvcache_partition_len: Optional[int] = None  # null: each model's default
     backend: BackendName = BackendName.torch
-    expect_failure: List[ExpectedFailureConf] = field(default_factory=list)
+    expect_failure: List[ExpectedFailureConf] = field(default_factory=list)  # applies to every cell
+    # Sub-matrices appended after the main product, in order. Each entry is checked against
+    # MatrixIncludeConf by settings_from_config rather than by Hydra, so that an error names the
+    # entry's index (matrix.include[0].budgts); OmegaConf reports only "budgts" inside a list.
+    include: List[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -173,6 +197,21 @@ class ExpectedFailure:
 
 
 @dataclass(frozen=True)
+class SubMatrix:
+    """One cross product, fully resolved (inherited and narrowed): an ``include`` entry."""
+
+    where: str  # "matrix.include[0]": where it was configured, for messages
+    models: tuple[Model, ...]  # may be empty: narrowed away
+    devices: tuple[Device, ...]
+    budgets: tuple[Any, ...]
+    batch_sizes: tuple[int, ...] | None
+    max_seq_lens: tuple[int, ...] | None
+    kvcache_num_blocks: tuple[int, ...]
+    attn_impl: str | None
+    kvcache_partition_len: int | None
+
+
+@dataclass(frozen=True)
 class Matrix:
     models: tuple[Model, ...]
     devices: tuple[Device, ...]
@@ -184,6 +223,22 @@ class Matrix:
     kvcache_partition_len: int | None
     backend: str
     expect_failure: tuple[ExpectedFailure, ...]
+    include: tuple[SubMatrix, ...] = ()
+
+    def parts(self) -> tuple[SubMatrix, ...]:
+        """The main product, then each include entry, in expansion order."""
+        main = SubMatrix(
+            where="matrix",
+            models=self.models,
+            devices=self.devices,
+            budgets=self.budgets,
+            batch_sizes=self.batch_sizes,
+            max_seq_lens=self.max_seq_lens,
+            kvcache_num_blocks=self.kvcache_num_blocks,
+            attn_impl=self.attn_impl,
+            kvcache_partition_len=self.kvcache_partition_len,
+        )
+        return (main, *self.include)
 
 
 @dataclass(frozen=True)
@@ -256,54 +311,161 @@ def _reject_unknown_keys(cfg: Any) -> None:
                 )
 
 
+def _budgets(where: str, values: Any) -> tuple[Any, ...]:
+    out = tuple(values)
+    if not out:
+        raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
+    for i, b in enumerate(out):
+        if isinstance(b, (list, dict)):
+            raise ConfigError(f"{where}[{i}]: a budget is null, a number or a string, got {b!r}.")
+    return out
+
+
+def _blocks(where: str, values: Any) -> tuple[int, ...]:
+    out = tuple(values)
+    for i, b in enumerate(out):
+        if b < 0:
+            raise ConfigError(f"{where}[{i}]: expected 0 (auto) or a positive count, got {b}.")
+    if not out:
+        raise ConfigError(f"{where}: an empty list builds nothing; use [0] for auto.")
+    return out
+
+
+def _names(where: str, values: Any) -> list[str]:
+    out = list(values)
+    if not out:
+        raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
+    return out
+
+
+def _same_budget(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # typed: 1 (one byte) is not 1.0 (100%)
+
+
+class _Axes:
+    """Loads model and device configs once per name, and applies the narrowing overrides."""
+
+    def __init__(self, cfg: Any, choices: dict[str, Any]) -> None:
+        self.models: dict[str, Model] = {}
+        self.devices: dict[str, Device] = {}
+        self.model: Model | None = None
+        self.device: Device | None = None
+        self.budgets: tuple[Any, ...] | None = None
+        if cfg.model is not None:
+            self.model = _model(str(choices.get("model")), cfg.model)
+        if cfg.device is not None:
+            self.device = _device(str(choices.get("device")), cfg.device)
+        if not OmegaConf.is_missing(cfg, "budget"):
+            value = _plain(cfg.budget)
+            self.budgets = _budgets("budget", value if isinstance(value, list) else [value])
+
+    def model_list(self, where: str, names: list[str]) -> tuple[Model, ...]:
+        out = []
+        for i, n in enumerate(names):
+            if n not in self.models:
+                self.models[n] = _model(n, load_group_option("model", n, f"{where}[{i}]"))
+            out.append(self.models[n])
+        return tuple(out)
+
+    def device_list(self, where: str, names: list[str]) -> tuple[Device, ...]:
+        out = []
+        for i, n in enumerate(names):
+            if n not in self.devices:
+                self.devices[n] = _device(n, load_group_option("device", n, f"{where}[{i}]"))
+            out.append(self.devices[n])
+        return tuple(out)
+
+
+def _include_node(where: str, entry: Any) -> DictConfig:
+    """One ``matrix.include`` entry checked against MatrixIncludeConf; errors name ``where``."""
+    from dataclasses import fields
+
+    known = [f.name for f in fields(MatrixIncludeConf)]
+    if not isinstance(entry, DictConfig):
+        raise ConfigError(f"{where}: expected a mapping with some of the keys {', '.join(known)}; got {_plain(entry)!r}.")
+    for key in entry:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))}); check its spelling.")
+        if key in ("models", "devices", "budgets", "kvcache_num_blocks") and entry[key] is None:
+            raise ConfigError(f"{where}.{key}: null is not a list; omit the key to take the main matrix's {key}.")
+    try:
+        return OmegaConf.merge(OmegaConf.structured(MatrixIncludeConf), entry)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+        raise ConfigError(f"{where}{'.' + key if key else ''}: {first}") from None
+
+
+def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
+    """One include entry: omitted keys from the main matrix (as configured), then narrowed. A
+    narrowing override keeps only the entry's cells with the chosen value (it does not replace the
+    entry's axis, as it does the main matrix's), so an entry that does not list it yields nothing."""
+    where = f"matrix.include[{i}]"
+    entry = _include_node(where, raw)
+
+    def get(key: str) -> tuple[str, Any]:
+        if OmegaConf.is_missing(entry, key):
+            return f"matrix.{key}", _plain(m[key])
+        return f"{where}.{key}", _plain(entry[key])
+
+    models_at, model_names = get("models")
+    model_names = _names(models_at, model_names)
+    if axes.model is not None:
+        models = (axes.model,) if axes.model.name in model_names else ()
+    else:
+        models = axes.model_list(models_at, model_names)
+    devices_at, device_names = get("devices")
+    device_names = _names(devices_at, device_names)
+    if axes.device is not None:
+        devices = (axes.device,) if axes.device.name in device_names else ()
+    else:
+        devices = axes.device_list(devices_at, device_names)
+    budgets_at, budgets = get("budgets")
+    budgets = _budgets(budgets_at, budgets)
+    if axes.budgets is not None:
+        budgets = tuple(b for b in budgets if any(_same_budget(b, n) for n in axes.budgets))
+    return SubMatrix(
+        where=where,
+        models=models,
+        devices=devices,
+        budgets=budgets,
+        batch_sizes=_positive_ints(*get("batch_sizes")),
+        max_seq_lens=_positive_ints(*get("max_seq_lens")),
+        kvcache_num_blocks=_blocks(*get("kvcache_num_blocks")),
+        attn_impl=get("attn_impl")[1],
+        kvcache_partition_len=get("kvcache_partition_len")[1],
+    )
+
+
 def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = None) -> BuildSettings:
     """The composed config (and Hydra's group choices) -> frozen BuildSettings. Raises ConfigError."""
     cwd = Path.cwd() if cwd is None else cwd
     _reject_unknown_keys(cfg)
     m = cfg.matrix
-    if cfg.device is not None:
-        devices: tuple[Device, ...] = (_device(str(choices.get("device")), cfg.device),)
+    axes = _Axes(cfg, choices)
+    if axes.device is not None:
+        devices: tuple[Device, ...] = (axes.device,)
     else:
-        names = list(_plain(m.devices))
-        devices = tuple(
-            _device(n, load_group_option("device", n, f"matrix.devices[{i}]")) for i, n in enumerate(names)
-        )
-    if cfg.model is not None:
-        models: tuple[Model, ...] = (_model(str(choices.get("model")), cfg.model),)
+        devices = axes.device_list("matrix.devices", _names("matrix.devices", _plain(m.devices)))
+    if axes.model is not None:
+        models: tuple[Model, ...] = (axes.model,)
     else:
-        names = list(_plain(m.models))
-        models = tuple(_model(n, load_group_option("model", n, f"matrix.models[{i}]")) for i, n in enumerate(names))
-    if OmegaConf.is_missing(cfg, "budget"):
-        budgets = tuple(_plain(m.budgets))
-        where = "matrix.budgets"
-    else:
-        value = _plain(cfg.budget)
-        budgets = tuple(value) if isinstance(value, list) else (value,)
-        where = "budget"
-    for axis, values in (("matrix.models", models), ("matrix.devices", devices), (where, budgets)):
-        if not values:
-            raise ConfigError(f"{axis}: an empty list builds nothing; give at least one value.")
-    for i, b in enumerate(budgets):
-        if isinstance(b, (list, dict)):
-            raise ConfigError(f"{where}[{i}]: a budget is null, a number or a string, got {b!r}.")
-    for i, b in enumerate(_plain(m.kvcache_num_blocks)):
-        if b < 0:
-            raise ConfigError(f"matrix.kvcache_num_blocks[{i}]: expected 0 (auto) or a positive count, got {b}.")
-    if not list(_plain(m.kvcache_num_blocks)):
-        raise ConfigError("matrix.kvcache_num_blocks: an empty list builds nothing; use [0] for auto.")
+        models = axes.model_list("matrix.models", _names("matrix.models", _plain(m.models)))
+    budgets = axes.budgets if axes.budgets is not None else _budgets("matrix.budgets", _plain(m.budgets))
     matrix = Matrix(
         models=models,
         devices=devices,
         budgets=budgets,
         batch_sizes=_positive_ints("matrix.batch_sizes", m.batch_sizes),
         max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
-        kvcache_num_blocks=tuple(_plain(m.kvcache_num_blocks)),
+        kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
         attn_impl=_plain(m.attn_impl),
         kvcache_partition_len=m.kvcache_partition_len,
         backend=_plain(m.backend),
         expect_failure=tuple(
             ExpectedFailure(cell=str(e.cell), kind=str(e.kind), message=e.message) for e in m.expect_failure
         ),
+        include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
     )
     build_dir = Path(str(cfg.build_dir))
     recipes_dir = DEFAULT_RECIPES_DIR if cfg.recipes_dir is None else Path(str(cfg.recipes_dir))

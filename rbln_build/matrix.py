@@ -1,7 +1,10 @@
 """Matrix expansion: BuildSettings -> cells, in a stable order, with stable readable ids.
 
 Order: models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks x budgets, each axis in
-the order the config lists it (budgets vary fastest). A cell id names the model, the device and the
+the order the config lists it (budgets vary fastest); then the same product of each
+``matrix.include`` entry, in the order listed. A cell that an include entry repeats (same id: same
+model, device, explicit options and budget, hence the same inputs) is kept once, where it first
+appears; two cells with one id but different inputs are a ConfigError naming both places. A cell id names the model, the device and the
 budget, plus a suffix for every build option the *matrix* sets explicitly, so an id never depends on
 which other cells are in the matrix (a narrowed run or a multirun job gives the same ids)::
 
@@ -26,7 +29,7 @@ from typing import Any
 
 from .attention import resolve_attention
 from .backends.base import CompileSpec
-from .config import BuildSettings, Device, ExpectedFailure, Model
+from .config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 from .errors import ConfigError, EstimateError
 from .keys import cell_key, compile_key, digest
 from .npu import NpuTarget, resolve_npu
@@ -92,8 +95,7 @@ def format_budget(budget: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 
-def _options(model: Model, recipe: Recipe, settings: BuildSettings, batch: int | None, seq: int | None) -> dict[str, Any]:
-    m = settings.matrix
+def _options(model: Model, recipe: Recipe, m: SubMatrix, batch: int | None, seq: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in BUILD_OPTIONS:
         value = recipe.build.get(key)
@@ -111,8 +113,7 @@ def _options(model: Model, recipe: Recipe, settings: BuildSettings, batch: int |
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _suffix(settings: BuildSettings, batch: int | None, seq: int | None) -> str:
-    m = settings.matrix
+def _suffix(m: SubMatrix, batch: int | None, seq: int | None) -> str:
     parts = []
     if batch is not None:
         parts.append(f"bs{batch}")
@@ -126,19 +127,48 @@ def _suffix(settings: BuildSettings, batch: int | None, seq: int | None) -> str:
 
 
 def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
-    """Every cell of the matrix, in order. Raises ConfigError/RecipeError for bad config or recipes."""
+    """Every cell of the matrix, in order: the main product, then each ``include`` entry's.
+    Raises ConfigError/RecipeError for bad config or recipes."""
     m = settings.matrix
+    parts = m.parts()
     recipes: dict[str, Recipe] = {}
     npus: dict[str, NpuTarget] = {}
-    for model in m.models:
-        if model.recipe not in recipes:
-            recipes[model.recipe] = load_recipe(model.recipe, settings.recipes_dir)
-    for device in m.devices:
-        try:
-            npus[device.name] = resolve_npu(device.npu)
-        except EstimateError as exc:
-            raise ConfigError(f"device {device.name}: npu: {exc}") from None
+    for part in parts:
+        for model in part.models:
+            if model.recipe not in recipes:
+                recipes[model.recipe] = load_recipe(model.recipe, settings.recipes_dir)
+        for device in part.devices:
+            if device.name not in npus:
+                try:
+                    npus[device.name] = resolve_npu(device.npu)
+                except EstimateError as exc:
+                    raise ConfigError(f"device {device.name}: npu: {exc}") from None
     expected = {e.cell: e for e in m.expect_failure}
+    cells: dict[str, Cell] = {}
+    where: dict[str, str] = {}  # cell id -> the part that first defined it
+    for part in parts:
+        for cell in _expand_part(part, recipes, npus, m.backend, toolchain, expected):
+            first = cells.get(cell.id)
+            if first is None:
+                cells[cell.id] = cell
+                where[cell.id] = part.where
+            elif first.cell_key != cell.cell_key:
+                raise ConfigError(
+                    f"{part.where}: cell {cell.id} is also defined by {where[cell.id]} with different inputs "
+                    f"(budgets {first.memory_budget!r} and {cell.memory_budget!r}); change one of them."
+                )
+            # else: the same cell again (an include entry repeating a cell): the first one stands.
+    return list(cells.values())
+
+
+def _expand_part(
+    m: SubMatrix,
+    recipes: dict[str, Recipe],
+    npus: dict[str, NpuTarget],
+    backend: str,
+    toolchain: dict[str, str],
+    expected: dict[str, ExpectedFailure],
+) -> list[Cell]:
     cells: list[Cell] = []
     seen: dict[str, str] = {}
     for model in m.models:
@@ -147,24 +177,26 @@ def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
             npu = npus[device.name]
             for batch in m.batch_sizes or (None,):
                 for seq in m.max_seq_lens or (None,):
-                    options = _options(model, recipe, settings, batch, seq)
-                    spec, ckey, setup_error = _compile_of(recipe, npu, device, options, m.backend, toolchain)
+                    options = _options(model, recipe, m, batch, seq)
+                    spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain)
                     for blocks in m.kvcache_num_blocks:
                         for budget in m.budgets:
                             cid = (
-                                f"{model.name}.{device.name}{_suffix(settings, batch, seq)}"
+                                f"{model.name}.{device.name}{_suffix(m, batch, seq)}"
                                 f".b{format_budget(budget)}" + (f".n{blocks}" if blocks else "")
                             )
                             if cid in seen:
                                 raise ConfigError(
-                                    f"matrix: two cells have the id {cid!r} (budgets {seen[cid]} and {budget!r}); "
+                                    f"{m.where}: two cells have the id {cid!r} (budgets {seen[cid]} and {budget!r}); "
                                     "list each value once."
                                 )
                             seen[cid] = repr(budget)
                             try:
                                 key = cell_key(ckey or digest({"setup_error": setup_error}), npu.name, budget, blocks)
                             except ValueError as exc:
-                                raise ConfigError(f"matrix.budgets: {exc}; use null, a fraction, bytes or a string.") from None
+                                raise ConfigError(
+                                    f"{m.where}.budgets: {exc}; use null, a fraction, bytes or a string."
+                                ) from None
                             cells.append(
                                 Cell(
                                     id=cid,
@@ -175,7 +207,7 @@ def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
                                     options=tuple(sorted(options.items())),
                                     memory_budget=budget,
                                     kvcache_num_blocks=blocks,
-                                    backend=m.backend,
+                                    backend=backend,
                                     spec=spec,
                                     compile_key=ckey,
                                     cell_key=key,
