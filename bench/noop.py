@@ -91,7 +91,7 @@ def main() -> None:
         "bare hydra app (our config)": [timed([sys.executable, "-c", HYDRA_APP], REPO)[0] for _ in range(opts.repeat)],
     }
     runs = {
-        "no-op default matrix (16 cells)": noop_times("default", [], root, opts.repeat),
+        "no-op default matrix (18 cells)": noop_times("default", [], root, opts.repeat),
         "no-op 1,000-cell matrix": noop_times("k1000", K1000, root, opts.repeat),
     }
     base = statistics.median(baselines["import hydra, doit"])

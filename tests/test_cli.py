@@ -313,10 +313,16 @@ def test_default_matrix_builds_then_noops(tmp_path: Path) -> None:
     check_ok(proc)
     build = tmp_path / "build"
     s = summary(build)
-    assert s["cells"] == 16 and s["compiled"] == 8 and s["failed"] == 0
+    assert s["cells"] == 18 and s["compiled"] == 8 and s["failed"] == 0
     assert s["expected_failure_cells"] == ["qwen3_8b.atom_max_x4.b0.3"]
     cells = manifest(build)["cells"]
     assert {e["produced"] for cid, e in cells.items() if cid.startswith("tiny_")} == {"program"}
+    # The include cells: byte budgets that ship fewer blocks than the full pool, from the same compile.
+    for cut, full in (("tiny_llama.rebel100.b208MB", "tiny_llama.rebel100.b0.3"),
+                      ("tiny_qwen3.rebel100.b216MB", "tiny_qwen3.rebel100.b0.3")):
+        low, whole = cells[cut], cells[full]
+        assert low["compile_key"] == whole["compile_key"]
+        assert low["num_min_blocks"] <= low["kvcache_num_blocks"] < whole["kvcache_num_blocks"] == whole["num_full_blocks"]
     for cid, e in cells.items():
         if e["status"] == "ok":
             config = json.loads((build / e["artifact"]["path"] / "rbln_config.json").read_text())
