@@ -3,11 +3,15 @@
 Built with transformers on the ``meta`` device (shapes and dtypes, no memory), so it is exact
 for any architecture transformers knows: tied weights are counted once, and layer types come
 from the model's own config class. Building costs seconds of imports, so the result is cached
-as JSON keyed by the sha256 of ``config.json``'s bytes; this module imports neither torch nor
-transformers until an inventory has to be computed.
+as JSON, keyed by everything it depends on (``cache_key``): the sha256 of ``config.json``'s bytes,
+the installed transformers and torch versions (read from package metadata, nothing imported) and
+the sha256 of this file's source. An upgrade or an edit of the extraction therefore misses instead of
+reusing a stale entry; a corrupt or unreadable entry is a miss too, and is rewritten. This module
+imports neither torch nor transformers until an inventory has to be computed.
 
     inventory_for_recipe(recipe, cache_dir=None)     cached; computes on a miss
     cached_inventory(config_bytes, cache_dir=None)   the same, from config.json's bytes
+    cache_key(config_bytes)                          the entry's name: what the inventory depends on
     inventory_from_config(hf_config)                 always builds on the meta device
     inventory_from_model(model, config_sha256="")    from an already-built (real) model
 
@@ -18,6 +22,7 @@ duplicate (``lm_head.weight`` of a tied model) to the entry it shares storage wi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -25,6 +30,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +46,7 @@ __all__ = [
     "default_cache_dir",
     "inventory_for_recipe",
     "cached_inventory",
+    "cache_key",
     "inventory_from_config",
     "inventory_from_model",
 ]
@@ -140,20 +147,75 @@ def inventory_for_recipe(recipe: "Recipe", cache_dir: Path | None = None) -> Inv
 
 
 def cached_inventory(config_bytes: bytes, cache_dir: Path | None = None) -> Inventory:
-    """Inventory keyed by sha256(config_bytes). A corrupt entry is a miss (and is rewritten)."""
+    """Inventory of ``config_bytes`` from ``<cache_dir>/<cache_key>.json``; ``cache_dir`` defaults to
+    ``default_cache_dir()``. A missing, corrupt or unreadable entry is a miss: computed and rewritten."""
     digest = hashlib.sha256(config_bytes).hexdigest()
+    context = _build_context(digest)
+    key = _key_of(context)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = directory / f"{digest}.json"
-    if path.is_file():
-        try:
-            inv = Inventory.from_json(json.loads(path.read_text(encoding="utf-8")))
-            if inv.config_sha256 == digest:
-                return inv
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # corrupt or stale entry: recompute and overwrite
+    path = directory / f"{key}.json"
+    cached = _load_entry(path, key, digest)
+    if cached is not None:
+        return cached
     inv = inventory_from_config(json.loads(config_bytes), config_sha256=digest)
-    _write_atomic(path, json.dumps(inv.to_json(), sort_keys=True, indent=1) + "\n")
+    entry = {**inv.to_json(), "cache_key": key, "built_with": context}
+    _write_atomic(path, json.dumps(entry, sort_keys=True, indent=1) + "\n")
     return inv
+
+
+def cache_key(config_bytes: bytes) -> str:
+    """sha256 over what an inventory depends on: config.json's bytes, the transformers and torch
+    versions, the inventory code and the entry format. Equal keys mean an equal inventory."""
+    return _key_of(_build_context(hashlib.sha256(config_bytes).hexdigest()))
+
+
+def _key_of(context: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(context, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _build_context(config_sha256: str) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "config_sha256": config_sha256,
+        "transformers": _package_version("transformers"),
+        "torch": _package_version("torch"),
+        "inventory_code": _inventory_code(),
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def _package_version(name: str) -> str | None:
+    """The installed distribution's version from its metadata (the package is not imported)."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _inventory_code() -> str:
+    """sha256 of this file's source. A hash rather than a hand-bumped constant: a forgotten bump is
+    exactly the silent staleness the key exists to prevent, while a needless miss (an edited comment)
+    only costs seconds per recipe. Only this file: the extraction lives entirely here."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+# What a missing or damaged entry can raise while being read: absent or unreadable (OSError); not UTF-8,
+# not JSON or bad values (ValueError); missing keys (KeyError); wrong JSON types (TypeError,
+# AttributeError); absurd nesting (RecursionError). Any of them is a miss.
+_CORRUPT = (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError)
+
+
+def _load_entry(path: Path, key: str, config_sha256: str) -> Inventory | None:
+    """The entry at ``path`` if it is intact and is the one for ``key``, else None (a miss)."""
+    try:
+        value = json.loads(path.read_bytes())
+        inv = Inventory.from_json(value)
+        if value.get("cache_key") != key or inv.config_sha256 != config_sha256:
+            return None
+        return inv
+    except _CORRUPT:  # missing (FileNotFoundError) or corrupt: the caller computes and overwrites it
+        return None
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -83,13 +84,89 @@ def test_cache_hit_does_not_rebuild_and_json_round_trips(tmp_path, monkeypatch):
     assert Inventory.from_json(first.to_json()) == first
 
 
-def test_corrupt_cache_entry_is_a_miss(tmp_path):
-    data = (DEFAULT_RECIPES_DIR / "tiny_llama" / "config.json").read_bytes()
+TINY_LLAMA = DEFAULT_RECIPES_DIR / "tiny_llama" / "config.json"
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Counts the inventories actually built (cache misses)."""
+    calls = []
+    real = inv_mod.inventory_from_config
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inv_mod, "inventory_from_config", counting)
+    return calls
+
+
+def test_same_inputs_hit_and_have_a_stable_key(tmp_path, builds):
+    data = TINY_LLAMA.read_bytes()
+    first = cached_inventory(data, tmp_path)
+    assert cached_inventory(data, tmp_path) == first and len(builds) == 1
+    assert [f.name for f in tmp_path.iterdir()] == [f"{inv_mod.cache_key(data)}.json"]
+    entry = json.loads(next(tmp_path.iterdir()).read_text())
+    assert entry["built_with"]["transformers"] == importlib.metadata.version("transformers")
+    assert entry["built_with"]["torch"] == importlib.metadata.version("torch")
+
+
+@pytest.mark.parametrize("package", ["transformers", "torch"])
+def test_another_package_version_misses(tmp_path, monkeypatch, builds, package):
+    data = TINY_LLAMA.read_bytes()
+    first = cached_inventory(data, tmp_path)
+    real = inv_mod._package_version
+    monkeypatch.setattr(inv_mod, "_package_version", lambda name: "0.0.1" if name == package else real(name))
+    assert cached_inventory(data, tmp_path) == first
+    assert len(builds) == 2 and len(list(tmp_path.iterdir())) == 2  # rebuilt, under another name
+    assert cached_inventory(data, tmp_path) == first and len(builds) == 2  # and then a hit
+
+
+def test_another_inventory_code_misses(tmp_path, monkeypatch, builds):
+    data = TINY_LLAMA.read_bytes()
+    cached_inventory(data, tmp_path)
+    monkeypatch.setattr(inv_mod, "_inventory_code", lambda: "edited")
+    cached_inventory(data, tmp_path)
+    assert len(builds) == 2
+
+
+def test_key_covers_the_versions_and_the_code_without_importing_them():
+    code = (
+        "import sys, rbln_build.inventory as m; k = m.cache_key(b'{}'); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; "
+        "m._package_version = lambda name: 'other'; assert m.cache_key(b'{}') != k"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+CORRUPTIONS = [
+    pytest.param(b"{not json", id="not-json"),
+    pytest.param(b"", id="empty"),
+    pytest.param(b"\xff\xfe\x00garbage", id="not-utf8"),
+    pytest.param(b"[1, 2]", id="a-list"),
+    pytest.param(b"[" * 100_000, id="deep-nesting"),
+    pytest.param(lambda e: e[: len(e) // 2], id="truncated"),
+    pytest.param(lambda e: e.replace(b'"tied": {', b'"tied": [], "x": {'), id="tied-not-a-dict"),
+    pytest.param(lambda e: e.replace(b'"shape": [', b'"shape": 7, "y": [', 1), id="shape-not-a-list"),
+    pytest.param(lambda e: e.replace(b'"role": "', b'"role": "x', 1), id="unknown-role"),
+    pytest.param(lambda e: e.replace(b'"total_parameters": ', b'"total_parameters": 1', 1), id="wrong-total"),
+    pytest.param(lambda e: e.replace(b'"cache_key": "', b'"cache_key": "0', 1), id="another-key"),
+    pytest.param(lambda e: e.replace(b'"tensors": [', b'"tensors": [7, ', 1), id="tensor-not-an-object"),
+]
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS)
+def test_corrupt_cache_entry_is_a_miss_and_is_rewritten(tmp_path, builds, corrupt):
+    data = TINY_LLAMA.read_bytes()
     first = cached_inventory(data, tmp_path)
     entry = next(tmp_path.iterdir())
-    entry.write_text("{not json")
+    good = entry.read_bytes()
+    entry.write_bytes(corrupt(good) if callable(corrupt) else corrupt)
+    assert entry.read_bytes() != good
     assert cached_inventory(data, tmp_path) == first
-    assert json.loads(entry.read_text())["total_parameters"] == first.total_parameters
+    assert len(builds) == 2  # rebuilt, not used
+    assert entry.read_bytes() == good  # and rewritten
+    assert cached_inventory(data, tmp_path) == first and len(builds) == 2
 
 
 def test_cache_dir_defaults_to_env(tmp_path, monkeypatch):
