@@ -154,19 +154,12 @@ class Build:
         return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
 
     def _scope_inventory_cache(self) -> None:
-        """The memory model caches parameter inventories keyed by config.json bytes only (by default
-        in ~/.cache). Unless the user chose a place (RBLN_BUILD_CACHE), keep them under this build
-        directory, in a folder keyed by the backends' toolchains and the inventory code, so that an
-        upgrade of transformers or a fix of the inventory never reuses a stale inventory."""
-        if os.environ.get(INVENTORY_ENV):
-            return
-        from .keys import code_version
-
-        context = {
-            "toolchains": {name: self._backend(name).toolchain() for name in sorted({c.backend for c in self.cells})},
-            "inventory_code": code_version("rbln_build.inventory"),
-        }
-        os.environ[INVENTORY_ENV] = str(self.build_dir / "cache" / "inventory" / digest(context)[:16])
+        """Unless the user chose a place (RBLN_BUILD_CACHE), keep the memory model's parameter
+        inventories under this build directory (``cache/inventory``), so ``rm -rf build`` resets
+        everything. Staleness is not handled here: the inventory cache's own key covers the
+        transformers and torch versions and the inventory code (``rbln_build.inventory.cache_key``)."""
+        if not os.environ.get(INVENTORY_ENV):
+            os.environ[INVENTORY_ENV] = str(self.build_dir / "cache")
 
     # -- compile ----------------------------------------------------------------------------------
 

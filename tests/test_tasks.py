@@ -71,3 +71,17 @@ def test_failed_compile_fails_its_cells_and_is_retried(
     assert len(again.compiled) == 1  # only the failed key is compiled again
     assert sorted(again.redone) == sorted(c for c in cells if ".rebel100." in c)
     assert all(e["status"] == "ok" for e in cells.values())
+
+
+@pytest.mark.parametrize("chosen", [pytest.param(None, id="unset"), pytest.param("mine", id="set-by-the-user")])
+def test_a_build_keeps_inventories_in_its_build_dir_unless_the_user_chose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chosen: str | None
+) -> None:
+    from rbln_build import inventory
+
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / str(chosen)))  # recorded, so restored afterwards
+    if chosen is None:
+        monkeypatch.delenv("RBLN_BUILD_CACHE")
+    Build(tmp_path / "build", [])._scope_inventory_cache()
+    expected = tmp_path / "build" / "cache" if chosen is None else tmp_path / chosen
+    assert inventory.default_cache_dir() == expected / "inventory"
