@@ -382,7 +382,9 @@ def _include_node(where: str, entry: Any) -> DictConfig:
 
     known = [f.name for f in fields(MatrixIncludeConf)]
     if not isinstance(entry, DictConfig):
-        raise ConfigError(f"{where}: expected a mapping with some of the keys {', '.join(known)}; got {_plain(entry)!r}.")
+        raise ConfigError(
+            f"{where}: expected a mapping with some of the keys {', '.join(known)}; got {_plain(entry)!r}."
+        )
     for key in entry:
         if key not in known:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))}); check its spelling.")

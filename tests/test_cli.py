@@ -191,6 +191,7 @@ def test_infeasible_cell_fails_alone_with_the_exact_error(plans_build: Path, tmp
         pytest.param("device=atom", "device/atom", id="unknown-device"),
         pytest.param("matrix.models=[qwen3_8b,qwen3_9b]", "matrix.models[1]", id="unknown-model"),
         pytest.param("+matrix.budgetz=[1]", "matrix.budgetz", id="appended-unknown-key"),
+        pytest.param("matrix.include=[{budgts:[1]}]", "matrix.include[0].budgts", id="include-misspelt-key"),
     ],
 )
 def test_malformed_config_is_a_clear_error_and_writes_nothing(tmp_path: Path, override: str, says: str) -> None:
@@ -270,6 +271,28 @@ def test_default_matrix_narrowed_to_a_plan_model_is_a_clean_success(tmp_path: Pa
         "qwen3_8b.rebel100.b0.5": 40,
     }
     assert "4 cells: 2 compiled, 3 resized, 0 skipped, 0 failed, 1 failed as expected" in proc.stdout
+
+
+def test_include_adds_cells_after_the_matrix_and_reuses_its_compiles(plans_build: Path, tmp_path: Path) -> None:
+    # A byte budget for one model only: on the whole matrix it would be below Llama-3.2-1B's needs on
+    # nothing, but far below Qwen3-8B's floor on four ATOM-Max cards; as an include it is one cell.
+    build = copy_build(plans_build, tmp_path)
+    include = "matrix.include=[{models:[qwen3_8b],devices:[rebel100],budgets:[40GB]}]"
+    proc = rbln([*PLANS, include, f"build_dir={build}"], cwd=tmp_path)
+    check_ok(proc)
+    s = summary(build)
+    assert (s["cells"], s["compiled"], s["redone_cells"]) == (PLAN_CELLS + 1, 0, ["qwen3_8b.rebel100.b40GB"])
+    cells = manifest(build)["cells"]
+    cut, whole = cells["qwen3_8b.rebel100.b40GB"], cells["qwen3_8b.rebel100.b0.5"]
+    assert cut["compile_key"] == whole["compile_key"]
+    assert cut["num_min_blocks"] <= cut["kvcache_num_blocks"] < whole["kvcache_num_blocks"] == cut["num_full_blocks"]
+    old = manifest(plans_build)["cells"]
+    assert {cid: e for cid, e in cells.items() if cid in old} == old  # the matrix's own cells are unchanged
+    table = [line.split()[0] for line in proc.stdout.splitlines()[2:2 + PLAN_CELLS + 1]]
+    assert table[-1] == "qwen3_8b.rebel100.b40GB"  # after the main product
+    # Narrowed to a device the entry does not list, the entry yields no cells.
+    check_ok(rbln([*PLANS, include, "device=atom_max_x4", f"build_dir={build}"], cwd=tmp_path))
+    assert "qwen3_8b.rebel100.b40GB" not in manifest(build)["cells"]
 
 
 def test_explain_is_dispatched(tmp_path: Path) -> None:

@@ -53,6 +53,22 @@ def _composition_error(overrides: list[str]) -> str:
         pytest.param("matrix.backend=tensorflow", "matrix.backend", id="unknown-enum"),
         pytest.param("matrix.attn_impl=flash", "matrix.attn_impl", id="unknown-attn"),
         pytest.param("progress=maybe", "progress", id="wrong-type-bool"),
+        pytest.param("matrix.include=[{budgts:[1]}]", "matrix.include[0].budgts", id="include-misspelt-key"),
+        pytest.param("matrix.include=[{},{batch_sizes:[a]}]", "matrix.include[1].batch_sizes[0]",
+                     id="include-wrong-type-list-item"),
+        pytest.param("matrix.include=[{attn_impl:flash}]", "matrix.include[0].attn_impl", id="include-unknown-attn"),
+        pytest.param("matrix.include=[{models:[tiny_llama,nope]}]", "matrix.include[0].models[1]",
+                     id="include-unknown-model"),
+        pytest.param("matrix.include=[{devices:[atom]}]", "matrix.include[0].devices[0]", id="include-unknown-device"),
+        pytest.param("matrix.include=[{budgets:[]}]", "matrix.include[0].budgets", id="include-empty-axis"),
+        pytest.param("matrix.include=[{models:null}]", "matrix.include[0].models", id="include-null-axis"),
+        pytest.param("matrix.include=[{budgets:[[1]]}]", "matrix.include[0].budgets[0]", id="include-list-budget"),
+        pytest.param("matrix.include=[{kvcache_num_blocks:[-1]}]", "matrix.include[0].kvcache_num_blocks[0]",
+                     id="include-negative-blocks"),
+        pytest.param("matrix.include=[{max_seq_lens:[0]}]", "matrix.include[0].max_seq_lens[0]",
+                     id="include-non-positive"),
+        pytest.param("matrix.include=[tiny_llama]", "matrix.include[0]", id="include-not-a-mapping"),
+        pytest.param("matrix.include=null", "matrix.include", id="include-null"),
     ],
 )
 def test_bad_override_names_the_key(override: str, key_path: str) -> None:
@@ -120,3 +136,25 @@ def test_paths_come_from_one_root(tmp_path: Path) -> None:
     s = compose_settings([], cwd=tmp_path)
     assert s.build_dir == tmp_path / "build"
     assert s.recipes_dir == CONF_DIR.parent / "recipes"
+
+
+def test_misspelt_key_in_an_include_entry_of_a_matrix_file(tmp_path: Path) -> None:
+    # OmegaConf alone would report only "budgts" for a key inside a list; the entry's index is named.
+    (tmp_path / "matrix").mkdir()
+    (tmp_path / "matrix" / "mine.yaml").write_text(
+        "models: [tiny_llama]\ndevices: [atom_max]\nbudgets: [0.3]\n"
+        "include:\n  - models: [tiny_qwen3]\n  - models: [tiny_qwen3]\n    budgts: ['130MB']\n"
+    )
+    message = _composition_error([f"hydra.searchpath=[file://{tmp_path}]", "matrix=mine"])
+    assert "matrix.include[1].budgts: unknown key" in message
+
+
+def test_include_entries_keep_budget_types_and_inherit_omitted_keys() -> None:
+    s = compose_settings(["matrix=plans", "matrix.batch_sizes=[2]", "matrix.attn_impl=eager",
+                          "matrix.include=[{budgets:[1,1.0,null,'10GB']},{batch_sizes:null,attn_impl:null}]"])
+    first, second = s.matrix.include
+    assert [type(b) for b in first.budgets] == [int, float, type(None), str]
+    assert (first.batch_sizes, first.attn_impl, first.where) == ((2,), "eager", "matrix.include[0]")
+    assert [m.name for m in first.models] == [m.name for m in s.matrix.models]
+    assert (second.batch_sizes, second.attn_impl) == (None, None)  # an explicit null: each model's default
+    assert second.budgets == s.matrix.budgets
