@@ -274,8 +274,8 @@ def test_default_matrix_narrowed_to_a_plan_model_is_a_clean_success(tmp_path: Pa
 
 
 def test_include_adds_cells_after_the_matrix_and_reuses_its_compiles(plans_build: Path, tmp_path: Path) -> None:
-    # A byte budget for one model only: on the whole matrix it would be below Llama-3.2-1B's needs on
-    # nothing, but far below Qwen3-8B's floor on four ATOM-Max cards; as an include it is one cell.
+    # A byte budget for one model on one device: on the whole matrix, 40GB would exceed an ATOM-Max
+    # card's DRAM and fail those cells; as an include it is one cell, resolved from an existing compile.
     build = copy_build(plans_build, tmp_path)
     include = "matrix.include=[{models:[qwen3_8b],devices:[rebel100],budgets:[40GB]}]"
     proc = rbln([*PLANS, include, f"build_dir={build}"], cwd=tmp_path)
