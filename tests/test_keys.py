@@ -78,6 +78,8 @@ def test_code_versions_follow_the_import_closure() -> None:
     assert not {"cli.py", "tasks.py", "manifest.py", "cache.py", "matrix.py", "config.py"} & torch_files
     resolve_files = {p.name for p in module_closure("rbln_build.estimator")}
     assert "estimator.py" in resolve_files and "memory.py" not in resolve_files
+    # the estimator's block arithmetic lives in a private module: editing it must change the cell keys too
+    assert {"_kvpool.py", "report.py", "budget.py", "attention.py", "npu.py"} <= resolve_files
 
 
 def test_resolve_code_is_in_the_cell_key_only() -> None:
