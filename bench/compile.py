@@ -43,11 +43,8 @@ def _spec(recipe_name: str, npu_name: str) -> CompileSpec:
 
 
 def _resolve(spec: CompileSpec, report, budget) -> int:
-    att = spec.attention
-    request = Request(npu=spec.npu.name, max_seq_len=att.max_seq_len, batch_size=att.batch_size,
-                      num_devices=spec.num_devices, attn_impl=att.attn_impl,
-                      kvcache_partition_len=att.kvcache_partition_len, memory_budget=budget,
-                      current_blocks=report.current_blocks)
+    request = Request.for_attention(spec.npu.name, spec.num_devices, spec.attention, memory_budget=budget,
+                                    current_blocks=report.current_blocks)
     return int(estimate(request, report).raise_for_error().kvcache_num_blocks)
 
 

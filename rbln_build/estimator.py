@@ -83,6 +83,36 @@ class Request:
     memory_budget: object = None  # raw value; types matter (1 is one byte, 1.0 is 100%)
     current_blocks: int = 1  # block count the report's KV sizes were measured at
 
+    @classmethod
+    def for_attention(
+        cls,
+        npu: str,
+        num_devices: int,
+        attention: AttentionConfig,
+        *,
+        memory_budget: object = None,
+        kvcache_num_blocks: int = 0,
+        current_blocks: int = 1,
+    ) -> "Request":
+        """A request from already-resolved attention options (e.g. a ``CompileSpec``'s).
+
+        A matrix cell passes its raw options instead, so that the warnings about defaults the
+        estimator fills in reach the manifest.
+        """
+        return cls(
+            npu=npu,
+            max_seq_len=attention.max_seq_len,
+            batch_size=attention.batch_size,
+            num_devices=num_devices,
+            attn_impl=attention.attn_impl,
+            kvcache_partition_len=attention.kvcache_partition_len,
+            kvcache_block_size=attention.kvcache_block_size,
+            prefill_chunk_size=attention.prefill_chunk_size,
+            kvcache_num_blocks=kvcache_num_blocks,
+            memory_budget=memory_budget,
+            current_blocks=current_blocks,
+        )
+
 
 @dataclass(frozen=True)
 class BudgetAnswer:

@@ -152,17 +152,7 @@ def explain(
     report = build_report(CompileSpec(recipe=recipe, npu=npu, num_devices=num_devices, attention=attention))
 
     def request(budget: object) -> Request:
-        return Request(
-            npu=npu.name,
-            max_seq_len=attention.max_seq_len,
-            batch_size=attention.batch_size,
-            num_devices=num_devices,
-            attn_impl=attention.attn_impl,
-            kvcache_partition_len=attention.kvcache_partition_len,
-            kvcache_block_size=attention.kvcache_block_size,
-            prefill_chunk_size=attention.prefill_chunk_size,
-            memory_budget=budget,
-        )
+        return Request.for_attention(npu.name, num_devices, attention, memory_budget=budget)
 
     base = estimate(request(None), report)
     bd = base.breakdown

@@ -55,17 +55,4 @@ def resolve(recipe: str, npu: str, num_devices: int = 1, memory_budget: object =
             live_sets: float | None = None, **build: Any) -> Resolution:
     s = spec(recipe, npu, num_devices, **build)
     rep = build_report(s, inventory(recipe), live_sets=live_sets)
-    a = s.attention
-    return estimate(
-        Request(
-            npu=npu,
-            max_seq_len=a.max_seq_len,
-            batch_size=a.batch_size,
-            num_devices=num_devices,
-            attn_impl=a.attn_impl,
-            kvcache_partition_len=a.kvcache_partition_len,
-            prefill_chunk_size=a.prefill_chunk_size,
-            memory_budget=memory_budget,
-        ),
-        rep,
-    )
+    return estimate(Request.for_attention(s.npu.name, num_devices, s.attention, memory_budget=memory_budget), rep)

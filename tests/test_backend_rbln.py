@@ -119,9 +119,8 @@ def test_estimator_over_the_rbln_report_picks_the_cell_count(compiled_llama, tmp
 
     spec, base, result, _, _ = compiled_llama
     att = spec.attention
-    request = Request(npu="RBLN-CA25", max_seq_len=att.max_seq_len, batch_size=att.batch_size,
-                      attn_impl=att.attn_impl, kvcache_partition_len=att.kvcache_partition_len,
-                      memory_budget=1.0, current_blocks=result.report.current_blocks)
+    request = Request.for_attention(spec.npu.name, spec.num_devices, att, memory_budget=1.0,
+                                    current_blocks=result.report.current_blocks)
     n = estimate(request, result.report).raise_for_error().kvcache_num_blocks
     assert n == att.num_full_blocks  # tiny: the whole pool fits an ATOM
     cell = tmp_path / "cell"

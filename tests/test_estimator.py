@@ -485,3 +485,20 @@ def test_a_bad_budget_is_reported_before_a_bad_report():
     assert res.error_kind == "invalid_budget" and res.breakdown is None
     res = estimate(Request(**FLASH_8, num_devices=2, memory_budget="1GB"), BASE)
     assert res.error_kind == "invalid_report"
+
+
+def test_a_request_from_resolved_attention_resolves_like_the_raw_options() -> None:
+    from rbln_build.attention import resolve_attention
+    from rbln_build.npu import resolve_npu
+
+    raw = dict(npu="RBLN-CR03", max_seq_len=40960, batch_size=8, kvcache_partition_len=8192)
+    report = AllocationReport(
+        alloc={"prefill": {"weights": [[4 * 2**30] * 4]}},
+        kv_tensors={f"kv{c}": KVTensor(True, ((0,) * c + (288 * 2**20,) + (0,) * (3 - c),)) for c in range(4)},
+    )
+    att = resolve_attention(resolve_npu("RBLN-CR03"), batch_size=8, max_seq_len=40960, kvcache_partition_len=8192)
+    from_attention = Request.for_attention("RBLN-CR03", 1, att, memory_budget=0.3)
+    assert from_attention.attn_impl == "flash_attn" and from_attention.kvcache_block_size == 8192
+    a, b = estimate(from_attention, report), estimate(Request(**raw, memory_budget=0.3), report)
+    assert a.kvcache_num_blocks == b.kvcache_num_blocks == 23  # (10752 MiB - 4096 MiB) // 288 MiB
+    assert b.warnings and not a.warnings  # only the raw options are told that eager became flash

@@ -39,10 +39,12 @@ def small_pool(request):
     name = request.param
     c = compiled(name)
     att = c.spec.attention
-    ask = dict(npu=c.spec.npu.name, max_seq_len=att.max_seq_len, batch_size=att.batch_size,
-               attn_impl=att.attn_impl, kvcache_partition_len=att.kvcache_partition_len)
-    floor_budget = estimate(Request(**ask), c.result.report).breakdown.budget_for_floor.bytes
-    resolution = estimate(Request(**ask, memory_budget=floor_budget), c.result.report)
+
+    def ask(budget: object) -> Request:
+        return Request.for_attention(c.spec.npu.name, c.spec.num_devices, att, memory_budget=budget)
+
+    floor_budget = estimate(ask(None), c.result.report).breakdown.budget_for_floor.bytes
+    resolution = estimate(ask(floor_budget), c.result.report)
     n = resolution.kvcache_num_blocks
     assert att.num_min_blocks <= n < att.num_full_blocks, (name, n)
     return name, load_artifact(finalized(name, n)), build_model(load_recipe(name)), n
