@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import abc
 import importlib
+import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,17 @@ from ..npu import NpuTarget
 from ..recipes import Recipe
 from ..report import AllocationReport
 
-__all__ = ["CompileSpec", "CompileResult", "Backend", "get_backend", "BACKENDS"]
+__all__ = [
+    "CompileSpec",
+    "CompileResult",
+    "Backend",
+    "get_backend",
+    "BACKENDS",
+    "write_json",
+    "rbln_config_for",
+    "compile_plan",
+    "finalize_plan",
+]
 
 # name -> "module:Class"; modules are imported lazily.
 BACKENDS = {
@@ -77,6 +89,52 @@ class Backend(abc.ABC):
 
         Must write ``rbln_config.json`` (optimum-rbln key names, the resolved count, and ``npu``).
         """
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Deterministic JSON (sorted keys, fixed indent, trailing newline): artifacts are compared by hash."""
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def rbln_config_for(spec: CompileSpec, num_blocks: int, artifact: str) -> dict[str, Any]:
+    """``rbln_config.json`` in optimum-rbln 0.12.0 key names, plus ``npu`` and what was produced."""
+    att = spec.attention
+    archs = spec.recipe.hf_config.get("architectures") or []
+    return {
+        "artifact": artifact,  # "program" or "plan"
+        "cls_name": f"RBLN{archs[0]}Config" if archs else None,
+        "kvcache_num_blocks": num_blocks,
+        "batch_size": att.batch_size,
+        "max_seq_len": att.max_seq_len,
+        "attn_impl": att.attn_impl,
+        "kvcache_partition_len": att.kvcache_partition_len,
+        "kvcache_block_size": att.kvcache_block_size,
+        "prefill_chunk_size": att.prefill_chunk_size,
+        "num_devices": spec.num_devices,  # 0.12 name; tensor_parallel_size is its deprecated alias
+        "npu": spec.npu.name,  # the target NPU (optimum-rbln 0.12 does not record it)
+        "dtype": spec.recipe.dtype,
+        "recipe": spec.recipe.name,
+    }
+
+
+def compile_plan(spec: CompileSpec, out_dir: Path, **baseline: Any) -> CompileResult:
+    """The baseline of a recipe without weights: the memory model's report, no program (never faked).
+
+    Writes ``config.json``, ``report.json`` and ``baseline.json`` (``produced: plan`` + ``baseline``).
+    """
+    from .. import memory  # lazily: the memory model pulls in the inventory machinery
+
+    report = memory.build_report(spec)
+    write_json(out_dir / "config.json", spec.recipe.hf_config)
+    write_json(out_dir / "report.json", report.to_json())
+    write_json(out_dir / "baseline.json", {**baseline, "produced": "plan"})
+    return CompileResult(report, "plan")
+
+
+def finalize_plan(spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
+    """The cell of a plan: ``rbln_config.json`` with ``"artifact": "plan"`` and the HF config, no program."""
+    write_json(out_dir / "rbln_config.json", rbln_config_for(spec, num_blocks, "plan"))
+    shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
 
 
 def get_backend(name: str) -> Backend:

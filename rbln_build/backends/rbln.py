@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import BackendUnavailable, BuildError
 from ..report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
-from .base import Backend, CompileResult, CompileSpec
+from .base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for
 
 __all__ = ["RblnBackend", "INSTALL_HINT", "report_from_compiled"]
 
@@ -143,27 +143,16 @@ class RblnBackend(Backend):
 
     def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
         out_dir = Path(out_dir)
-        recipe, att = spec.recipe, spec.attention
+        recipe = spec.recipe
         if not recipe.has_weights:
-            from .. import memory
-            from .torch_export import write_json
-
-            report = memory.build_report(spec)
-            write_json(out_dir / "config.json", recipe.hf_config)
-            write_json(out_dir / "report.json", report.to_json())
-            write_json(out_dir / "baseline.json", {"produced": "plan"})
-            return CompileResult(report, "plan")
+            return compile_plan(spec, out_dir)
+        # what optimum-rbln compiles from: our key names are its names; kvcache_num_blocks 0 = auto
         rbln_config = {
-            "batch_size": att.batch_size,
-            "max_seq_len": att.max_seq_len,
-            "attn_impl": att.attn_impl,
-            "kvcache_partition_len": att.kvcache_partition_len,
-            "kvcache_block_size": att.kvcache_block_size,
-            "prefill_chunk_size": att.prefill_chunk_size,
-            "num_devices": spec.num_devices,
-            "npu": spec.npu.name,
-            "create_runtimes": False,
+            key: value
+            for key, value in rbln_config_for(spec, 0, "program").items()
+            if key not in ("artifact", "cls_name", "kvcache_num_blocks", "dtype", "recipe")
         }
+        rbln_config["create_runtimes"] = False
         with tempfile.TemporaryDirectory(prefix="rbln-build-hf-") as tmp:
             model_dir = self._checkpoint_dir(spec, Path(tmp))
             model = self._optimum_rbln.RBLNAutoModelForCausalLM.from_pretrained(
@@ -193,11 +182,7 @@ class RblnBackend(Backend):
             raise BuildError(f"finalize: kvcache_num_blocks must be a positive integer, got {num_blocks!r}.")
         baseline = json.loads((baseline_dir / "baseline.json").read_text(encoding="utf-8"))
         if baseline.get("produced") == "plan":
-            from .torch_export import rbln_config_for, write_json
-
-            write_json(out_dir / "rbln_config.json", rbln_config_for(spec, num_blocks, "plan"))
-            shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
-            return
+            return finalize_plan(spec, baseline_dir, num_blocks, out_dir)
         config = _read_config(baseline_dir)
         current = int(config.get("kvcache_num_blocks") or 0)
         if current < 1:

@@ -34,17 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
-from .base import Backend, CompileResult, CompileSpec
+from .base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for, write_json
 
 __all__ = ["TorchExportBackend", "PROGRAM_FILE", "write_json", "rbln_config_for"]
 
 PROGRAM_FILE = "program.pt2"
 BASELINE_FILE = "baseline.json"
 FORMAT = "rbln-build/torch-export/1"
-
-
-def write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _sha256(path: Path) -> str:
@@ -55,27 +51,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def rbln_config_for(spec: CompileSpec, num_blocks: int, artifact: str) -> dict[str, Any]:
-    """``rbln_config.json`` in optimum-rbln 0.12.0 key names, plus ``npu`` and what was produced."""
-    att = spec.attention
-    archs = spec.recipe.hf_config.get("architectures") or []
-    return {
-        "artifact": artifact,  # "program" or "plan"
-        "cls_name": f"RBLN{archs[0]}Config" if archs else None,
-        "kvcache_num_blocks": num_blocks,
-        "batch_size": att.batch_size,
-        "max_seq_len": att.max_seq_len,
-        "attn_impl": att.attn_impl,
-        "kvcache_partition_len": att.kvcache_partition_len,
-        "kvcache_block_size": att.kvcache_block_size,
-        "prefill_chunk_size": att.prefill_chunk_size,
-        "num_devices": spec.num_devices,  # 0.12 name; tensor_parallel_size is its deprecated alias
-        "npu": spec.npu.name,  # the target NPU (optimum-rbln 0.12 does not record it)
-        "dtype": spec.recipe.dtype,
-        "recipe": spec.recipe.name,
-    }
-
-
 class TorchExportBackend(Backend):
     name = "torch"
 
@@ -84,18 +59,14 @@ class TorchExportBackend(Backend):
                 "format": FORMAT}
 
     def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
-        from .. import memory  # lazily: the memory model pulls in the inventory machinery
-
         out_dir = Path(out_dir)
         recipe, att = spec.recipe, spec.attention
-        write_json(out_dir / "config.json", recipe.hf_config)
         if not recipe.has_weights:
-            report = memory.build_report(spec)
-            write_json(out_dir / "report.json", report.to_json())
-            write_json(out_dir / BASELINE_FILE, {"format": FORMAT, "produced": "plan", "exports": 0})
-            return CompileResult(report, "plan")
+            return compile_plan(spec, out_dir, format=FORMAT, exports=0)
 
         import torch
+
+        from .. import memory  # lazily: the memory model pulls in the inventory machinery
 
         from .. import paged
         from ..weights import build_model
@@ -115,6 +86,7 @@ class TorchExportBackend(Backend):
         program._example_inputs = None  # 2 x layers example pools would be saved otherwise
         paged.strip_source_paths(program)  # no absolute paths in artifacts
         torch.export.save(program, str(out_dir / PROGRAM_FILE))
+        write_json(out_dir / "config.json", recipe.hf_config)
         write_json(out_dir / "report.json", report.to_json())
         write_json(
             out_dir / BASELINE_FILE,
@@ -152,17 +124,18 @@ class TorchExportBackend(Backend):
         except (OSError, ValueError) as exc:
             raise BuildError(f"{baseline_dir / BASELINE_FILE}: unreadable baseline ({exc}); recompile.") from None
         produced = baseline.get("produced")
-        config = rbln_config_for(spec, num_blocks, "plan" if produced == "plan" else "program")
-        if produced == "program":
-            src = baseline_dir / PROGRAM_FILE
-            if not src.is_file() or _sha256(src) != baseline.get("program_sha256"):
-                raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
-            _link_or_copy(src, out_dir / PROGRAM_FILE)
-            config["kv_pool"] = dict(baseline["pool"], num_blocks=num_blocks)
-            config["program"] = PROGRAM_FILE
-            config["program_sha256"] = baseline["program_sha256"]
-        elif produced != "plan":
+        if produced == "plan":
+            return finalize_plan(spec, baseline_dir, num_blocks, out_dir)
+        if produced != "program":
             raise BuildError(f"{baseline_dir / BASELINE_FILE}: unknown 'produced' {produced!r}; recompile.")
+        config = rbln_config_for(spec, num_blocks, "program")
+        src = baseline_dir / PROGRAM_FILE
+        if not src.is_file() or _sha256(src) != baseline.get("program_sha256"):
+            raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
+        _link_or_copy(src, out_dir / PROGRAM_FILE)
+        config["kv_pool"] = dict(baseline["pool"], num_blocks=num_blocks)
+        config["program"] = PROGRAM_FILE
+        config["program_sha256"] = baseline["program_sha256"]
         write_json(out_dir / "rbln_config.json", config)
         shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
 
