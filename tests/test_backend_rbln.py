@@ -55,11 +55,18 @@ def test_without_the_sdk_selecting_rbln_says_what_to_install(no_sdk) -> None:
         get_backend("rbln")
     msg = str(info.value)
     assert "'rebel'" in msg and "'optimum.rbln'" in msg
-    assert "pip install optimum-rbln==0.12.0" in msg and "rebel-compiler" in msg and "backend=torch" in msg
+    assert "pip install optimum-rbln==0.12.0" in msg and "rebel-compiler" in msg and "matrix.backend=torch" in msg
 
 
 def test_toolchain_names_the_sdk_versions(fake_sdk) -> None:
-    assert get_backend("rbln").toolchain() == {"rebel-compiler": "0.0.0+fake", "optimum-rbln": "0.12.0+fake"}
+    from importlib import metadata
+
+    assert get_backend("rbln").toolchain() == {
+        "rebel-compiler": "0.0.0+fake",
+        "optimum-rbln": "0.12.0+fake",
+        "torch": metadata.version("torch"),
+        "transformers": metadata.version("transformers"),
+    }
 
 
 @pytest.fixture

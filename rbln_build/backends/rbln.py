@@ -41,7 +41,7 @@ __all__ = ["RblnBackend", "INSTALL_HINT", "report_from_compiled"]
 
 INSTALL_HINT = (
     "install optimum-rbln 0.12.0 (`pip install optimum-rbln==0.12.0`) and the rebel-compiler wheel from "
-    "Rebellions' RBLN SDK (https://docs.rbln.ai), or use the embedded backend: backend=torch"
+    "Rebellions' RBLN SDK (https://docs.rbln.ai), or use the embedded backend: matrix.backend=torch"
 )
 
 
@@ -139,6 +139,9 @@ class RblnBackend(Backend):
         return {
             "rebel-compiler": _version("rebel-compiler", "rebel"),
             "optimum-rbln": _version("optimum-rbln", "optimum.rbln"),
+            # optimum-rbln pins both, but a plan's inventory (memory model) is built with them too
+            "torch": metadata.version("torch"),
+            "transformers": metadata.version("transformers"),
         }
 
     def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
