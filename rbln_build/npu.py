@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import EstimateError
 
@@ -33,23 +33,6 @@ class AttentionLimits:
 _ATOM_LIMITS = AttentionLimits("ATOM", 32_768, 1_024, 32_768, 16_384, 32_768)
 _REBEL_LIMITS = AttentionLimits("REBEL", 16_384, 1_024, 16_384, 8_192, 32_767)
 
-
-@dataclass(frozen=True)
-class _Family:
-    prefix: str
-    product: str
-    dram_bytes: int
-    num_chiplets: int
-    reserved_per_chiplet: int
-    default_prefill_chunk_size: int
-    limits: AttentionLimits
-
-
-_FAMILIES = (
-    _Family("RBLN-CA", "ATOM-Max", 16 * GiB, 1, 288 * MiB, 128, _ATOM_LIMITS),
-    _Family("RBLN-CR", "Rebel100", 144 * GiB, 4, 1 * GiB, 512, _REBEL_LIMITS),
-)
-KNOWN_FAMILIES = tuple(f.prefix + "*" for f in _FAMILIES)
 
 # Friendly names; each maps to a representative NPU name of its family.
 NPU_ALIASES = {
@@ -83,6 +66,14 @@ class NpuTarget:
         return self.available_per_chiplet * self.num_chiplets
 
 
+# One template per family; resolve_npu fills in the NPU's own name.
+_FAMILIES = (
+    NpuTarget("RBLN-CA*", "RBLN-CA", "ATOM-Max", 16 * GiB, 1, 288 * MiB, 128, _ATOM_LIMITS),
+    NpuTarget("RBLN-CR*", "RBLN-CR", "Rebel100", 144 * GiB, 4, 1 * GiB, 512, _REBEL_LIMITS),
+)
+KNOWN_FAMILIES = tuple(f.name for f in _FAMILIES)
+
+
 def resolve_npu(name: object) -> NpuTarget:
     """An NPU name (``RBLN-CA25``, ``rbln-cr03``) or alias (``atom_max``, ``rebel100``) → target."""
     if not isinstance(name, str) or not name.strip():
@@ -93,18 +84,9 @@ def resolve_npu(name: object) -> NpuTarget:
         )
     key = name.strip()
     canonical = NPU_ALIASES.get(key.lower(), key.upper())
-    for fam in _FAMILIES:
-        if canonical.startswith(fam.prefix):
-            return NpuTarget(
-                name=canonical,
-                family=fam.prefix,
-                product=fam.product,
-                dram_bytes=fam.dram_bytes,
-                num_chiplets=fam.num_chiplets,
-                reserved_per_chiplet=fam.reserved_per_chiplet,
-                default_prefill_chunk_size=fam.default_prefill_chunk_size,
-                limits=fam.limits,
-            )
+    for family in _FAMILIES:
+        if canonical.startswith(family.family):
+            return replace(family, name=canonical)
     raise EstimateError(
         f"Unknown npu name: {name}. Known NPU families: {', '.join(KNOWN_FAMILIES)}; "
         f"aliases: {', '.join(sorted(NPU_ALIASES))}.",
