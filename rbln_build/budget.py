@@ -25,7 +25,7 @@ import re
 from .errors import EstimateError
 from .npu import NpuTarget
 
-__all__ = ["resolve_budget", "budget_hints", "fraction_for_bytes", "BYTE_UNITS", "ACCEPTED_FORMS"]
+__all__ = ["resolve_budget", "check_budget", "budget_hints", "fraction_for_bytes", "BYTE_UNITS", "ACCEPTED_FORMS"]
 
 BYTE_UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
 MiB = 2**20
@@ -83,21 +83,38 @@ def _byte_count(memory_budget: int | str) -> int:
     return nbytes
 
 
-def resolve_budget(memory_budget: object, npu: NpuTarget) -> int:
-    """Bytes per device that ``memory_budget`` allows on ``npu``; see the module docstring."""
-    available = npu.available_bytes
+def _parse(memory_budget: object) -> tuple[float | None, int | None]:
+    """(fraction, None) or (None, bytes); (None, None) for ``None``. Raises for a malformed form."""
     if memory_budget is None:
-        return available
+        return None, None
     if isinstance(memory_budget, bool):
         raise _invalid(f"memory_budget must not be a boolean, got {memory_budget!r}.")
     if isinstance(memory_budget, float) or (isinstance(memory_budget, str) and memory_budget.strip().endswith("%")):
-        # int(available * fraction), as the reference does; a tiny fraction may give 0 bytes, which is a
-        # valid budget that nothing fits in (the estimator then reports insufficient memory).
-        budget = int(available * _fraction_of(memory_budget))
-    elif isinstance(memory_budget, (int, str)):
-        budget = _byte_count(memory_budget)
-    else:
-        raise _invalid(f"memory_budget has an unsupported type {type(memory_budget).__name__} ({memory_budget!r}).")
+        return _fraction_of(memory_budget), None
+    if isinstance(memory_budget, (int, str)):
+        return None, _byte_count(memory_budget)
+    raise _invalid(f"memory_budget has an unsupported type {type(memory_budget).__name__} ({memory_budget!r}).")
+
+
+def check_budget(memory_budget: object) -> None:
+    """Raise ``EstimateError(kind="invalid_budget")`` if ``memory_budget`` is not a valid form.
+
+    What does not depend on the target: a config can be checked before anything is compiled. Whether
+    the budget fits the NPU's DRAM is for ``resolve_budget``.
+    """
+    _parse(memory_budget)
+
+
+def resolve_budget(memory_budget: object, npu: NpuTarget) -> int:
+    """Bytes per device that ``memory_budget`` allows on ``npu``; see the module docstring."""
+    available = npu.available_bytes
+    fraction, nbytes = _parse(memory_budget)
+    if fraction is None and nbytes is None:
+        return available
+    # int(available * fraction), as the reference does; a tiny fraction may give 0 bytes, which is a
+    # valid budget that nothing fits in (the estimator then reports insufficient memory).
+    budget = int(available * fraction) if fraction is not None else nbytes
+    assert budget is not None
     if budget > available:
         raise EstimateError(
             f"memory_budget ({budget} bytes) exceeds the target NPU's available DRAM ({available} bytes).",

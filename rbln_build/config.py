@@ -27,7 +27,8 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .errors import ConfigError
+from .budget import check_budget
+from .errors import ConfigError, EstimateError
 from .recipes import DEFAULT_RECIPES_DIR
 
 __all__ = [
@@ -311,13 +312,18 @@ def _reject_unknown_keys(cfg: Any) -> None:
                 )
 
 
-def _budgets(where: str, values: Any) -> tuple[Any, ...]:
+def _budgets(where: str, values: Any, scalar: bool = False) -> tuple[Any, ...]:
+    """Budget values as typed; a malformed form is a ConfigError at ``where[i]`` (``where`` if scalar)."""
     out = tuple(values)
     if not out:
         raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
     for i, b in enumerate(out):
         if isinstance(b, (list, dict)):
             raise ConfigError(f"{where}[{i}]: a budget is null, a number or a string, got {b!r}.")
+        try:
+            check_budget(b)  # the form only: whether it fits a device's DRAM is a per-cell result
+        except EstimateError as exc:
+            raise ConfigError(f"{where if scalar else f'{where}[{i}]'}: {exc}") from None
     return out
 
 
@@ -357,7 +363,8 @@ class _Axes:
             self.device = _device(str(choices.get("device")), cfg.device)
         if not OmegaConf.is_missing(cfg, "budget"):
             value = _plain(cfg.budget)
-            self.budgets = _budgets("budget", value if isinstance(value, list) else [value])
+            scalar = not isinstance(value, list)
+            self.budgets = _budgets("budget", [value] if scalar else value, scalar=scalar)
 
     def model_list(self, where: str, names: list[str]) -> tuple[Model, ...]:
         out = []

@@ -161,3 +161,22 @@ def test_fraction_for_bytes_is_the_smallest_float_that_resolves_to_at_least_nbyt
 
 def test_fraction_for_bytes_none_above_available():
     assert fraction_for_bytes(CA_AVAILABLE + 1, CA_AVAILABLE) is None
+
+
+@pytest.mark.parametrize("value", [None, 0.3, "30%", 1, "10GB", 2**50, "2TB"])
+def test_check_budget_accepts_every_form_whatever_the_device(value) -> None:
+    from rbln_build.budget import check_budget
+
+    check_budget(value)  # the form only: "2TB" exceeds every NPU, which is resolve_budget's call
+
+
+@pytest.mark.parametrize("value", ["abc", True, 1.5, 0, -3, "10 PB", [0.3], float("nan")])
+def test_check_budget_rejects_what_resolve_budget_rejects_as_malformed(value) -> None:
+    from rbln_build.budget import check_budget
+
+    with pytest.raises(EstimateError) as checked:
+        check_budget(value)
+    with pytest.raises(EstimateError) as resolved:
+        resolve_budget(value, resolve_npu("RBLN-CR03"))
+    assert checked.value.kind == resolved.value.kind == "invalid_budget"
+    assert str(checked.value) == str(resolved.value)

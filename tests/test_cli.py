@@ -192,6 +192,7 @@ def test_infeasible_cell_fails_alone_with_the_exact_error(plans_build: Path, tmp
         pytest.param("matrix.models=[qwen3_8b,qwen3_9b]", "matrix.models[1]", id="unknown-model"),
         pytest.param("+matrix.budgetz=[1]", "matrix.budgetz", id="appended-unknown-key"),
         pytest.param("matrix.include=[{budgts:[1]}]", "matrix.include[0].budgts", id="include-misspelt-key"),
+        pytest.param("budget=abc", "budget: memory_budget 'abc' is not a valid byte size", id="malformed-budget"),
     ],
 )
 def test_malformed_config_is_a_clear_error_and_writes_nothing(tmp_path: Path, override: str, says: str) -> None:

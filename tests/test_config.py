@@ -69,6 +69,14 @@ def _composition_error(overrides: list[str]) -> str:
                      id="include-non-positive"),
         pytest.param("matrix.include=[tiny_llama]", "matrix.include[0]", id="include-not-a-mapping"),
         pytest.param("matrix.include=null", "matrix.include", id="include-null"),
+        # a malformed budget is a config error before anything compiles (over-DRAM stays a cell result)
+        pytest.param("budget=abc", "budget: memory_budget 'abc' is not a valid byte size", id="budget-malformed"),
+        pytest.param("budget=true", "budget: memory_budget must not be a boolean", id="budget-bool"),
+        pytest.param("matrix.budgets=[0.3,1.5]", "matrix.budgets[1]: memory_budget fraction must be in (0, 1]",
+                     id="budget-fraction-out-of-range"),
+        pytest.param("budget=[0.3,0]", "budget[1]: memory_budget byte count must be positive", id="budget-zero"),
+        pytest.param("matrix.include=[{budgets:['10 PB']}]", "matrix.include[0].budgets[0]: memory_budget",
+                     id="include-budget-malformed"),
     ],
 )
 def test_bad_override_names_the_key(override: str, key_path: str) -> None:
