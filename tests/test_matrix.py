@@ -148,11 +148,11 @@ def test_a_cell_repeated_by_an_include_entry_is_kept_once_where_it_first_appears
 
 
 def test_one_id_with_different_inputs_names_both_places() -> None:
-    # "50%" and "50pct" print as one id but are different budgets.
+    # The int 1073741824 and the string "1073741824" print as one id but are different typed budgets.
     with pytest.raises(ConfigError) as info:
-        ids(["matrix=plans", "matrix.budgets=['50%']", "matrix.include=[{},{budgets:['50pct']}]"])
+        ids(["matrix=plans", "matrix.budgets=[1073741824]", "matrix.include=[{},{budgets:['1073741824']}]"])
     message = str(info.value)
-    assert "matrix.include[1]" in message and "defined by matrix " in message and "b50pct" in message
+    assert "matrix.include[1]" in message and "defined by matrix " in message and "b1073741824" in message
 
 
 def test_a_value_listed_twice_in_one_include_entry_is_an_error() -> None:
