@@ -26,7 +26,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rbln_build import memory, paged  # noqa: E402
-from rbln_build.attention import resolve_attention  # noqa: E402
 from rbln_build.backends import CompileSpec, get_backend  # noqa: E402
 from rbln_build.estimator import Request, estimate, min_budget_for_blocks  # noqa: E402
 from rbln_build.npu import resolve_npu  # noqa: E402
@@ -36,10 +35,7 @@ from rbln_build.recipes import load_recipe  # noqa: E402
 def _spec(recipe_name: str, npu_name: str) -> CompileSpec:
     recipe = load_recipe(recipe_name)
     npu = resolve_npu(npu_name)
-    b = recipe.build
-    att = resolve_attention(npu, batch_size=b["batch_size"], max_seq_len=b["max_seq_len"],
-                            attn_impl=b.get("attn_impl"), kvcache_partition_len=b.get("kvcache_partition_len"))
-    return CompileSpec(recipe=recipe, npu=npu, num_devices=1, attention=att)
+    return CompileSpec.for_recipe(recipe, npu)
 
 
 def _resolve(spec: CompileSpec, report, budget) -> int:

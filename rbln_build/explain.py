@@ -126,7 +126,6 @@ def explain(
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The explanation as a plain JSON value (what ``--json`` prints)."""
-    from .attention import resolve_attention
     from .backends.base import CompileSpec
     from .estimator import Request, estimate
     from .memory import ACTIVATION_LIVE_SETS, build_report
@@ -141,15 +140,9 @@ def explain(
     opts.update({k: v for k, v in (overrides or {}).items() if v is not None})
     if opts["batch_size"] is None or opts["max_seq_len"] is None:
         raise _UsageError(f"explain: recipe '{model}' has no build.batch_size/max_seq_len; pass them as options.")
-    attention = resolve_attention(
-        npu,
-        batch_size=opts["batch_size"],
-        max_seq_len=opts["max_seq_len"],
-        attn_impl=opts["attn_impl"],
-        kvcache_partition_len=opts["kvcache_partition_len"],
-        prefill_chunk_size=opts["prefill_chunk_size"],
-    )
-    report = build_report(CompileSpec(recipe=recipe, npu=npu, num_devices=num_devices, attention=attention))
+    spec = CompileSpec.for_recipe(recipe, npu, num_devices, **opts)
+    attention = spec.attention
+    report = build_report(spec)
 
     def request(budget: object) -> Request:
         return Request.for_attention(npu.name, num_devices, attention, memory_budget=budget)

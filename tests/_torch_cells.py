@@ -13,7 +13,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rbln_build.attention import resolve_attention
 from rbln_build.backends import CompileResult, CompileSpec, get_backend
 from rbln_build.npu import resolve_npu
 from rbln_build.recipes import Recipe, load_recipe
@@ -23,16 +22,7 @@ atexit.register(shutil.rmtree, _ROOT, True)
 
 
 def spec_for(recipe: Recipe, npu: str = "atom_max", num_devices: int = 1) -> CompileSpec:
-    target = resolve_npu(npu)
-    b = recipe.build
-    att = resolve_attention(
-        target,
-        batch_size=b["batch_size"],
-        max_seq_len=b["max_seq_len"],
-        attn_impl=b.get("attn_impl"),
-        kvcache_partition_len=b.get("kvcache_partition_len"),
-    )
-    return CompileSpec(recipe=recipe, npu=target, num_devices=num_devices, attention=att)
+    return CompileSpec.for_recipe(recipe, resolve_npu(npu), num_devices)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rbln_build.attention import resolve_attention
 from rbln_build.backends.base import CompileSpec
 from rbln_build.estimator import Request, Resolution, estimate
 from rbln_build.inventory import Inventory, inventory_for_recipe
@@ -31,17 +30,7 @@ def inventory(name: str) -> Inventory:
 
 def spec(recipe: str | Recipe, npu: str, num_devices: int = 1, **build: Any) -> CompileSpec:
     r = load_recipe(recipe) if isinstance(recipe, str) else recipe
-    opts = {**r.build, **build}
-    target = resolve_npu(npu)
-    attention = resolve_attention(
-        target,
-        batch_size=opts["batch_size"],
-        max_seq_len=opts["max_seq_len"],
-        attn_impl=opts.get("attn_impl"),
-        kvcache_partition_len=opts.get("kvcache_partition_len"),
-        prefill_chunk_size=opts.get("prefill_chunk_size"),
-    )
-    return CompileSpec(recipe=r, npu=target, num_devices=num_devices, attention=attention)
+    return CompileSpec.for_recipe(r, resolve_npu(npu), num_devices, **build)
 
 
 def report(recipe: str | Recipe, npu: str, num_devices: int = 1, live_sets: float | None = None,

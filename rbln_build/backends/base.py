@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..attention import AttentionConfig
+from ..attention import AttentionConfig, resolve_attention
 from ..errors import ConfigError
 from ..npu import NpuTarget
 from ..recipes import Recipe
@@ -54,6 +54,22 @@ class CompileSpec:
     npu: NpuTarget
     num_devices: int
     attention: AttentionConfig
+
+    @classmethod
+    def for_recipe(cls, recipe: Recipe, npu: NpuTarget, num_devices: int = 1, **options: Any) -> "CompileSpec":
+        """The recipe's ``build:`` defaults, overridden by ``options`` (``None`` keeps the default),
+        resolved for ``npu`` as optimum-rbln would. Raises EstimateError for invalid attention options."""
+        opts = {**recipe.build, **{k: v for k, v in options.items() if v is not None}}
+        attention = resolve_attention(
+            npu,
+            batch_size=opts.get("batch_size", 1),
+            max_seq_len=opts.get("max_seq_len"),  # type: ignore[arg-type]  # None is rejected with its name
+            attn_impl=opts.get("attn_impl"),
+            kvcache_partition_len=opts.get("kvcache_partition_len"),
+            kvcache_block_size=opts.get("kvcache_block_size"),
+            prefill_chunk_size=opts.get("prefill_chunk_size"),
+        )
+        return cls(recipe=recipe, npu=npu, num_devices=num_devices, attention=attention)
 
     def key_fields(self) -> dict[str, Any]:
         """Canonical, path-free inputs for the compile key (the backend adds its toolchain)."""
