@@ -417,18 +417,15 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
             return f"matrix.{key}", _plain(m[key])
         return f"{where}.{key}", _plain(entry[key])
 
-    models_at, model_names = get("models")
-    model_names = _names(models_at, model_names)
-    if axes.model is not None:
-        models = (axes.model,) if axes.model.name in model_names else ()
-    else:
-        models = axes.model_list(models_at, model_names)
-    devices_at, device_names = get("devices")
-    device_names = _names(devices_at, device_names)
-    if axes.device is not None:
-        devices = (axes.device,) if axes.device.name in device_names else ()
-    else:
-        devices = axes.device_list(devices_at, device_names)
+    def narrowed(key: str, chosen: Any, load: Any) -> tuple[Any, ...]:
+        at, names = get(key)
+        names = _names(at, names)
+        if chosen is not None:  # a narrowing override filters the entry instead of replacing its axis
+            return (chosen,) if chosen.name in names else ()
+        return tuple(load(at, names))
+
+    models = narrowed("models", axes.model, axes.model_list)
+    devices = narrowed("devices", axes.device, axes.device_list)
     budgets_at, budgets = get("budgets")
     budgets = _budgets(budgets_at, budgets)
     if axes.budgets is not None:
