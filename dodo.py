@@ -8,6 +8,6 @@
 Build with `rbln-build` (it holds the build lock and prints the results table).
 """
 
-from rbln_build.tasks import dodo_namespace
+from rbln_build.build._tasks import dodo_namespace
 
 globals().update(dodo_namespace())

@@ -25,11 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rbln_build import memory, paged  # noqa: E402
+from rbln_build import memory  # noqa: E402
+from rbln_build.backends.torch import _paged as paged  # noqa: E402
 from rbln_build.backends import CompileSpec, get_backend  # noqa: E402
-from rbln_build.estimator import Request, estimate, min_budget_for_blocks  # noqa: E402
-from rbln_build.npu import resolve_npu  # noqa: E402
-from rbln_build.recipes import load_recipe  # noqa: E402
+from rbln_build.estimator._search import Request, estimate, min_budget_for_blocks  # noqa: E402
+from rbln_build.estimator._npu import resolve_npu  # noqa: E402
+from rbln_build.memory._recipes import load_recipe  # noqa: E402
 
 
 def _spec(recipe_name: str, npu_name: str) -> CompileSpec:
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 a = (root / "ours" / f"cell{i}" / f).read_bytes()
                 assert a == (root / "per_cell" / f"cell{i}" / f).read_bytes(), f
         if args.verify:
-            from rbln_build.runtime import load_artifact
+            from rbln_build.backends.torch._runtime import load_artifact
 
             for i in range(len(budgets)):
                 load_artifact(root / "ours" / f"cell{i}").generate([[1, 2, 3], [4, 5]], 4)

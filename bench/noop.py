@@ -34,7 +34,7 @@ K1000 = [
 ]
 HYDRA_APP = f"""
 import hydra
-from rbln_build.config import register_configs
+from rbln_build.build._config import register_configs
 register_configs()
 @hydra.main(version_base="1.3", config_path={str(REPO / 'conf')!r}, config_name="config")
 def app(cfg):
@@ -50,7 +50,7 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess
 
 
 def rbln(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "rbln_build.cli", "progress=false", *args]
+    return [sys.executable, "-m", "rbln_build.build.cli", "progress=false", *args]
 
 
 def ensure_built(name: str, args: list[str], root: Path) -> float | None:

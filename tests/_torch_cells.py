@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rbln_build.backends import CompileResult, CompileSpec, get_backend
-from rbln_build.npu import resolve_npu
-from rbln_build.recipes import Recipe, load_recipe
+from rbln_build.estimator._npu import resolve_npu
+from rbln_build.memory._recipes import Recipe, load_recipe
 
 _ROOT = Path(tempfile.mkdtemp(prefix="rbln-build-tests-"))
 atexit.register(shutil.rmtree, _ROOT, True)
@@ -35,7 +35,7 @@ class Compiled:
 
 @functools.cache
 def compiled(name: str) -> Compiled:
-    from rbln_build import paged
+    from rbln_build.backends.torch import _paged as paged
 
     spec = spec_for(load_recipe(name))
     baseline = _ROOT / name / "baseline"

@@ -11,13 +11,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rbln_build.backends.base import CompileSpec
-from rbln_build.estimator import Request, Resolution, estimate
-from rbln_build.inventory import Inventory, inventory_for_recipe
-from rbln_build.memory import build_report
-from rbln_build.npu import resolve_npu
-from rbln_build.recipes import DEFAULT_RECIPES_DIR, Recipe, load_recipe
-from rbln_build.report import AllocationReport
+from rbln_build.backends._base import CompileSpec
+from rbln_build.estimator._search import Request, Resolution, estimate
+from rbln_build.memory._inventory import Inventory, inventory_for_recipe
+from rbln_build.memory._model import build_report
+from rbln_build.estimator._npu import resolve_npu
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, Recipe, load_recipe
+from rbln_build.estimator._report import AllocationReport
 
 MiB = 2**20
 _CACHE = Path(tempfile.mkdtemp(prefix="rbln-build-test-inventory-"))

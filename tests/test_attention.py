@@ -2,9 +2,9 @@
 
 import pytest
 
-from rbln_build.attention import resolve_attention
+from rbln_build.estimator._attention import resolve_attention
 from rbln_build.errors import EstimateError
-from rbln_build.npu import resolve_npu
+from rbln_build.estimator._npu import resolve_npu
 
 CR = resolve_npu("RBLN-CR03")
 CA = resolve_npu("RBLN-CA25")

@@ -14,7 +14,7 @@ import pytest
 
 from rbln_build.backends import get_backend
 from rbln_build.errors import BackendUnavailable
-from rbln_build.recipes import DEFAULT_RECIPES_DIR, load_recipe
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 
 from _torch_cells import spec_for
 
@@ -122,7 +122,7 @@ def test_finalize_rescales_every_graph_to_the_resolved_count_and_records_the_npu
 
 
 def test_estimator_over_the_rbln_report_picks_the_cell_count(compiled_llama, tmp_path) -> None:
-    from rbln_build.estimator import Request, estimate
+    from rbln_build.estimator._search import Request, estimate
 
     spec, base, result, _, _ = compiled_llama
     att = spec.attention

@@ -15,8 +15,8 @@ pytest.importorskip("torch")
 
 from rbln_build.backends import get_backend  # noqa: E402
 from rbln_build.errors import BuildError  # noqa: E402
-from rbln_build.recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
-from rbln_build.report import AllocationReport  # noqa: E402
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
+from rbln_build.estimator._report import AllocationReport  # noqa: E402
 
 from _torch_cells import compiled, finalized, spec_for  # noqa: E402
 
@@ -37,7 +37,7 @@ def test_importing_backends_and_toolchain_do_not_import_torch() -> None:
 
 @pytest.mark.parametrize("name", ["tiny_llama", "tiny_qwen3"])
 def test_compile_produces_a_program_and_the_memory_model_report(name: str) -> None:
-    from rbln_build import memory
+    from rbln_build.memory import _model as memory
 
     c = compiled(name)
     assert c.result.produced == "program"
@@ -52,7 +52,7 @@ def test_compile_produces_a_program_and_the_memory_model_report(name: str) -> No
 
 
 def test_two_budgets_of_one_compile_key_share_one_export() -> None:
-    from rbln_build import paged
+    from rbln_build.backends.torch import _paged as paged
 
     c = compiled("tiny_llama")
     before = paged.export_count()
@@ -96,7 +96,7 @@ def test_artifacts_hold_no_paths_and_are_self_contained(tmp_path) -> None:
             assert needle.encode() not in data, f"{f.name} contains {needle}"
     moved = tmp_path / "moved"
     shutil.copytree(cell, moved)  # a copy still loads and runs without the baseline or recipes
-    from rbln_build.runtime import load_artifact
+    from rbln_build.backends.torch._runtime import load_artifact
 
     assert len(load_artifact(moved).generate([[1, 2, 3]], 2)[0]) == 2
 

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from rbln_build.budget import budget_hints, fraction_for_bytes, resolve_budget
+from rbln_build.estimator._budget import budget_hints, fraction_for_bytes, resolve_budget
 from rbln_build.errors import EstimateError
-from rbln_build.npu import resolve_npu
+from rbln_build.estimator._npu import resolve_npu
 
 CR = resolve_npu("RBLN-CR03")
 CA = resolve_npu("RBLN-CA25")
@@ -165,14 +165,14 @@ def test_fraction_for_bytes_none_above_available():
 
 @pytest.mark.parametrize("value", [None, 0.3, "30%", 1, "10GB", 2**50, "2TB"])
 def test_check_budget_accepts_every_form_whatever_the_device(value) -> None:
-    from rbln_build.budget import check_budget
+    from rbln_build.estimator._budget import check_budget
 
     check_budget(value)  # the form only: "2TB" exceeds every NPU, which is resolve_budget's call
 
 
 @pytest.mark.parametrize("value", ["abc", True, 1.5, 0, -3, "10 PB", [0.3], float("nan")])
 def test_check_budget_rejects_what_resolve_budget_rejects_as_malformed(value) -> None:
-    from rbln_build.budget import check_budget
+    from rbln_build.estimator._budget import check_budget
 
     with pytest.raises(EstimateError) as checked:
         check_budget(value)

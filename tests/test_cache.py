@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.cache import Store, content_hash, link_atomic, write_atomic
+from rbln_build.build._store import Store, content_hash, link_atomic, write_atomic
 
 
 def _store(tmp_path: Path) -> tuple[Store, list[str]]:

@@ -27,7 +27,7 @@ PLAN_CELLS = 8
 
 def rbln(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rbln_build.cli", *args],
+        [sys.executable, "-m", "rbln_build.build.cli", *args],
         cwd=cwd,
         env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
         capture_output=True,
@@ -38,7 +38,7 @@ def rbln(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout:
 
 def popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rbln_build.cli", *args],
+        [sys.executable, "-m", "rbln_build.build.cli", *args],
         cwd=cwd,
         env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
         stdout=subprocess.PIPE,

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from rbln_build.errors import EstimateError
-from rbln_build.estimator import (
+from rbln_build.estimator._search import (
     Request,
     align_2mib,
     estimate,
@@ -20,7 +20,7 @@ from rbln_build.estimator import (
     max_blocks_within,
     min_budget_for_blocks,
 )
-from rbln_build.report import AllocationReport, KVTensor
+from rbln_build.estimator._report import AllocationReport, KVTensor
 
 MiB, GiB = 2**20, 2**30
 CA_AVAILABLE = 16_877_879_296
@@ -488,8 +488,8 @@ def test_a_bad_budget_is_reported_before_a_bad_report():
 
 
 def test_a_request_from_resolved_attention_resolves_like_the_raw_options() -> None:
-    from rbln_build.attention import resolve_attention
-    from rbln_build.npu import resolve_npu
+    from rbln_build.estimator._attention import resolve_attention
+    from rbln_build.estimator._npu import resolve_npu
 
     raw = dict(npu="RBLN-CR03", max_seq_len=40960, batch_size=8, kvcache_partition_len=8192)
     report = AllocationReport(

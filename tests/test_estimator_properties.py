@@ -10,9 +10,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbln_build.estimator import Request, estimate, min_budget_for_blocks
-from rbln_build.npu import resolve_npu
-from rbln_build.report import AllocationReport, KVTensor
+from rbln_build.estimator._search import Request, estimate, min_budget_for_blocks
+from rbln_build.estimator._npu import resolve_npu
+from rbln_build.estimator._report import AllocationReport, KVTensor
 
 MiB, GiB = 2**20, 2**30
 TWO_MIB = 2 * MiB

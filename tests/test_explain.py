@@ -11,7 +11,7 @@ import sys
 import pytest
 from memory_helpers import _CACHE, inventory
 
-from rbln_build import explain
+from rbln_build.memory import explain
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +97,7 @@ def test_module_entry_point_subprocess(warm_cache):
 def test_explain_on_a_cache_hit_imports_no_torch(warm_cache):
     env = {**os.environ, "RBLN_BUILD_CACHE": str(warm_cache), "HF_HUB_OFFLINE": "1"}
     code = (
-        "import sys, io, contextlib; from rbln_build.explain import main\n"
+        "import sys, io, contextlib; from rbln_build.memory.explain import main\n"
         "with contextlib.redirect_stdout(io.StringIO()): rc = main(['model=qwen3_8b', 'device=rebel100'])\n"
         "assert rc == 0 and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:5]"
     )

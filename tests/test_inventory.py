@@ -10,9 +10,9 @@ import sys
 import pytest
 from memory_helpers import inventory
 
-from rbln_build import inventory as inv_mod
-from rbln_build.inventory import Inventory, cached_inventory, inventory_from_model
-from rbln_build.recipes import DEFAULT_RECIPES_DIR, load_recipe
+from rbln_build.memory import _inventory as inv_mod
+from rbln_build.memory._inventory import Inventory, cached_inventory, inventory_from_model
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 
 PUBLISHED_TOTALS = [
     pytest.param("qwen3_8b", 8_190_735_360, id="qwen3_8b"),
@@ -132,7 +132,7 @@ def test_another_inventory_code_misses(tmp_path, monkeypatch, builds):
 
 def test_key_covers_the_versions_and_the_code_without_importing_them():
     code = (
-        "import sys, rbln_build.inventory as m; k = m.cache_key(b'{}'); "
+        "import sys, rbln_build.memory._inventory as m; k = m.cache_key(b'{}'); "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; "
         "m._package_version = lambda name: 'other'; assert m.cache_key(b'{}') != k"
     )
@@ -187,7 +187,7 @@ def test_inventory_of_a_real_model_equals_the_meta_inventory():
 
 def test_modules_import_without_torch():
     code = (
-        "import sys, rbln_build.memory, rbln_build.inventory, rbln_build.recipes, rbln_build.explain; "
+        "import sys, rbln_build.memory._model, rbln_build.memory._inventory, rbln_build.memory._recipes, rbln_build.memory.explain; "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

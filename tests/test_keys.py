@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from rbln_build.config import compose_settings
-from rbln_build.keys import canonical_json, cell_key, compile_key, digest
-from rbln_build.matrix import expand
+from rbln_build.build._config import compose_settings
+from rbln_build.build._keys import canonical_json, cell_key, compile_key, digest
+from rbln_build.build._matrix import expand
 
 TOOLCHAIN = {"torch": "2.13.0", "transformers": "5.15.1", "format": "1"}
 
@@ -71,15 +73,23 @@ def test_toolchain_reaches_every_key() -> None:
 
 
 def test_code_versions_follow_the_import_closure() -> None:
-    from rbln_build.keys import backend_module, module_closure
+    import rbln_build
+    from rbln_build.build._keys import RESOLVE_MODULE, backend_module, module_closure
 
-    torch_files = {p.name for p in module_closure(backend_module("torch"))}
-    assert {"torch_export.py", "base.py", "memory.py", "recipes.py"} <= torch_files
-    assert not {"cli.py", "tasks.py", "manifest.py", "cache.py", "matrix.py", "config.py"} & torch_files
-    resolve_files = {p.name for p in module_closure("rbln_build.estimator")}
-    assert "estimator.py" in resolve_files and "memory.py" not in resolve_files
+    pkg = Path(rbln_build.__file__).parent
+
+    def closure(module: str) -> set[str]:
+        return {p.relative_to(pkg).as_posix() for p in module_closure(module)}
+
+    torch_files = closure(backend_module("torch"))
+    assert {"backends/torch/_export.py", "backends/_base.py", "memory/_model.py", "memory/_recipes.py"} <= torch_files
+    assert not {f for f in torch_files if f.startswith("build/")}
+    resolve_files = closure(RESOLVE_MODULE)
+    assert "estimator/_search.py" in resolve_files
+    assert {f for f in resolve_files if not f.startswith("estimator/")} == {"__init__.py", "errors.py"}
     # the estimator's block arithmetic lives in a private module: editing it must change the cell keys too
-    assert {"_kvpool.py", "report.py", "budget.py", "attention.py", "npu.py"} <= resolve_files
+    assert {"estimator/_pool.py", "estimator/_report.py", "estimator/_budget.py", "estimator/_attention.py",
+            "estimator/_npu.py"} <= resolve_files
 
 
 def test_resolve_code_is_in_the_cell_key_only() -> None:

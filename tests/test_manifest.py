@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rbln_build.config import compose_settings
-from rbln_build.manifest import SCHEMA_VERSION, entry_for, render_manifest, summarize
-from rbln_build.matrix import Cell, expand
+from rbln_build.build._config import compose_settings
+from rbln_build.build._manifest import SCHEMA_VERSION, entry_for, render_manifest, summarize
+from rbln_build.build._matrix import Cell, expand
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 INSUFFICIENT = "Insufficient memory for the required KV cache: only 3 blocks can be allocated, but at least 9 blocks are required."

@@ -9,10 +9,10 @@ import time
 import pytest
 from memory_helpers import MiB, inventory, report, spec
 
-from rbln_build.estimator import kv_bytes_at
-from rbln_build.memory import ALIGNMENT, build_report, layer_placement, weight_bytes_per_device
-from rbln_build.recipes import DEFAULT_RECIPES_DIR, load_recipe
-from rbln_build.report import AllocationReport
+from rbln_build.estimator._search import kv_bytes_at
+from rbln_build.memory._model import ALIGNMENT, build_report, layer_placement, weight_bytes_per_device
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
+from rbln_build.estimator._report import AllocationReport
 
 
 def test_layer_placement_contiguous_larger_ranges_first():
@@ -111,7 +111,7 @@ def test_quantization_shrinks_linear_weights_not_lm_head(tmp_path, bits):
     inv = inventory("qwen3_8b")
     base = spec("qwen3_8b", "RBLN-CR03")
     quant = spec(_quantized(tmp_path, bits), "RBLN-CR03")
-    from rbln_build.memory import model_facts
+    from rbln_build.memory._model import model_facts
 
     m16, mq = model_facts(base), model_facts(quant)
     for t in inv.tensors:

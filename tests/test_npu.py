@@ -3,7 +3,7 @@
 import pytest
 
 from rbln_build.errors import EstimateError
-from rbln_build.npu import resolve_npu
+from rbln_build.estimator._npu import resolve_npu
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rbln_build import paged  # noqa: E402
-from rbln_build.recipes import load_recipe  # noqa: E402
-from rbln_build.weights import build_model  # noqa: E402
+from rbln_build.backends.torch import _paged as paged  # noqa: E402
+from rbln_build.memory._recipes import load_recipe  # noqa: E402
+from rbln_build.backends.torch._weights import build_model  # noqa: E402
 
 PROMPTS = [[5, 6, 7, 8, 9], [100, 3, 200, 9, 11, 12, 13, 14, 15, 16, 17]]
 
@@ -76,7 +76,7 @@ def _sliding_recipe(tmp_path):
     import json
     import shutil
 
-    from rbln_build.recipes import DEFAULT_RECIPES_DIR
+    from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR
 
     d = tmp_path / "recipes" / "tiny_qwen3_sliding"
     d.mkdir(parents=True)

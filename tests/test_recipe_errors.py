@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rbln_build.errors import RecipeError
-from rbln_build.recipes import DEFAULT_RECIPES_DIR, load_recipe
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 
 
 @pytest.fixture

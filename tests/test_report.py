@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rbln_build.report import AllocationReport
+from rbln_build.estimator._report import AllocationReport
 
 
 def _report_json():

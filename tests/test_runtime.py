@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rbln_build.errors import RuntimeLimitError, UserError  # noqa: E402
-from rbln_build.recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
-from rbln_build.runtime import PageTable, load_artifact  # noqa: E402
-from rbln_build.weights import build_model  # noqa: E402
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
+from rbln_build.backends.torch._runtime import PageTable, load_artifact  # noqa: E402
+from rbln_build.backends.torch._weights import build_model  # noqa: E402
 
 from _torch_cells import compiled, finalized  # noqa: E402
 
@@ -34,7 +34,7 @@ def small_pool(request):
     The budget is the smallest one that clears the floor (the estimator's own answer), so the
     count comes from a budget through the estimator, exactly as a matrix cell gets it.
     """
-    from rbln_build.estimator import Request, estimate
+    from rbln_build.estimator._search import Request, estimate
 
     name = request.param
     c = compiled(name)

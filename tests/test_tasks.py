@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from rbln_build.backends import get_backend
-from rbln_build.config import compose_settings
+from rbln_build.build._config import compose_settings
 from rbln_build.errors import BuildError
-from rbln_build.matrix import expand_all
-from rbln_build.tasks import Build
+from rbln_build.build._matrix import expand_all
+from rbln_build.build._tasks import Build
 
 
 class FlakyBackend:
@@ -77,7 +77,7 @@ def test_failed_compile_fails_its_cells_and_is_retried(
 def test_a_build_keeps_inventories_in_its_build_dir_unless_the_user_chose(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chosen: str | None
 ) -> None:
-    from rbln_build import inventory
+    from rbln_build.memory import _inventory as inventory
 
     monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / str(chosen)))  # recorded, so restored afterwards
     if chosen is None:

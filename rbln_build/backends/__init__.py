@@ -1,8 +1,16 @@
-"""Compile backends behind one small interface (see ``base``). Importing this package is cheap:
-a backend module (and torch) is imported only when ``get_backend`` is called for it."""
+"""Compile backends behind one small interface and one registry (``_base``).
+
+    _base        the Backend interface, CompileSpec/CompileResult, the registry (short names and
+                 ``module:Class`` import paths), plans for recipes without weights
+    _rbln        optimum-rbln and the Rebellions compiler (when the SDK is installed)
+    torch/       torch.export programs with a paged KV cache that really run on CPU
+
+Importing this package is cheap: a backend module (and torch) is imported only when
+``get_backend`` is called for it.
+"""
 
 from __future__ import annotations
 
-from .base import Backend, CompileResult, CompileSpec, get_backend, BACKENDS
+from ._base import BACKENDS, Backend, CompileResult, CompileSpec, get_backend
 
-__all__ = ["Backend", "CompileResult", "CompileSpec", "get_backend", "BACKENDS"]
+__all__ = ["BACKENDS", "Backend", "CompileResult", "CompileSpec", "get_backend"]

@@ -34,10 +34,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import CacheError, RecipeError
+from ..errors import CacheError, RecipeError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .recipes import Recipe
+    from ._recipes import Recipe
 
 __all__ = [
     "ROLES",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .errors import EstimateError
+from ..errors import EstimateError
 
 __all__ = ["AttentionLimits", "NpuTarget", "resolve_npu", "NPU_ALIASES", "KNOWN_FAMILIES"]
 

@@ -39,8 +39,8 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
-    from .config import CONF_DIR, register_configs, settings_from_config
-    from .errors import RblnBuildError
+    from ._config import CONF_DIR, register_configs, settings_from_config
+    from ..errors import RblnBuildError
 
     register_configs()
     jobs: list[Any] = []
@@ -95,8 +95,8 @@ def _table(entries: list[dict[str, Any]], redone: set[str]) -> str:
 def _build(jobs: list[Any]) -> int:
     from filelock import FileLock, Timeout
 
-    from .matrix import expand_all
-    from .tasks import LOCK_FILE, Build
+    from ._matrix import expand_all
+    from ._tasks import LOCK_FILE, Build
 
     build_dir, cells = expand_all(jobs)
     progress = all(j.progress for j in jobs)
@@ -133,10 +133,10 @@ def _build(jobs: list[Any]) -> int:
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["explain"]:
-        from .explain import main as explain_main
+        from ..memory.explain import main as explain_main
 
         sys.exit(explain_main(argv[1:]))
-    from .errors import RblnBuildError
+    from ..errors import RblnBuildError
 
     try:
         jobs, errors, called = _compose_jobs()

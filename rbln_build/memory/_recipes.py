@@ -26,11 +26,11 @@ from typing import Any
 
 import yaml
 
-from .errors import RecipeError
+from ..errors import RecipeError
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
 
-DEFAULT_RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+DEFAULT_RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHT_BITS = (16, 8, 4)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import EstimateError
-from .npu import NpuTarget
+from ..errors import EstimateError
+from ._npu import NpuTarget
 
 __all__ = ["AttentionConfig", "resolve_attention"]
 

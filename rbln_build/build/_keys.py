@@ -29,7 +29,7 @@ __all__ = ["canonical_json", "digest", "code_version", "module_closure", "compil
 
 COMPILE_CODE_EPOCH = 1  # bump to invalidate every compile without touching compile code
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]
 _PACKAGE_NAME = _PACKAGE.name
 
 
@@ -106,7 +106,7 @@ def code_version(module: str) -> str:
 
 
 def backend_module(backend: str) -> str:
-    from .backends.base import BACKENDS
+    from ..backends._base import BACKENDS
 
     return BACKENDS[backend].split(":")[0] if backend in BACKENDS else f"{_PACKAGE_NAME}.backends.{backend}"
 

@@ -5,7 +5,7 @@ allocations a compiled model reports, ``estimate`` resolves the number of KV-cac
 optimum-rbln 0.12.0 does, and explains the answer (``Breakdown``):
 
 * The budget applies per device (node), resolves against that device's available DRAM
-  (``rbln_build.budget``) and is split evenly over its chiplets: ``budget // num_chiplets``.
+  (``rbln_build.estimator._budget``) and is split evenly over its chiplets: ``budget // num_chiplets``.
 * A count of N blocks fits when every (node, chiplet) holds its non-KV bytes plus its KV bytes at N:
   each resizable KV tensor counts ``size // current_blocks * N`` bytes, a fixed (non-resizable)
   tensor its reported size, and each tensor is rounded up to 2 MiB *after* scaling.
@@ -23,7 +23,7 @@ carried in the ``Resolution`` (``raise_for_error`` turns it into an ``EstimateEr
 
 This module holds the request and answer types, validation, every error message and the resolution
 rules; the block arithmetic over a report (reduction, alignment, fits, the searches) is in the
-private ``rbln_build._kvpool``, whose public functions are re-exported here.
+private ``rbln_build.estimator._pool``, whose public functions are re-exported here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from ._kvpool import (
+from ._pool import (
     ALIGNMENT,
     Pool,
     align_2mib,
@@ -43,11 +43,11 @@ from ._kvpool import (
     min_budget_for_blocks,
     pool_for,
 )
-from .attention import AttentionConfig, resolve_attention
-from .budget import budget_hints, fraction_for_bytes, resolve_budget
-from .errors import EstimateError
-from .npu import NpuTarget, resolve_npu
-from .report import AllocationReport
+from ._attention import AttentionConfig, resolve_attention
+from ._budget import budget_hints, fraction_for_bytes, resolve_budget
+from ..errors import EstimateError
+from ._npu import NpuTarget, resolve_npu
+from ._report import AllocationReport
 
 __all__ = [
     "ALIGNMENT",

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .errors import BuildError, RuntimeLimitError, UserError
+from ...errors import BuildError, RuntimeLimitError, UserError
 
 __all__ = ["Artifact", "PageTable", "load_artifact"]
 

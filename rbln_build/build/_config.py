@@ -27,9 +27,9 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .budget import check_budget
-from .errors import ConfigError, EstimateError
-from .recipes import DEFAULT_RECIPES_DIR
+from ..estimator._budget import check_budget
+from ..errors import ConfigError, EstimateError
+from ..memory._recipes import DEFAULT_RECIPES_DIR
 
 __all__ = [
     "AttnImpl",
@@ -54,7 +54,7 @@ __all__ = [
     "compose_settings",
 ]
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 class AttnImpl(enum.Enum):

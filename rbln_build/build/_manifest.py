@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from .matrix import Cell
+from ._matrix import Cell
 
 __all__ = ["SCHEMA_VERSION", "entry_for", "render_manifest", "summarize", "render_json", "FAILING_STATUSES"]
 

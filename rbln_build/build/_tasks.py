@@ -28,18 +28,18 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-from .cache import Store, link_atomic, write_atomic
-from .errors import BackendUnavailable, RblnBuildError
-from .keys import digest
-from .manifest import entry_for, render_json, render_manifest, summarize
-from .matrix import Cell
+from ._store import Store, link_atomic, write_atomic
+from ..errors import BackendUnavailable, RblnBuildError
+from ._keys import digest
+from ._manifest import entry_for, render_json, render_manifest, summarize
+from ._matrix import Cell
 
 __all__ = ["Build", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "TEST_SLEEP_ENV"]
 
 STATE_FILE = ".doit.sqlite3"
 LOCK_FILE = ".lock"
 TEST_SLEEP_ENV = "RBLN_BUILD_TEST_COMPILE_SLEEP"  # test hook: seconds to sleep inside a compile
-INVENTORY_ENV = "RBLN_BUILD_CACHE"  # rbln_build.inventory's cache root
+INVENTORY_ENV = "RBLN_BUILD_CACHE"  # rbln_build.memory._inventory's cache root
 
 
 def doit_config(build_dir: Path) -> dict[str, Any]:
@@ -89,7 +89,7 @@ class Build:
 
     def _backend(self, name: str) -> Any:
         if name not in self._backends:
-            from .backends import get_backend
+            from ..backends import get_backend
 
             self._backends[name] = get_backend(name)
         return self._backends[name]
@@ -157,7 +157,7 @@ class Build:
         """Unless the user chose a place (RBLN_BUILD_CACHE), keep the memory model's parameter
         inventories under this build directory (``cache/inventory``), so ``rm -rf build`` resets
         everything. Staleness is not handled here: the inventory cache's own key covers the
-        transformers and torch versions and the inventory code (``rbln_build.inventory.cache_key``)."""
+        transformers and torch versions and the inventory code (``rbln_build.memory._inventory.cache_key``)."""
         if not os.environ.get(INVENTORY_ENV):
             os.environ[INVENTORY_ENV] = str(self.build_dir / "cache")
 
@@ -271,8 +271,8 @@ class Build:
             )
             return dict(base, error=message, error_kind=kind), False
 
-        from .estimator import Request, estimate
-        from .report import AllocationReport
+        from ..estimator._search import Request, estimate
+        from ..estimator._report import AllocationReport
 
         report = self._reports.get(cell.compile_key)
         if report is None:
@@ -364,8 +364,8 @@ def _describe(exc: BaseException) -> tuple[str, str]:
 def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
     """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
     e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
-    from .config import compose_settings
-    from .matrix import expand_all
+    from ._config import compose_settings
+    from ._matrix import expand_all
 
     if overrides is None:
         overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()

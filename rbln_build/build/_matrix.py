@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .attention import resolve_attention
-from .backends.base import CompileSpec
-from .config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
-from .errors import ConfigError, EstimateError
-from .keys import cell_key, compile_key, digest
-from .npu import NpuTarget, resolve_npu
-from .recipes import Recipe, load_recipe
+from ..estimator._attention import resolve_attention
+from ..backends._base import CompileSpec
+from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
+from ..errors import ConfigError, EstimateError
+from ._keys import cell_key, compile_key, digest
+from ..estimator._npu import NpuTarget, resolve_npu
+from ..memory._recipes import Recipe, load_recipe
 
 __all__ = ["Cell", "expand", "expand_all", "format_budget", "BUILD_OPTIONS"]
 
@@ -241,7 +241,7 @@ def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
     """The union of the cells of several composed configs (the jobs of a multirun sweep), in job
     order, each cell once. A sweep shares one build directory; a cell id that two jobs define
     differently is an error."""
-    from .backends import get_backend
+    from ..backends import get_backend
 
     if not jobs:
         raise ConfigError("nothing to build: no configuration was composed.")

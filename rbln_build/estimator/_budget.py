@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import EstimateError
-from .npu import NpuTarget
+from ..errors import EstimateError
+from ._npu import NpuTarget
 
 __all__ = ["resolve_budget", "check_budget", "budget_hints", "fraction_for_bytes", "BYTE_UNITS", "ACCEPTED_FORMS"]
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import BuildError
+from ...errors import BuildError
 
 __all__ = [
     "ATTN_NAME",

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..attention import AttentionConfig, resolve_attention
+from ..estimator._attention import AttentionConfig, resolve_attention
 from ..errors import ConfigError
-from ..npu import NpuTarget
-from ..recipes import Recipe
-from ..report import AllocationReport
+from ..estimator._npu import NpuTarget
+from ..memory._recipes import Recipe
+from ..estimator._report import AllocationReport
 
 __all__ = [
     "CompileSpec",
@@ -41,8 +41,8 @@ __all__ = [
 
 # name -> "module:Class"; modules are imported lazily.
 BACKENDS = {
-    "torch": "rbln_build.backends.torch_export:TorchExportBackend",
-    "rbln": "rbln_build.backends.rbln:RblnBackend",
+    "torch": "rbln_build.backends.torch._export:TorchExportBackend",
+    "rbln": "rbln_build.backends._rbln:RblnBackend",
 }
 
 

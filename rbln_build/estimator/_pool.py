@@ -7,9 +7,9 @@ non-KV bytes plus its KV bytes at N, each resizable tensor scaled to N and round
 *after* scaling. KV bytes never decrease as N grows, so "fits" is monotone: the largest fitting count
 is a binary search and the smallest budget for N is exact. Pools are cached per report object.
 
-Pure integer arithmetic: no validation (``rbln_build.estimator`` checks reports and requests first,
+Pure integer arithmetic: no validation (``rbln_build.estimator._search`` checks reports and requests first,
 and owns every error message), no I/O, no torch. The public names are re-exported by
-``rbln_build.estimator``; import them from there.
+``rbln_build.estimator._search``; import them from there.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from .report import AllocationReport
+from ._report import AllocationReport
 
 __all__ = [
     "ALIGNMENT",

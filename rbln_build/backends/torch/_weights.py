@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .errors import RecipeError
+from ...errors import RecipeError
 
 if TYPE_CHECKING:
-    from .recipes import Recipe
+    from ...memory._recipes import Recipe
 
 __all__ = ["build_model", "seeded_state_dict", "load_weights", "param_seed"]
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .keys import canonical_json
+from ._keys import canonical_json
 
 __all__ = ["Entry", "Store", "content_hash", "write_atomic", "link_atomic"]
 

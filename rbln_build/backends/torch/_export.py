@@ -33,8 +33,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..errors import BuildError
-from .base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for, write_json
+from ...errors import BuildError
+from .._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for, write_json
 
 __all__ = ["TorchExportBackend", "PROGRAM_FILE", "write_json", "rbln_config_for"]
 
@@ -66,10 +66,10 @@ class TorchExportBackend(Backend):
 
         import torch
 
-        from .. import memory  # lazily: the memory model pulls in the inventory machinery
+        from ... import memory  # lazily: the memory model pulls in the inventory machinery
 
-        from .. import paged
-        from ..weights import build_model
+        from . import _paged as paged
+        from ._weights import build_model
 
         model = build_model(recipe)
         report = memory.build_report(spec, inventory=_inventory_of(model, recipe))
@@ -143,7 +143,7 @@ class TorchExportBackend(Backend):
 def _inventory_of(model: Any, recipe: Any) -> Any:
     """The inventory of the live model if the inventory module offers it; else None (from config)."""
     try:
-        from ..inventory import inventory_from_model
+        from ...memory._inventory import inventory_from_model
     except ImportError:
         return None
     sha = hashlib.sha256((recipe.directory / "config.json").read_bytes()).hexdigest()

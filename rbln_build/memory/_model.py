@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .inventory import Inventory, TensorEntry, inventory_for_recipe
-from .report import AllocationReport, KVTensor
+from ._inventory import Inventory, TensorEntry, inventory_for_recipe
+from ..estimator._report import AllocationReport, KVTensor
 
 __all__ = [
     "ALIGNMENT",

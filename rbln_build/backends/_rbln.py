@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnavailable, BuildError
-from ..report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
-from .base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for
+from ..estimator._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
+from ._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for
 
 __all__ = ["RblnBackend", "INSTALL_HINT", "report_from_compiled"]
 
@@ -174,7 +174,7 @@ class RblnBackend(Backend):
         recipe = spec.recipe
         if recipe.weights_path is not None:
             return recipe.weights_path
-        from ..weights import build_model  # seeded weights: materialize an HF checkpoint once
+        from .torch._weights import build_model  # seeded weights: materialize an HF checkpoint once
 
         build_model(recipe).save_pretrained(str(tmp))
         return tmp

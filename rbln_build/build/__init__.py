@@ -1,0 +1,10 @@
+"""Builds: configs -> cells -> compile -> resolve -> finalize -> manifest.
+
+    _config      typed Hydra schemas and their conversion to frozen settings
+    _matrix      settings -> cells (stable order, stable ids)
+    _keys        compile keys and cell keys (content hashes of every input)
+    _store       the content-addressed cache (verified on read, atomic writes)
+    _tasks       the doit wiring
+    _manifest    manifest.json and summary.json
+    cli          ``rbln-build``
+"""

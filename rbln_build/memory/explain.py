@@ -1,0 +1,320 @@
+"""``rbln-build explain``: what one model occupies on one device target, and what budgets give.
+
+    rbln-build explain model=qwen3_8b device=rebel100
+    rbln-build explain model=qwen3_8b device=atom_max_x4 budgets=0.3,0.5,1.0 --json
+
+Prints, from the memory model (``rbln_build.memory``) and the estimator: weights, workspace and
+runtime buffers per chiplet, KV bytes per block, the full pool and the floor, the budget needed
+for each, and the resolved block count at a few budgets. These are model-based estimates (no
+compiler runs); docs/memory-model.md says how the model was calibrated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import BuildError, RblnBuildError, UserError
+from ._recipes import DEFAULT_RECIPES_DIR, list_recipes, load_recipe
+
+__all__ = ["main", "explain", "render", "load_device", "DEFAULT_DEVICE_DIR", "DEFAULT_BUDGETS"]
+
+DEFAULT_DEVICE_DIR = Path(__file__).resolve().parents[2] / "conf" / "device"
+DEFAULT_BUDGETS: tuple[object, ...] = (0.1, 0.2, 0.3, 0.5, 1.0)
+_BUILD_KEYS = ("batch_size", "max_seq_len", "kvcache_partition_len", "attn_impl", "prefill_chunk_size")
+_INT_KEYS = {"batch_size", "max_seq_len", "kvcache_partition_len", "prefill_chunk_size"}
+_KEYS = {"model", "device", "budgets", *_BUILD_KEYS}
+MiB = 2**20
+
+USAGE = """\
+usage: rbln-build explain model=<recipe> device=<device> [key=value ...] [--json]
+
+Explain the memory plan of one model on one device target: weights, workspace and runtime
+buffers per chiplet, KV-cache bytes per block, the full pool and the floor, the budget each
+needs, and the kvcache_num_blocks the estimator resolves at a few memory budgets.
+
+required:
+  model=NAME                 a recipe under recipes/ ({models})
+  device=NAME                a device target under conf/device/ ({devices})
+
+options (defaults: the recipe's build section, then optimum-rbln's defaults for the NPU):
+  batch_size=N  max_seq_len=N  kvcache_partition_len=N  prefill_chunk_size=N
+  attn_impl=eager|flash_attn
+  budgets=B,B,...            memory budgets to resolve (default {budgets}); each is a
+                             fraction (0.3), a percentage (30%), or bytes (10GB, 1073741824)
+  --json                     one deterministic JSON object instead of the table
+  -h, --help                 this text
+
+The numbers come from rbln-build's NPU memory model, not from the Rebellions compiler: they are
+estimates calibrated to the specification's published figures (see docs/memory-model.md).
+Exit status: 0 on success, 2 for a usage or input error.
+"""
+
+
+class _UsageError(UserError):
+    pass
+
+
+def _usage() -> str:
+    def names(directory: Path, pattern: str) -> str:
+        try:
+            return ", ".join(sorted(p.stem if pattern else p.name for p in directory.glob(pattern or "*")
+                                    if pattern or (p / "recipe.yaml").is_file()))
+        except OSError:
+            return "none found"
+
+    return USAGE.format(
+        models=names(DEFAULT_RECIPES_DIR, ""),
+        devices=names(DEFAULT_DEVICE_DIR, "*.yaml"),
+        budgets=",".join(str(b) for b in DEFAULT_BUDGETS),
+    )
+
+
+def load_device(name: str, directory: Path = DEFAULT_DEVICE_DIR) -> tuple[str, int]:
+    """conf/device/<name>.yaml → (npu, num_devices)."""
+    path = directory / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml"))) or "none"
+        raise _UsageError(f"explain: unknown device '{name}' ({path} does not exist). Known devices: {known}.")
+    data = yaml.safe_load(path.read_text()) or {}
+    npu, num_devices = data.get("npu"), data.get("num_devices", 1)
+    if not isinstance(npu, str) or isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+        raise _UsageError(f"{path}: expected 'npu: <name>' and 'num_devices: <positive int>', got {data!r}.")
+    return npu, num_devices
+
+
+def _parse_budget(text: str) -> object:
+    text = text.strip()
+    if not text:
+        raise _UsageError("explain: budgets=: an empty budget; write e.g. budgets=0.1,0.3,1.0.")
+    if text.endswith("%") or any(c.isalpha() for c in text):
+        return text
+    try:
+        return float(text) if "." in text or "e" in text.lower() else int(text)
+    except ValueError:
+        raise _UsageError(f"explain: budgets=: cannot read {text!r}; use 0.3, 30% or 10GB.") from None
+
+
+def _parse(argv: list[str]) -> tuple[dict[str, str], bool]:
+    opts: dict[str, str] = {}
+    as_json = False
+    for arg in argv:
+        if arg == "--json":
+            as_json = True
+        elif "=" in arg and not arg.startswith("-"):
+            key, _, value = arg.partition("=")
+            if key not in _KEYS:
+                raise _UsageError(f"explain: unknown option '{key}'; known: {', '.join(sorted(_KEYS))}.")
+            opts[key] = value
+        else:
+            raise _UsageError(f"explain: cannot read argument {arg!r}; options are key=value (see --help).")
+    for key in ("model", "device"):
+        if key not in opts:
+            raise _UsageError(f"explain: missing {key}=...; see rbln-build explain --help.")
+    return opts, as_json
+
+
+def explain(
+    model: str,
+    device: str,
+    budgets: tuple[object, ...] = DEFAULT_BUDGETS,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The explanation as a plain JSON value (what ``--json`` prints)."""
+    from ..backends._base import CompileSpec
+    from ..estimator._search import Request, estimate
+    from ._model import ACTIVATION_LIVE_SETS, build_report
+    from ..estimator._npu import resolve_npu
+
+    if model not in list_recipes():
+        raise _UsageError(f"explain: unknown model '{model}'. Known models: {', '.join(list_recipes())}.")
+    recipe = load_recipe(model)
+    npu_name, num_devices = load_device(device)
+    npu = resolve_npu(npu_name)
+    opts = {k: recipe.build.get(k) for k in _BUILD_KEYS}
+    opts.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if opts["batch_size"] is None or opts["max_seq_len"] is None:
+        raise _UsageError(f"explain: recipe '{model}' has no build.batch_size/max_seq_len; pass them as options.")
+    spec = CompileSpec.for_recipe(recipe, npu, num_devices, **opts)
+    attention = spec.attention
+    report = build_report(spec)
+
+    def request(budget: object) -> Request:
+        return Request.for_attention(npu.name, num_devices, attention, memory_budget=budget)
+
+    base = estimate(request(None), report)
+    bd = base.breakdown
+    if bd is None:  # the request itself was rejected
+        raise _UsageError(f"explain: {base.error}")
+
+    nodes = []
+    for node in range(num_devices):
+        chiplets = []
+        for c in range(npu.num_chiplets):
+            entry: dict[str, int] = {}
+            for graph in report.alloc.values():
+                for key, grid in graph.items():
+                    entry[key] = entry.get(key, 0) + grid[node][c]
+            entry["non_kv"] = bd.non_kv_bytes[node][c]
+            entry["kv_per_block"] = sum(
+                -(-t.sizes[node][c] // (2 * MiB)) * 2 * MiB for t in report.kv_tensors.values() if t.can_resize
+            )
+            entry["kv_fixed"] = bd.kv_fixed_bytes[node][c]
+            chiplets.append(dict(sorted(entry.items())))
+        nodes.append(chiplets)
+
+    rows = []
+    for budget in budgets:
+        res = estimate(request(budget), report)
+        b = res.breakdown
+        rows.append({
+            "budget": budget,
+            "budget_bytes": None if b is None else b.budget_bytes,
+            "kvcache_num_blocks": res.kvcache_num_blocks,
+            "max_fitting_blocks": None if b is None else b.max_fitting_blocks,
+            "error": res.error,
+            "error_kind": res.error_kind,
+        })
+
+    notes = report.notes
+    return {
+        "model": model,
+        "source": recipe.source.get("model_id"),
+        "device": device,
+        "npu": npu.name,
+        "product": npu.product,
+        "num_devices": num_devices,
+        "num_chiplets": npu.num_chiplets,
+        "available_bytes_per_device": npu.available_bytes,
+        "dtype": recipe.dtype,
+        "weight_bits": recipe.weight_bits,
+        "attention": attention.to_json(),
+        "parameters": notes.get("parameters"),
+        "host_embedding_bytes": notes.get("host_embedding_bytes"),
+        "layers_per_chiplet": notes.get("layers_per_chiplet"),
+        "activation_live_sets": ACTIVATION_LIVE_SETS,
+        "per_chiplet": nodes,
+        "num_full_blocks": base.num_full_blocks,
+        "num_min_blocks": base.num_min_blocks,
+        "budget_for_floor": bd.budget_for_floor.to_json(),
+        "budget_for_full_pool": bd.budget_for_full_pool.to_json(),
+        "budgets": rows,
+        "warnings": list(base.warnings),
+        "estimate": "model-based (rbln_build.memory), calibrated to the specification's figures; not a compiler report",
+    }
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / MiB:,.0f} MiB" if n % MiB == 0 else f"{n / MiB:,.2f} MiB"
+
+
+def _ceil4(fraction: float) -> str:
+    """A fraction rounded *up* to 4 decimals: any budget at or above it still suffices."""
+    return f"{min(1.0, math.ceil(fraction * 10_000) / 10_000):.4f}"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def render(data: dict[str, Any]) -> str:
+    a = data["attention"]
+    out = [
+        f"{data['model']} on {data['device']}: {data['num_devices']} x {data['npu']} ({data['product']}, "
+        f"{data['num_chiplets']} chiplet(s) per device, "
+        f"{_gib(data['available_bytes_per_device'])} available per device)",
+        "Model-based estimate (rbln_build.memory), calibrated to the specification's figures; not a compiler report.",
+        "",
+        f"attention   {a['attn_impl']}, block {a['kvcache_block_size']}, partition {a['kvcache_partition_len']}, "
+        f"prefill chunk {a['prefill_chunk_size']}; batch_size {a['batch_size']}, max_seq_len {a['max_seq_len']}",
+        f"weights     {data['parameters']:,} parameters, {data['dtype']}, linear weights {data['weight_bits']}-bit; "
+        f"input embedding on the host ({_mib(data['host_embedding_bytes'])})",
+        f"layers      per chiplet: {'/'.join(str(n) for n in data['layers_per_chiplet'])}",
+        "",
+    ]
+    nodes = data["per_chiplet"]
+    groups: list[tuple[str, list[dict[str, int]]]] = []
+    if all(n == nodes[0] for n in nodes):
+        label = "each device" if len(nodes) > 1 else "device 0"
+        groups.append((label, nodes[0]))
+    else:
+        groups += [(f"device {i}", n) for i, n in enumerate(nodes)]
+    keys = [k for k in ("weights", "workspace", "runtime_buffers") if k in nodes[0][0]]
+    keys += sorted(k for k in nodes[0][0] if k not in keys and k not in ("non_kv", "kv_per_block", "kv_fixed"))
+    labels = {"weights": "weights", "workspace": "workspace (prefill+decode)",
+              "runtime_buffers": "runtime buffers (prefill+decode)", "non_kv": "non-KV total",
+              "kv_per_block": "KV per block (2 MiB-aligned)", "kv_fixed": "KV fixed (sliding windows)"}
+    for label, chiplets in groups:
+        width = max(14, *(len(_mib(c[k])) + 2 for c in chiplets for k in c))
+        header = "".join(f"{'chiplet ' + str(i):>{width}}" for i in range(len(chiplets)))
+        out.append(f"{'per chiplet, ' + label:34}" + header)
+        for key in keys + ["non_kv", "kv_per_block", "kv_fixed"]:
+            out.append(f"  {labels.get(key, key):32}" + "".join(f"{_mib(c[key]):>{width}}" for c in chiplets))
+        out.append("")
+
+    def need(name: str, answer: dict[str, Any]) -> str:
+        head = f"{name} ({answer['blocks']} blocks)"
+        if answer["bytes"] is None:
+            return f"{head:28} needs {answer['required_bytes']:,} B per device: {answer['reason']}"
+        return (f"{head:28} needs {answer['bytes']:,} B per device ({_gib(answer['bytes'])}), "
+                f"memory_budget >= {_ceil4(answer['fraction'])}")
+
+    out.append(need("full pool", data["budget_for_full_pool"]))
+    out.append(need("floor", data["budget_for_floor"]))
+    out.append("")
+    out.append(f"{'memory_budget':>14}  {'bytes per device':>18}  kvcache_num_blocks")
+    for row in data["budgets"]:
+        if row["error"] is None:
+            result = str(row["kvcache_num_blocks"])
+        elif row["error_kind"] == "insufficient_memory":
+            result = f"error: below the floor ({row['max_fitting_blocks']} blocks fit, {data['num_min_blocks']} needed)"
+        else:
+            result = f"error: {row['error']}"
+        nbytes = "-" if row["budget_bytes"] is None else f"{row['budget_bytes']:,}"
+        out.append(f"{row['budget']!s:>14}  {nbytes:>18}  {result}")
+    for w in data["warnings"]:
+        out.append(f"warning: {w}")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``rbln-build explain ARGS`` (``argv`` excludes the ``explain`` word)."""
+    if any(a in ("-h", "--help", "help") for a in argv):
+        sys.stdout.write(_usage())
+        return 0
+    try:
+        opts, as_json = _parse(argv)
+        overrides: dict[str, Any] = {}
+        for key in _BUILD_KEYS:
+            if key in opts:
+                if key in _INT_KEYS:
+                    try:
+                        overrides[key] = int(opts[key])
+                    except ValueError:
+                        raise _UsageError(f"explain: {key}={opts[key]!r} is not an integer.") from None
+                else:
+                    overrides[key] = opts[key]
+        budgets = DEFAULT_BUDGETS
+        if "budgets" in opts:
+            budgets = tuple(_parse_budget(b) for b in opts["budgets"].split(","))
+        data = explain(opts["model"], opts["device"], budgets, overrides)
+    except UserError as error:
+        sys.stderr.write(f"{error}\n")
+        return 2
+    except (BuildError, RblnBuildError) as error:
+        sys.stderr.write(f"{error}\n")
+        return 1
+    if as_json:
+        sys.stdout.write(json.dumps(data, sort_keys=True, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
