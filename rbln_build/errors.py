@@ -9,6 +9,9 @@ Two families, kept apart as doit keeps ``InvalidTask`` apart from ``TaskFailed``
     │   └── EstimateError          the estimator rejects the request (ValueError-compatible;
     │                              messages reproduce optimum-rbln 0.12.0's wording exactly)
     └── BuildError                 something failed while building a valid request
+        ├── InputFailure           the inputs cannot be built (the compiler says the model does not
+        │                          fit, a count the backend cannot hold): stored, not retried
+        │                          until an input changes; ``kind`` as in EstimateError
         ├── BackendUnavailable     a compile backend cannot run here (says what to install)
         ├── CacheError             a cache entry is unreadable or fails its hash
         └── RuntimeLimitError      a generation request needs more KV blocks than the pool has
@@ -26,6 +29,7 @@ __all__ = [
     "RecipeError",
     "EstimateError",
     "BuildError",
+    "InputFailure",
     "BackendUnavailable",
     "CacheError",
     "RuntimeLimitError",
@@ -64,6 +68,18 @@ class EstimateError(UserError, ValueError):
 
 class BuildError(RblnBuildError):
     """A valid request failed while building."""
+
+
+class InputFailure(BuildError):
+    """A valid request whose inputs cannot be built; the same inputs would fail the same way.
+
+    The build stores it with the cell (or compile key) and does not retry it until an input changes,
+    so a cell can declare it in ``matrix.expect_failure`` by its ``kind``.
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class BackendUnavailable(BuildError):

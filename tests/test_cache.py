@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._store import Store, content_hash, link_atomic, write_atomic
+from rbln_build.build._publish import link_atomic
+from rbln_build.build._store import Store, content_hash, write_atomic
+from rbln_build.errors import BuildError
+
+K1 = "1" * 64  # cache keys are sha256 hex digests
+C1 = "c" * 64
 
 
 def _store(tmp_path: Path) -> tuple[Store, list[str]]:
@@ -25,12 +30,12 @@ def _fill(files: Path) -> dict[str, object]:
 
 def test_put_then_lookup(tmp_path: Path) -> None:
     store, warnings = _store(tmp_path)
-    entry = store.put("compile", "k1", _fill)
-    again = store.lookup("compile", "k1")
+    entry = store.put("compile", K1, _fill)
+    again = store.lookup("compile", K1)
     assert again is not None and again.content_hash == entry.content_hash and again.meta == {"produced": "plan"}
     assert (again.files / "sub" / "b.json").read_text() == '{"x": 1}'
     assert not warnings
-    assert [p.name for p in (tmp_path / "cache" / "compile").iterdir()] == ["k1"]  # no temporaries left
+    assert [p.name for p in (tmp_path / "cache" / "compile").iterdir()] == [K1]  # no temporaries left
 
 
 def test_hash_covers_names_order_and_meta(tmp_path: Path) -> None:
@@ -49,31 +54,31 @@ def test_hash_covers_names_order_and_meta(tmp_path: Path) -> None:
 @pytest.mark.parametrize("keep_stat", [False, True], ids=["plain-rewrite", "rewrite-restoring-size-and-mtime"])
 def test_tampered_entry_is_reported_removed_and_missed(tmp_path: Path, keep_stat: bool) -> None:
     store, warnings = _store(tmp_path)
-    entry = store.put("compile", "k1", _fill)
+    entry = store.put("compile", K1, _fill)
     victim = entry.files / "a.bin"
     st = victim.stat()
     victim.write_bytes(b"\x01" * 1000)
     if keep_stat:
         os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert store.lookup("compile", "k1") is None
+    assert store.lookup("compile", K1) is None
     assert len(warnings) == 1 and "corrupt" in warnings[0]
     assert not entry.path.exists()
-    assert store.put("compile", "k1", _fill).content_hash == entry.content_hash  # rebuilt
+    assert store.put("compile", K1, _fill).content_hash == entry.content_hash  # rebuilt
 
 
 def test_tampered_metadata_is_caught(tmp_path: Path) -> None:
     store, warnings = _store(tmp_path)
-    entry = store.put("compile", "k1", _fill)
+    entry = store.put("compile", K1, _fill)
     record = json.loads((entry.path / "entry.json").read_text())
     record["meta"]["produced"] = "program"
     (entry.path / "entry.json").write_text(json.dumps(record))
-    assert store.lookup("compile", "k1") is None and warnings
+    assert store.lookup("compile", K1) is None and warnings
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
 def test_unreadable_entry_record(tmp_path: Path, damage: str) -> None:
     store, warnings = _store(tmp_path)
-    entry = store.put("compile", "k1", _fill)
+    entry = store.put("compile", K1, _fill)
     record = entry.path / "entry.json"
     if damage == "truncate":
         record.write_bytes(record.read_bytes()[:10])
@@ -81,7 +86,7 @@ def test_unreadable_entry_record(tmp_path: Path, damage: str) -> None:
         record.write_bytes(b"\xff\xfe")
     else:
         record.unlink()
-    assert store.lookup("compile", "k1") is None
+    assert store.lookup("compile", K1) is None
     assert warnings and not entry.path.exists()
 
 
@@ -93,8 +98,8 @@ def test_failed_fill_leaves_nothing(tmp_path: Path) -> None:
         raise RuntimeError("compiler crashed")
 
     with pytest.raises(RuntimeError):
-        store.put("compile", "k1", boom)
-    assert store.lookup("compile", "k1") is None
+        store.put("compile", K1, boom)
+    assert store.lookup("compile", K1) is None
     assert list((tmp_path / "cache" / "compile").iterdir()) == []
 
 
@@ -103,33 +108,33 @@ def test_concurrent_writer_of_the_same_key(tmp_path: Path) -> None:
 
     def racing(files: Path) -> dict[str, object]:
         meta = _fill(files)
-        Store(tmp_path / "cache").put("compile", "k1", _fill)  # another process wins the rename
+        Store(tmp_path / "cache").put("compile", K1, _fill)  # another process wins the rename
         return meta
 
-    entry = store.put("compile", "k1", racing)
-    assert store.lookup("compile", "k1", full=True) is not None
-    assert entry.path == tmp_path / "cache" / "compile" / "k1"
+    entry = store.put("compile", K1, racing)
+    assert store.lookup("compile", K1, full=True) is not None
+    assert entry.path == tmp_path / "cache" / "compile" / K1
 
 
 def test_temporaries_of_a_killed_build_are_removed(tmp_path: Path) -> None:
     store, _ = _store(tmp_path)
-    store.put("compile", "k1", _fill)
-    left = tmp_path / "cache" / "compile" / ".tmp-k2-123-abc"
+    store.put("compile", K1, _fill)
+    left = tmp_path / "cache" / "compile" / f".tmp-{K1}-123-abc"
     (left / "files").mkdir(parents=True)
     (tmp_path / "cache" / "results").mkdir()
     (tmp_path / "cache" / "results" / ".tmp-r.json-1-x").write_text("{")
     assert store.clean_temporaries() == 2
-    assert not left.exists() and store.lookup("compile", "k1") is not None
+    assert not left.exists() and store.lookup("compile", K1) is not None
 
 
 def test_results_roundtrip_and_corruption(tmp_path: Path) -> None:
     store, warnings = _store(tmp_path)
-    store.save_result("c1", {"error": None, "kvcache_num_blocks": 21})
-    assert store.load_result("c1") == {"error": None, "kvcache_num_blocks": 21}
-    path = store.result_path("c1")
+    store.save_record("results", C1, {"error": None, "kvcache_num_blocks": 21})
+    assert store.load_record("results", C1) == {"error": None, "kvcache_num_blocks": 21}
+    path = store.record_path("results", C1)
     path.write_text(path.read_text().replace("21", "22"))
-    assert store.load_result("c1") is None and warnings and not path.exists()
-    assert store.load_result("missing") is None
+    assert store.load_record("results", C1) is None and warnings and not path.exists()
+    assert store.load_record("results", "f" * 64) is None
 
 
 def test_write_atomic_and_link_atomic(tmp_path: Path) -> None:
@@ -143,6 +148,17 @@ def test_write_atomic_and_link_atomic(tmp_path: Path) -> None:
     link_atomic(tmp_path / "art" / "cell", "../t2")
     assert os.readlink(tmp_path / "art" / "cell") == "../t2"
     (tmp_path / "art" / "cell").unlink()
-    (tmp_path / "art" / "cell").mkdir()  # a real folder made by hand is replaced too
-    link_atomic(tmp_path / "art" / "cell", "../t1")
-    assert os.readlink(tmp_path / "art" / "cell") == "../t1"
+    (tmp_path / "art" / "cell").mkdir()  # a real folder made by hand is the user's: named, never replaced
+    (tmp_path / "art" / "cell" / "mine.txt").write_text("keep")
+    with pytest.raises(BuildError, match="is not a link rbln-build made"):
+        link_atomic(tmp_path / "art" / "cell", "../t1")
+    assert (tmp_path / "art" / "cell" / "mine.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("key", ["../../victim", "k1", "A" * 64, "a" * 63, "a" * 64 + "/x", ""])
+def test_keys_that_are_not_hex_digests_never_become_paths(tmp_path: Path, key: str) -> None:
+    store, _ = _store(tmp_path)
+    for call in (lambda: store.lookup("artifacts", key), lambda: store.load_record("results", key),
+                 lambda: store.entry_path("compile", key)):
+        with pytest.raises(ValueError, match="not a cache key"):
+            call()

@@ -9,6 +9,7 @@ import pytest
 from rbln_build.build._config import compose_settings
 from rbln_build.build._manifest import SCHEMA_VERSION, entry_for, render_manifest, summarize
 from rbln_build.build._matrix import Cell, expand
+from rbln_build.build._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 INSUFFICIENT = "Insufficient memory for the required KV cache: only 3 blocks can be allocated, but at least 9 blocks are required."
@@ -18,15 +19,15 @@ def _cells() -> dict[str, Cell]:
     return {c.id: c for c in expand(compose_settings(["matrix=plans"]), TOOLCHAIN)}
 
 
-def _ok(blocks: int = 21) -> dict[str, object]:
-    return {"error": None, "error_kind": None, "kvcache_num_blocks": blocks, "num_full_blocks": 40,
-            "num_min_blocks": 9, "budget_bytes": 45097156608, "produced": "plan",
-            "artifact_key": "a" * 64, "artifact_hash": "sha256:" + "b" * 64, "warnings": []}
+def _ok(blocks: int = 21) -> CellResult:
+    return CellResult("c" * 64, "k" * 64, kvcache_num_blocks=blocks, num_full_blocks=40, num_min_blocks=9,
+                      budget_bytes=45097156608, produced="plan", artifact_key="a" * 64,
+                      artifact_hash="sha256:" + "b" * 64)
 
 
-def _failed(kind: str = "insufficient_memory", message: str = INSUFFICIENT) -> dict[str, object]:
-    return {"error": message, "error_kind": kind, "kvcache_num_blocks": None, "num_full_blocks": 40,
-            "num_min_blocks": 9, "budget_bytes": 5063363788, "produced": "plan", "warnings": []}
+def _failed(kind: str = "insufficient_memory", message: str = INSUFFICIENT) -> CellResult:
+    return CellResult("c" * 64, "k" * 64, error=message, error_kind=kind, num_full_blocks=40, num_min_blocks=9,
+                      budget_bytes=5063363788, produced="plan")
 
 
 def test_ok_entry() -> None:
@@ -84,6 +85,6 @@ def test_summary_counts_partition_the_cells() -> None:
     entries[0] = entry_for(cells["llama3_2_1b.atom_max_x4.b0.3"], _failed("budget_exceeds_dram", "too big"))
     s = summarize(entries, compiled=2, redone={"llama3_2_1b.rebel100.b0.3", "qwen3_8b.rebel100.b0.3"})
     assert s["compiled"] == 2 and s["failed"] == 1 and s["expected_failures"] == 1
-    assert s["resized"] == 2 and s["skipped"] == 4
-    assert s["resized"] + s["skipped"] + s["failed"] + s["expected_failures"] == s["cells"] == 8
+    assert s["finalized"] == 2 and s["skipped"] == 4
+    assert s["finalized"] + s["skipped"] + s["failed"] + s["expected_failures"] == s["cells"] == 8
     assert s["failed_cells"] == ["llama3_2_1b.atom_max_x4.b0.3"]

@@ -1,5 +1,6 @@
-"""The doit tasks in process: a compile that fails fails only its cells, is not remembered, and is
-retried by the next run; the manifest is still written."""
+"""The build in process: a compile that fails fails only its cells and the next run retries it,
+unless the failure is the inputs' own (then it is stored and not retried); the manifest is still
+written. The failing backend is a plug-in given by import path (tests/plugins/rbln_test_plugins)."""
 
 from __future__ import annotations
 
@@ -9,68 +10,59 @@ from typing import Any
 
 import pytest
 
-from rbln_build.backends import get_backend
 from rbln_build.build._config import compose_settings
-from rbln_build.errors import BuildError
 from rbln_build.build._matrix import expand_all
-from rbln_build.build._tasks import Build
+from rbln_build.build._tasks import BuildRun, scope_inventory_cache
+
+FLAKY = "matrix.backend=rbln_test_plugins:FlakyBackend"
 
 
-class FlakyBackend:
-    """The real torch backend, except that compiling for one NPU family raises."""
-
-    def __init__(self, failing_family: str | None, error: Exception) -> None:
-        self.real = get_backend("torch")
-        self.failing_family = failing_family
-        self.error = error
-
-    def toolchain(self) -> dict[str, str]:
-        return self.real.toolchain()  # type: ignore[no-any-return]
-
-    def compile(self, spec: Any, out_dir: Path) -> Any:
-        if spec.npu.family == self.failing_family:
-            (out_dir / "partial.bin").write_bytes(b"half")
-            raise self.error
-        return self.real.compile(spec, out_dir)
-
-    def finalize(self, *args: Any) -> None:
-        self.real.finalize(*args)
-
-
-def _build(build_dir: Path, backend: FlakyBackend, capsys: pytest.CaptureFixture[str]) -> tuple[Build, dict[str, Any]]:
-    _, cells = expand_all([compose_settings(["matrix=plans", "model=llama3_2_1b", f"build_dir={build_dir}"])])
-    build = Build(build_dir, cells, progress=True)
-    build._backends["torch"] = backend
-    assert build.run_doit() == 0
+def _build(build_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[BuildRun, dict[str, Any]]:
+    _, cells = expand_all([compose_settings(["matrix=plans", "model=llama3_2_1b", FLAKY, f"build_dir={build_dir}"])])
+    build = BuildRun(build_dir, cells, progress=True)
+    assert build.run() == 0
+    build.summary()
     capsys.readouterr()
     return build, json.loads((build_dir / "manifest.json").read_text())["cells"]
 
 
 @pytest.mark.parametrize(
-    ("error", "kind", "message"),
+    ("error", "kind", "message", "retried"),
     [
-        pytest.param(BuildError("compiler crashed"), "build_failed", "compiler crashed", id="build-error"),
-        pytest.param(RuntimeError("segfault-ish"), "build_failed", "RuntimeError: segfault-ish", id="unexpected-exception"),
+        pytest.param("build", "build_failed", "compiler crashed", True, id="build-error"),
+        pytest.param("runtime", "build_failed", "RuntimeError: segfault-ish", True, id="unexpected-exception"),
+        pytest.param("input", "insufficient_memory", "the compiler says this model does not fit", False,
+                     id="input-failure"),
     ],
 )
-def test_failed_compile_fails_its_cells_and_is_retried(
+def test_failed_compile_fails_its_cells_and_is_retried_unless_final(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    error: Exception, kind: str, message: str,
+    error: str, kind: str, message: str, retried: bool,
 ) -> None:
     monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))  # no process-wide side effect
-    build, cells = _build(tmp_path, FlakyBackend("RBLN-CR", error), capsys)
-    assert build.compiled and len(build.compile_errors) == 1
+    monkeypatch.setenv("RBLN_TEST_FAIL_FAMILY", "RBLN-CR")
+    monkeypatch.setenv("RBLN_TEST_FAIL_ERROR", error)
+    build, cells = _build(tmp_path, capsys)
+    assert len(build.compiled) == 1  # the other family's key
+    failing = sorted(c for c in cells if ".rebel100." in c)
     for cid, e in cells.items():
-        if ".rebel100." in cid:
+        if cid in failing:
             assert (e["status"], e["error_kind"], e["error"]) == ("failed", kind, message)
             assert e["artifact"] is None
         else:
             assert e["status"] == "ok"
     assert not list(tmp_path.rglob(".tmp-*")) and not list(tmp_path.rglob("partial.bin"))
-    again, cells = _build(tmp_path, FlakyBackend(None, error), capsys)
-    assert len(again.compiled) == 1  # only the failed key is compiled again
-    assert sorted(again.redone) == sorted(c for c in cells if ".rebel100." in c)
-    assert all(e["status"] == "ok" for e in cells.values())
+    if error == "runtime":  # the traceback is kept in a log file, not printed
+        assert list((tmp_path / "logs").glob("compile-*.txt"))
+    monkeypatch.delenv("RBLN_TEST_FAIL_FAMILY")  # the backend now compiles everything
+    again, cells = _build(tmp_path, capsys)
+    if retried:
+        assert len(again.compiled) == 1  # only the failed key is compiled again
+        assert sorted(again.redone) == failing
+        assert all(e["status"] == "ok" for e in cells.values())
+    else:  # the inputs did not change: the stored failure stands
+        assert (again.compiled, again.redone) == ([], set())
+        assert all(cells[c]["error_kind"] == kind for c in failing)
 
 
 @pytest.mark.parametrize("chosen", [pytest.param(None, id="unset"), pytest.param("mine", id="set-by-the-user")])
@@ -82,6 +74,6 @@ def test_a_build_keeps_inventories_in_its_build_dir_unless_the_user_chose(
     monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / str(chosen)))  # recorded, so restored afterwards
     if chosen is None:
         monkeypatch.delenv("RBLN_BUILD_CACHE")
-    Build(tmp_path / "build", [])._scope_inventory_cache()
+    scope_inventory_cache(tmp_path / "build")
     expected = tmp_path / "build" / "cache" if chosen is None else tmp_path / chosen
     assert inventory.default_cache_dir() == expected / "inventory"

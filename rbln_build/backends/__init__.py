@@ -11,6 +11,6 @@ Importing this package is cheap: a backend module (and torch) is imported only w
 
 from __future__ import annotations
 
-from ._base import BACKENDS, Backend, CompileResult, CompileSpec, get_backend
+from ._base import BACKENDS, Backend, CompileResult, CompileSpec, backend_path, get_backend
 
-__all__ = ["BACKENDS", "Backend", "CompileResult", "CompileSpec", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "CompileResult", "CompileSpec", "backend_path", "get_backend"]

@@ -14,14 +14,16 @@ compile key and must be cheap (importlib.metadata, never ``import torch``).
 from __future__ import annotations
 
 import abc
+import functools
 import importlib
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..estimator._attention import AttentionConfig, resolve_attention
+from ..estimator import AttentionConfig, attention_options, resolve_attention
 from ..errors import ConfigError
 from ..estimator._npu import NpuTarget
 from ..memory._recipes import Recipe
@@ -32,6 +34,7 @@ __all__ = [
     "CompileResult",
     "Backend",
     "get_backend",
+    "backend_path",
     "BACKENDS",
     "write_json",
     "rbln_config_for",
@@ -60,15 +63,7 @@ class CompileSpec:
         """The recipe's ``build:`` defaults, overridden by ``options`` (``None`` keeps the default),
         resolved for ``npu`` as optimum-rbln would. Raises EstimateError for invalid attention options."""
         opts = {**recipe.build, **{k: v for k, v in options.items() if v is not None}}
-        attention = resolve_attention(
-            npu,
-            batch_size=opts.get("batch_size", 1),
-            max_seq_len=opts.get("max_seq_len"),  # type: ignore[arg-type]  # None is rejected with its name
-            attn_impl=opts.get("attn_impl"),
-            kvcache_partition_len=opts.get("kvcache_partition_len"),
-            kvcache_block_size=opts.get("kvcache_block_size"),
-            prefill_chunk_size=opts.get("prefill_chunk_size"),
-        )
+        attention = resolve_attention(npu, **attention_options(opts))
         return cls(recipe=recipe, npu=npu, num_devices=num_devices, attention=attention)
 
     def key_fields(self) -> dict[str, Any]:
@@ -153,12 +148,35 @@ def finalize_plan(spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_di
     shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
 
 
+_IMPORT_PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*")
+
+
+def backend_path(name: str) -> str:
+    """The ``module:Class`` of a backend given by short name (``torch``, ``rbln``) or import path.
+    Raises ConfigError naming ``matrix.backend`` for anything else."""
+    if name in BACKENDS:
+        return BACKENDS[name]
+    if isinstance(name, str) and _IMPORT_PATH.fullmatch(name):
+        return name
+    raise ConfigError(
+        f"matrix.backend: unknown compile backend {name!r}; choose one of {', '.join(sorted(BACKENDS))}, "
+        "or give a plug-in as an import path 'package.module:BackendClass'."
+    )
+
+
+@functools.lru_cache(maxsize=None)
 def get_backend(name: str) -> Backend:
-    if name not in BACKENDS:
+    """The backend instance for a short name or a ``module:Class`` import path (one per process)."""
+    path = backend_path(name)
+    module_name, cls_name = path.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"matrix.backend: cannot import {module_name!r} for backend {name!r}: {exc}.") from None
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise ConfigError(
-            f"backend: unknown compile backend {name!r}; choose one of {', '.join(sorted(BACKENDS))}."
+            f"matrix.backend: {path!r} is not a subclass of rbln_build.backends.Backend; "
+            "a plug-in backend implements toolchain(), compile() and finalize()."
         )
-    module_name, cls_name = BACKENDS[name].split(":")
-    module = importlib.import_module(module_name)
-    backend: Backend = getattr(module, cls_name)()
-    return backend
+    return cls()

@@ -33,7 +33,6 @@ from ..memory._recipes import DEFAULT_RECIPES_DIR
 
 __all__ = [
     "AttnImpl",
-    "BackendName",
     "DeviceConf",
     "ModelConf",
     "ExpectedFailureConf",
@@ -60,11 +59,6 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 class AttnImpl(enum.Enum):
     eager = "eager"
     flash_attn = "flash_attn"
-
-
-class BackendName(enum.Enum):
-    torch = "torch"
-    rbln = "rbln"
 
 
 # ---------------------------------------------------------------- schemas (what YAML may say)
@@ -132,7 +126,7 @@ class MatrixConf:
     kvcache_num_blocks: List[int] = field(default_factory=lambda: [0])  # 0 = resolve from the budget
     attn_impl: Optional[AttnImpl] = None  # null: each model's default
     kvcache_partition_len: Optional[int] = None  # null: each model's default
-    backend: BackendName = BackendName.torch
+    backend: str = "torch"  # a registered name (torch, rbln) or a plug-in 'package.module:Class'
     expect_failure: List[ExpectedFailureConf] = field(default_factory=list)  # applies to every cell
     # Sub-matrices appended after the main product, in order. Each entry is checked against
     # MatrixIncludeConf by settings_from_config rather than by Hydra, so that an error names the
@@ -344,6 +338,13 @@ def _names(where: str, values: Any) -> list[str]:
     return out
 
 
+def _backend(name: str) -> str:
+    from ..backends import backend_path
+
+    backend_path(name)  # a ConfigError naming matrix.backend unless a known name or an import path
+    return name
+
+
 def _same_budget(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b  # typed: 1 (one byte) is not 1.0 (100%)
 
@@ -467,7 +468,7 @@ def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = N
         kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
         attn_impl=_plain(m.attn_impl),
         kvcache_partition_len=m.kvcache_partition_len,
-        backend=_plain(m.backend),
+        backend=_backend(str(m.backend)),
         expect_failure=tuple(
             ExpectedFailure(cell=str(e.cell), kind=str(e.kind), message=e.message) for e in m.expect_failure
         ),

@@ -106,9 +106,27 @@ def code_version(module: str) -> str:
 
 
 def backend_module(backend: str) -> str:
-    from ..backends._base import BACKENDS
+    from ..backends import backend_path
 
-    return BACKENDS[backend].split(":")[0] if backend in BACKENDS else f"{_PACKAGE_NAME}.backends.{backend}"
+    return backend_path(backend).split(":")[0]
+
+
+def _external_version(module: str) -> str:
+    """A plug-in backend outside the package: the hash of its module's source (found, not imported)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    data = origin.read_bytes() if origin is not None and origin.is_file() else b""
+    return hashlib.sha256(f"epoch={COMPILE_CODE_EPOCH}\0{module}\0".encode() + data).hexdigest()
+
+
+def backend_code_version(backend: str) -> str:
+    module = backend_module(backend)
+    return code_version(module) if module.split(".")[0] == _PACKAGE_NAME else _external_version(module)
 
 
 RESOLVE_MODULE = f"{_PACKAGE_NAME}.estimator"
@@ -130,7 +148,7 @@ def compile_key(key_fields: dict[str, Any], backend: str, toolchain: dict[str, s
             "spec": key_fields,
             "backend": backend,
             "toolchain": toolchain,
-            "code": code_version(backend_module(backend)) if code is None else code,
+            "code": backend_code_version(backend) if code is None else code,
         }
     )
 

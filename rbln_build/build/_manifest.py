@@ -28,8 +28,9 @@ import json
 from typing import Any, Iterable
 
 from ._matrix import Cell
+from ._result import CellResult
 
-__all__ = ["SCHEMA_VERSION", "entry_for", "render_manifest", "summarize", "render_json", "FAILING_STATUSES"]
+__all__ = ["SCHEMA_VERSION", "entry_for", "render_manifest", "summarize", "render_json", "FAILING_STATUSES", "NOT_BUILT"]
 
 SCHEMA_VERSION = 1
 FAILING_STATUSES = ("failed", "unexpected_success")
@@ -39,30 +40,33 @@ def render_json(value: Any) -> bytes:
     return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
-def status_of(cell: Cell, result: dict[str, Any] | None) -> str:
-    raw = "failed" if result is None or result.get("error") is not None else "ok"
+def status_of(cell: Cell, result: CellResult | None) -> str:
+    raw = "failed" if result is None or not result.ok else "ok"
     if cell.expected is None:
         return raw
     if raw == "ok":
         return "unexpected_success"
     assert result is not None
-    return "expected_failure" if cell.expected.matches(result.get("error_kind"), result.get("error")) else "failed"
+    return "expected_failure" if cell.expected.matches(result.error_kind, result.error) else "failed"
 
 
-def entry_for(cell: Cell, result: dict[str, Any] | None) -> dict[str, Any]:
-    r = result or {"error": "the cell was not built (its compile failed or the run stopped)", "error_kind": "not_built"}
+NOT_BUILT = "the cell was not built (its compile failed or the run stopped)"
+
+
+def entry_for(cell: Cell, result: CellResult | None) -> dict[str, Any]:
+    r = result or CellResult(cell.cell_key, cell.compile_key, error=NOT_BUILT, error_kind="not_built", retry=True)
     status = status_of(cell, result)
     artifact = None
-    if r.get("artifact_hash") and status in ("ok", "unexpected_success"):
-        artifact = {"path": f"artifacts/{cell.id}", "content_hash": r["artifact_hash"]}
-    error = r.get("error")
+    if r.artifact_hash and status in ("ok", "unexpected_success"):
+        artifact = {"path": f"artifacts/{cell.id}", "content_hash": r.artifact_hash}
+    error = r.error
     if status == "unexpected_success":
         error = (
             f"expected to fail with {cell.expected.kind!r} (matrix.expect_failure) but it built; "  # type: ignore[union-attr]
             "update the matrix"
         )
     elif status == "failed" and cell.expected is not None and result is not None:
-        error = f"{r.get('error')} [expected {cell.expected.kind!r}" + (
+        error = f"{r.error} [expected {cell.expected.kind!r}" + (
             f" with message {cell.expected.message!r}]" if cell.expected.message else "]"
         )
     return {
@@ -71,21 +75,21 @@ def entry_for(cell: Cell, result: dict[str, Any] | None) -> dict[str, Any]:
         "compile_key": cell.compile_key,
         "cell_key": cell.cell_key,
         "memory_budget": cell.memory_budget,
-        "budget_bytes": r.get("budget_bytes"),
-        "kvcache_num_blocks": r.get("kvcache_num_blocks"),
-        "num_full_blocks": r.get("num_full_blocks"),
-        "num_min_blocks": r.get("num_min_blocks"),
-        "budget_for_floor": r.get("budget_for_floor"),
-        "budget_for_full_pool": r.get("budget_for_full_pool"),
-        "produced": r.get("produced"),
+        "budget_bytes": r.budget_bytes,
+        "kvcache_num_blocks": r.kvcache_num_blocks,
+        "num_full_blocks": r.num_full_blocks,
+        "num_min_blocks": r.num_min_blocks,
+        "budget_for_floor": r.budget_for_floor,
+        "budget_for_full_pool": r.budget_for_full_pool,
+        "produced": r.produced,
         "artifact": artifact,
         "status": status,
         "error": error,
-        "error_kind": r.get("error_kind"),
+        "error_kind": r.error_kind,
         "expected_failure": None
         if cell.expected is None
         else {"kind": cell.expected.kind, "message": cell.expected.message},
-        "warnings": list(r.get("warnings") or ()),
+        "warnings": list(r.warnings),
     }
 
 
@@ -105,7 +109,7 @@ def render_manifest(entries: Iterable[dict[str, Any]]) -> bytes:
 
 def summarize(entries: list[dict[str, Any]], compiled: int, redone: set[str]) -> dict[str, Any]:
     """Counts for one run. Cells are partitioned: failed (incl. unexpected successes), expected_failures,
-    resized (built in this run from a compile), skipped (reused unchanged)."""
+    finalized (resolved and finalized in this run), skipped (reused unchanged)."""
     failed = sorted(e["cell"] for e in entries if e["status"] in FAILING_STATUSES)
     expected = sorted(e["cell"] for e in entries if e["status"] == "expected_failure")
     ok = [e["cell"] for e in entries if e["status"] == "ok"]
@@ -113,7 +117,7 @@ def summarize(entries: list[dict[str, Any]], compiled: int, redone: set[str]) ->
         "schema_version": SCHEMA_VERSION,
         "cells": len(entries),
         "compiled": compiled,
-        "resized": sum(1 for c in ok if c in redone),
+        "finalized": sum(1 for c in ok if c in redone),
         "skipped": sum(1 for c in ok if c not in redone),
         "failed": len(failed),
         "expected_failures": len(expected),

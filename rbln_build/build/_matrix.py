@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..estimator._attention import resolve_attention
+from ..estimator import ATTENTION_OPTIONS, attention_options, resolve_attention
 from ..backends._base import CompileSpec
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 from ..errors import ConfigError, EstimateError
@@ -35,16 +35,12 @@ from ._keys import cell_key, compile_key, digest
 from ..estimator._npu import NpuTarget, resolve_npu
 from ..memory._recipes import Recipe, load_recipe
 
+if TYPE_CHECKING:
+    from ..estimator import Request
+
 __all__ = ["Cell", "expand", "expand_all", "format_budget", "BUILD_OPTIONS"]
 
-BUILD_OPTIONS = (
-    "batch_size",
-    "max_seq_len",
-    "attn_impl",
-    "kvcache_partition_len",
-    "kvcache_block_size",
-    "prefill_chunk_size",
-)
+BUILD_OPTIONS = ATTENTION_OPTIONS  # the build options a recipe, a model config or the matrix may set
 
 
 @dataclass(frozen=True)
@@ -66,6 +62,20 @@ class Cell:
 
     def option(self, key: str) -> Any:
         return dict(self.options).get(key)
+
+    def request(self, current_blocks: int) -> "Request":
+        """The estimator's request for this cell: its raw options (so the warnings about defaults
+        the estimator fills in reach the manifest), budget and explicit count."""
+        from ..estimator import Request
+
+        return Request(
+            npu=self.npu.name,
+            num_devices=self.device.num_devices,
+            **attention_options(dict(self.options)),
+            kvcache_num_blocks=self.kvcache_num_blocks,
+            memory_budget=self.memory_budget,
+            current_blocks=current_blocks,
+        )
 
     def inputs(self) -> dict[str, Any]:
         """The cell's inputs as plain JSON (for the manifest)."""
@@ -222,15 +232,7 @@ def _compile_of(
     recipe: Recipe, npu: NpuTarget, device: Device, options: dict[str, Any], backend: str, toolchain: dict[str, str]
 ) -> tuple[CompileSpec | None, str | None, tuple[str, str] | None]:
     try:
-        attention = resolve_attention(
-            npu,
-            batch_size=options.get("batch_size", 1),
-            max_seq_len=options.get("max_seq_len", 0),
-            attn_impl=options.get("attn_impl"),
-            kvcache_partition_len=options.get("kvcache_partition_len"),
-            kvcache_block_size=options.get("kvcache_block_size"),
-            prefill_chunk_size=options.get("prefill_chunk_size"),
-        )
+        attention = resolve_attention(npu, **attention_options(options))
     except EstimateError as exc:
         return None, None, (str(exc), exc.kind)
     spec = CompileSpec(recipe=recipe, npu=npu, num_devices=device.num_devices, attention=attention)

@@ -5,7 +5,11 @@ Layout::
     cache/compile/<compile key>/entry.json   compile baselines (what the backend wrote) + report
     cache/compile/<compile key>/files/...
     cache/artifacts/<artifact key>/...       finalized cell artifacts (same shape)
-    cache/results/<cell key>.json            one cell's resolution, status and artifact pointer
+    cache/results/<cell key>.json            one cell's CellResult (resolution, artifact pointer or error)
+    cache/failures/<compile key>.json        a compile key's failure (CompileOutcome), when it failed
+
+Every key is a sha256 hex digest, checked wherever a key becomes a path (``entry_path``,
+``record_path``): a key read back from a record can never name a place outside the store.
 
 Every write goes to a temporary name in the destination's own directory (``.tmp-*``) and is renamed
 into place only when complete, so a killed build leaves at most a ``.tmp-*`` folder, which the next
@@ -24,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import uuid
@@ -33,11 +38,24 @@ from typing import Any, Callable
 
 from ._keys import canonical_json
 
-__all__ = ["Entry", "Store", "content_hash", "write_atomic", "link_atomic"]
+__all__ = ["Entry", "Store", "content_hash", "write_atomic", "is_key", "RECORD_KINDS"]
 
 ENTRY_FILE = "entry.json"
 FILES_DIR = "files"
 ENTRY_SCHEMA = 1
+RECORD_KINDS = ("results", "failures")
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def is_key(key: object) -> bool:
+    """A cache key: exactly 64 lowercase hex digits (a sha256), so it is always one path component."""
+    return isinstance(key, str) and _KEY.fullmatch(key) is not None
+
+
+def _checked_key(key: object) -> str:
+    if not is_key(key):
+        raise ValueError(f"not a cache key (64 hex digits): {key!r}")
+    return key  # type: ignore[return-value]
 
 
 def _tmp_name(final: Path) -> Path:
@@ -56,24 +74,6 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         if tmp.exists():
-            tmp.unlink()
-
-
-def link_atomic(link: Path, target: str) -> None:
-    """Make ``link`` a symlink to ``target``, replacing whatever is there, atomically."""
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() and os.readlink(link) == target:
-        return
-    tmp = _tmp_name(link)
-    os.symlink(target, tmp)
-    try:
-        if link.is_dir() and not link.is_symlink():  # a real folder (made by hand): move it aside
-            aside = _tmp_name(link)
-            os.rename(link, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        os.replace(tmp, link)
-    finally:
-        if tmp.is_symlink():
             tmp.unlink()
 
 
@@ -124,7 +124,7 @@ class Store:
         self.warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
 
     def entry_path(self, kind: str, key: str) -> Path:
-        return self.root / kind / key
+        return self.root / kind / _checked_key(key)
 
     # -- entries (folders) ------------------------------------------------------------------------
 
@@ -194,13 +194,15 @@ class Store:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
-    # -- results (small JSON files) ---------------------------------------------------------------
+    # -- records (small JSON files: cell results, compile failures) -------------------------------
 
-    def result_path(self, key: str) -> Path:
-        return self.root / "results" / f"{key}.json"
+    def record_path(self, kind: str, key: str) -> Path:
+        assert kind in RECORD_KINDS, kind
+        return self.root / kind / f"{_checked_key(key)}.json"
 
-    def load_result(self, key: str) -> dict[str, Any] | None:
-        path = self.result_path(key)
+    def load_record(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The record's body if it is there and intact; a damaged one is reported, removed, a miss."""
+        path = self.record_path(kind, key)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -211,13 +213,16 @@ class Store:
             if record["key"] != key or record["content_hash"] != _result_hash(body):
                 raise ValueError("hash or key does not match")
             return body  # type: ignore[no-any-return]
-        except (ValueError, KeyError, TypeError) as exc:
-            self._discard(path, f"cell result {path} is corrupt ({exc}); removed, the cell will be redone")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            self._discard(path, f"cache record {path} is corrupt ({exc}); removed, it will be redone")
             return None
 
-    def save_result(self, key: str, body: dict[str, Any]) -> None:
+    def save_record(self, kind: str, key: str, body: dict[str, Any]) -> None:
         record = {"key": key, "result": body, "content_hash": _result_hash(body)}
-        write_atomic(self.result_path(key), canonical_json(record).encode("utf-8"))
+        write_atomic(self.record_path(kind, key), canonical_json(record).encode("utf-8"))
+
+    def drop_record(self, kind: str, key: str) -> None:
+        self.record_path(kind, key).unlink(missing_ok=True)
 
     # -- housekeeping -----------------------------------------------------------------------------
 

@@ -25,16 +25,6 @@ from typing import Any
 
 __all__ = ["main"]
 
-MODULES_ENV = "RBLN_BUILD_TEST_MODULES_FILE"  # test hook: write the names of heavy imported modules here
-
-
-def _report_modules() -> None:
-    path = os.environ.get(MODULES_ENV)
-    if path:
-        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))
-        Path(path).write_text("\n".join(heavy) + ("\n" if heavy else ""), encoding="utf-8")
-
-
 def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
     import hydra
     from hydra.core.hydra_config import HydraConfig
@@ -60,7 +50,6 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
         job()
     except SystemExit as exc:  # Hydra printed a composition error: a configuration error, exit 2
         if exc.code not in (0, None):
-            _report_modules()
             raise SystemExit(2) from None
         raise
     return jobs, errors, called[0]
@@ -96,7 +85,7 @@ def _build(jobs: list[Any]) -> int:
     from filelock import FileLock, Timeout
 
     from ._matrix import expand_all
-    from ._tasks import LOCK_FILE, Build
+    from ._tasks import LOCK_FILE, BuildRun
 
     build_dir, cells = expand_all(jobs)
     progress = all(j.progress for j in jobs)
@@ -109,16 +98,16 @@ def _build(jobs: list[Any]) -> int:
         print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        build = Build(build_dir, cells, progress=progress)
-        code = build.run_doit()
-        entries = build.entries()
-        summary = build.write_summary(entries)
+        build = BuildRun(build_dir, cells, progress=progress)
+        code = build.run()
+        summary = build.summary()
+        entries = build.entries or []
     finally:
         lock.release()
     print(_table(entries, build.redone))
     took = time.perf_counter() - started
     print(
-        f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['resized']} resized, "
+        f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['finalized']} finalized, "
         f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
         f"({took:.1f}s). Manifest: {build_dir / 'manifest.json'}"
     )
@@ -147,9 +136,7 @@ def main() -> None:
         code = _build(jobs)
     except RblnBuildError as exc:
         print(f"rbln-build: {exc}", file=sys.stderr)
-        _report_modules()
         sys.exit(2)
-    _report_modules()
     sys.exit(code)
 
 

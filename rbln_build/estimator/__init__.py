@@ -17,7 +17,7 @@ It imports nothing from ``rbln_build.build``, ``rbln_build.memory`` or ``rbln_bu
 
 from __future__ import annotations
 
-from ._attention import AttentionConfig, resolve_attention
+from ._attention import ATTENTION_OPTIONS, AttentionConfig, attention_options, resolve_attention
 from ._budget import ACCEPTED_FORMS, BYTE_UNITS, budget_hints, check_budget, fraction_for_bytes, resolve_budget
 from ._npu import KNOWN_FAMILIES, NPU_ALIASES, AttentionLimits, NpuTarget, resolve_npu
 from ._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
@@ -38,6 +38,7 @@ from ._search import (
 __all__ = [
     "ACCEPTED_FORMS",
     "ALIGNMENT",
+    "ATTENTION_OPTIONS",
     "AllocationReport",
     "AttentionConfig",
     "AttentionLimits",
@@ -52,6 +53,7 @@ __all__ = [
     "Request",
     "Resolution",
     "align_2mib",
+    "attention_options",
     "budget_hints",
     "check_budget",
     "estimate",

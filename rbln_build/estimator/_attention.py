@@ -7,12 +7,14 @@ with the same rules and wording. Pure arithmetic: no torch, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import EstimateError
 from ._npu import NpuTarget
 
-__all__ = ["AttentionConfig", "resolve_attention"]
+__all__ = ["AttentionConfig", "resolve_attention", "attention_options", "ATTENTION_OPTIONS"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,26 @@ def _positive_int(name: str, value: object) -> int:
 
 def _optional_positive_int(name: str, value: object) -> int | None:
     return None if value is None else _positive_int(name, value)
+
+
+ATTENTION_OPTIONS = (
+    "batch_size",
+    "max_seq_len",
+    "attn_impl",
+    "kvcache_partition_len",
+    "kvcache_block_size",
+    "prefill_chunk_size",
+)
+
+
+def attention_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Build options (a recipe's, a config's, a request's) as ``resolve_attention`` keywords: the one
+    place that says what an absent option means (batch_size 1; max_seq_len None, which is rejected
+    with its name; the others: the NPU's default)."""
+    out = {key: options.get(key) for key in ATTENTION_OPTIONS}
+    if out["batch_size"] is None:
+        out["batch_size"] = 1
+    return out
 
 
 def resolve_attention(

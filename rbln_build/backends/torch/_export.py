@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -74,7 +73,6 @@ class TorchExportBackend(Backend):
         model = build_model(recipe)
         report = memory.build_report(spec, inventory=_inventory_of(model, recipe))
         wrapper = paged.PagedCausalLM(model, att.kvcache_block_size)
-        started = time.perf_counter()
         program = paged.export_paged(
             wrapper,
             max_batch=att.batch_size,
@@ -82,7 +80,6 @@ class TorchExportBackend(Backend):
             max_table_blocks=att.blocks_per_sequence,
             max_num_blocks=att.num_full_blocks,
         )
-        export_s = time.perf_counter() - started
         program._example_inputs = None  # 2 x layers example pools would be saved otherwise
         paged.strip_source_paths(program)  # no absolute paths in artifacts
         torch.export.save(program, str(out_dir / PROGRAM_FILE))
@@ -106,7 +103,6 @@ class TorchExportBackend(Backend):
                 },
             },
         )
-        EXPORT_SECONDS.append(export_s)
         return CompileResult(report, "program")
 
     def finalize(self, spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
@@ -148,10 +144,6 @@ def _inventory_of(model: Any, recipe: Any) -> Any:
         return None
     sha = hashlib.sha256((recipe.directory / "config.json").read_bytes()).hexdigest()
     return inventory_from_model(model, config_sha256=sha)
-
-
-# Export wall times of this process, for the bench (not written into artifacts: not deterministic).
-EXPORT_SECONDS: list[float] = []
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
