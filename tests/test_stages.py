@@ -1,0 +1,83 @@
+"""The build stages are pure functions over the Store: each can run in another process from the
+Store and the cell alone, and gives the same CellResult and the same artifact bytes."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rbln_build.build._config import compose_settings
+from rbln_build.build._matrix import Cell, expand_all
+from rbln_build.build._result import CellResult, CompileOutcome
+from rbln_build.build._stages import build_cell, compile_done, compile_once, resolve, reusable
+from rbln_build.build._store import Entry, Store
+
+CHILD = """
+import json, pickle, sys
+from rbln_build.build._stages import build_cell
+from rbln_build.build._store import Store
+cell = pickle.loads(open(sys.argv[2], "rb").read())
+print(json.dumps(build_cell(Store(sys.argv[1]), cell).to_json()))
+"""
+
+
+def _cells(*overrides: str) -> list[Cell]:
+    return expand_all([compose_settings(["matrix=plans", "model=llama3_2_1b", "device=rebel100", *overrides])])[1]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Store, list[Cell]]:
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))
+    cells = _cells()
+    store = Store(tmp_path / "a" / "cache")
+    cell = cells[0]
+    assert cell.compile_key is not None and cell.spec is not None
+    assert isinstance(compile_once(store, cell.compile_key, cell.spec, cell.backend), Entry)
+    return store, cells
+
+
+def test_resolve_and_finalize_in_another_process_give_the_same_result_and_bytes(
+    compiled: tuple[Store, list[Cell]], tmp_path: Path
+) -> None:
+    store, cells = compiled
+    other = Store(tmp_path / "b" / "cache")  # the same compile entry, nothing else: a fresh store
+    shutil.copytree(store.root / "compile", other.root / "compile")
+    for i, cell in enumerate(cells):
+        pickled = tmp_path / f"cell{i}.pickle"
+        pickled.write_bytes(pickle.dumps(cell))
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(other.root), str(pickled)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        theirs = CellResult.from_json(json.loads(proc.stdout))
+        ours = build_cell(store, cell)
+        assert theirs == ours and ours.ok and ours.artifact_key is not None
+        # the artifact files (entry.json differs only in its local stat fingerprint)
+        assert _files(other.entry_path("artifacts", ours.artifact_key) / "files") == _files(
+            store.entry_path("artifacts", ours.artifact_key) / "files")
+        assert reusable(other, cell) == theirs  # and the other store can reuse what the child stored
+
+
+def test_a_cell_learns_its_compile_failure_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))
+    monkeypatch.setenv("RBLN_TEST_FAIL_FAMILY", "RBLN-CR")
+    monkeypatch.setenv("RBLN_TEST_FAIL_ERROR", "input")
+    cell = _cells("matrix.backend=rbln_test_plugins:FlakyBackend")[0]
+    assert cell.compile_key is not None and cell.spec is not None
+    store = Store(tmp_path / "cache")
+    outcome = compile_once(store, cell.compile_key, cell.spec, cell.backend)
+    assert isinstance(outcome, CompileOutcome) and not outcome.retry
+    assert compile_done(store, cell.compile_key)  # a final failure: nothing to redo
+    fresh = Store(tmp_path / "cache")  # as another process would see it
+    result = resolve(fresh, cell)
+    assert (result.error, result.error_kind, result.retry) == (
+        "the compiler says this model does not fit", "insufficient_memory", False)
