@@ -23,6 +23,7 @@ from _torch_cells import compiled, finalized, spec_for  # noqa: E402
 REPO = DEFAULT_RECIPES_DIR.parent
 
 
+@pytest.mark.integration
 def test_importing_backends_and_toolchain_do_not_import_torch() -> None:
     code = (
         "import sys\n"

@@ -2,7 +2,8 @@
 kvcache_partition_len 8192), through the real estimator: nothing here is hard-coded in the model.
 
 The one calibrated term is ``ACTIVATION_LIVE_SETS`` (the activation workspace); see
-docs/memory-model.md. These tests also pin how far it sits from the edges of its feasible range.
+docs/memory-model.md. These tests also require a margin between it and the edges of its feasible
+range, so that a small change of the model that would flip a figure is caught.
 """
 
 from __future__ import annotations
@@ -69,29 +70,27 @@ def _upper_edge(npu: str, num_devices: int, budget: float, blocks: int) -> float
     return lo
 
 
-@pytest.mark.parametrize(
-    "npu, num_devices, budget, blocks, edge",
-    [pytest.param("RBLN-CR03", 1, 0.3, 21, 2.44, id="rbln_cr"), pytest.param("RBLN-CA25", 4, 0.5, 14, 19.459,
-                                                                                 id="4xrbln_ca")],
-)
-def test_live_sets_sit_inside_the_feasible_range(npu, num_devices, budget, blocks, edge):
+# The calibration must keep the published figures with room to spare: a margin, not today's exact
+# fitted edges (those are measured and documented in docs/memory-model.md, not pinned here).
+MIN_LIVE_SET_MARGIN = 1.0  # live sets between the calibrated value and either edge of its range
+MIN_BYTE_MARGIN = 64 * MiB  # bytes every chiplet could grow or shrink before a figure changes
+
+
+@pytest.mark.parametrize("npu, num_devices, budget, blocks", FIGURES)
+def test_live_sets_sit_inside_the_feasible_range(npu, num_devices, budget, blocks):
     # Lower edge: 0 live sets (no workspace) still gives the figure, so the data bound it only above.
     assert resolve("qwen3_8b", npu, num_devices, budget, 0.0, **REFERENCE).kvcache_num_blocks == blocks
     upper = _upper_edge(npu, num_devices, budget, blocks)
-    assert upper == pytest.approx(edge, abs=1e-3)
-    assert upper - ACTIVATION_LIVE_SETS >= 1.4 and ACTIVATION_LIVE_SETS - 0.0 >= 1.0
+    assert upper - ACTIVATION_LIVE_SETS >= MIN_LIVE_SET_MARGIN
+    assert ACTIVATION_LIVE_SETS - 0.0 >= MIN_LIVE_SET_MARGIN
 
 
-@pytest.mark.parametrize(
-    "npu, num_devices, budget, blocks, up_mib, down_mib",
-    [pytest.param("RBLN-CR03", 1, 0.3, 21, 72, 216, id="rbln_cr"),
-     pytest.param("RBLN-CA25", 4, 0.5, 14, 88, 200, id="4xrbln_ca")],
-)
-def test_byte_margins_on_the_tightest_chiplet(npu, num_devices, budget, blocks, up_mib, down_mib):
+@pytest.mark.parametrize("npu, num_devices, budget, blocks", FIGURES)
+def test_byte_margins_on_the_tightest_chiplet(npu, num_devices, budget, blocks):
     """How many bytes every chiplet's non-KV total could grow (shrink) before the figure changes."""
     res = resolve("qwen3_8b", npu, num_devices, memory_budget=budget, **REFERENCE)
     bd = res.breakdown
     rep = report("qwen3_8b", npu, num_devices, **REFERENCE)
-    assert bd.headroom_bytes == up_mib * MiB  # room left at `blocks` on the tightest chiplet
+    assert bd.headroom_bytes >= MIN_BYTE_MARGIN  # room left at `blocks` on the tightest chiplet
     need_next = min_budget_for_blocks(rep, blocks + 1, bd.num_chiplets) // bd.num_chiplets
-    assert need_next - bd.budget_per_chiplet == down_mib * MiB  # shortfall for one block more
+    assert need_next - bd.budget_per_chiplet >= MIN_BYTE_MARGIN  # shortfall for one block more

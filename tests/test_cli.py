@@ -23,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PLANS = ["matrix=plans"]
 PLAN_CELLS = 8
+pytestmark = pytest.mark.integration  # every test here runs the real CLI as a subprocess
 SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"  # tests/plugins: lingers before committing a compile
 
 

@@ -127,6 +127,7 @@ def run_cli(stdin, *args):
     )
 
 
+@pytest.mark.integration
 def test_cli_subprocess_round_trip():
     stdin = "\n".join([line(memory_budget=0.65), "", "not json", line(memory_budget="1TB", npu="RBLN-CR03",
                        alloc={}, kv_tensors={})]) + "\n"
@@ -144,11 +145,13 @@ def test_cli_subprocess_round_trip():
     )
 
 
+@pytest.mark.integration
 def test_cli_empty_stdin_prints_nothing():
     proc = run_cli(b"")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"")
 
 
+@pytest.mark.integration
 def test_cli_help_explains_the_format_with_an_example_that_works():
     proc = run_cli(b"", "--help")
     assert proc.returncode == 0
@@ -160,6 +163,7 @@ def test_cli_help_explains_the_format_with_an_example_that_works():
     assert json.loads(example.stdout)["kvcache_num_blocks"] == 36
 
 
+@pytest.mark.integration
 def test_cli_does_not_import_torch_or_transformers():
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, rbln_build.estimate; "

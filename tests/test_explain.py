@@ -83,6 +83,7 @@ def test_errors_exit_2_without_traceback(capsys, argv, message):
     assert code == 2 and out == "" and message in err and "Traceback" not in err
 
 
+@pytest.mark.integration
 def test_module_entry_point_subprocess(warm_cache):
     env = {**os.environ, "RBLN_BUILD_CACHE": str(warm_cache), "HF_HUB_OFFLINE": "1"}
     ok = subprocess.run([sys.executable, "-m", "rbln_build.explain", "model=tiny_qwen3", "device=atom_max", "--json"],
@@ -94,6 +95,7 @@ def test_module_entry_point_subprocess(warm_cache):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "Known models" in bad.stderr
 
 
+@pytest.mark.integration
 def test_explain_on_a_cache_hit_imports_no_torch(warm_cache):
     env = {**os.environ, "RBLN_BUILD_CACHE": str(warm_cache), "HF_HUB_OFFLINE": "1"}
     code = (

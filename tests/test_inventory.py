@@ -130,6 +130,7 @@ def test_another_inventory_code_misses(tmp_path, monkeypatch, builds):
     assert len(builds) == 2
 
 
+@pytest.mark.integration
 def test_key_covers_the_versions_and_the_code_without_importing_them():
     code = (
         "import sys, rbln_build.memory._inventory as m; k = m.cache_key(b'{}'); "
@@ -185,6 +186,7 @@ def test_inventory_of_a_real_model_equals_the_meta_inventory():
     assert inventory_from_model(model).tensors == inventory("tiny_llama").tensors
 
 
+@pytest.mark.integration
 def test_modules_import_without_torch():
     code = (
         "import sys, rbln_build.memory._model, rbln_build.memory._inventory, rbln_build.memory._recipes, rbln_build.memory.explain; "

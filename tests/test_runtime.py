@@ -155,6 +155,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_cli_prints_the_tokens() -> None:
     cell = finalized("tiny_llama", 5)
     expected = load_artifact(cell).generate(PROMPTS, max_new_tokens=4)
@@ -172,6 +173,7 @@ def test_cli_prints_the_tokens() -> None:
         pytest.param(["/nonexistent/cell", "--prompt-ids", "1"], "not a directory", id="missing_artifact"),
     ],
 )
+@pytest.mark.integration
 def test_cli_errors_are_one_line_exit_2(args: list[str], message: str) -> None:
     cell = str(finalized("tiny_llama", 5))
     proc = _run_cli(*[a.format(cell=cell) for a in args])
@@ -181,6 +183,7 @@ def test_cli_errors_are_one_line_exit_2(args: list[str], message: str) -> None:
     assert proc.stdout == ""
 
 
+@pytest.mark.integration
 def test_cli_help_and_usage_errors() -> None:
     proc = _run_cli("--help")
     assert proc.returncode == 0 and "--prompt-ids" in proc.stdout and "kvcache_num_blocks" in proc.stdout

@@ -46,6 +46,7 @@ def compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Store, li
     return store, cells
 
 
+@pytest.mark.integration
 def test_resolve_and_finalize_in_another_process_give_the_same_result_and_bytes(
     compiled: tuple[Store, list[Cell]], tmp_path: Path
 ) -> None:

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..estimator import AttentionConfig, attention_options, resolve_attention
 from ..errors import ConfigError
-from ..estimator._npu import NpuTarget
-from ..memory._recipes import Recipe
+from ..memory import CompileSpec
 from ..estimator._report import AllocationReport
 
 __all__ = [
@@ -47,34 +45,6 @@ BACKENDS = {
     "torch": "rbln_build.backends.torch._export:TorchExportBackend",
     "rbln": "rbln_build.backends._rbln:RblnBackend",
 }
-
-
-@dataclass(frozen=True)
-class CompileSpec:
-    """Everything that changes what a backend compiles. Budget and block count are not here."""
-
-    recipe: Recipe
-    npu: NpuTarget
-    num_devices: int
-    attention: AttentionConfig
-
-    @classmethod
-    def for_recipe(cls, recipe: Recipe, npu: NpuTarget, num_devices: int = 1, **options: Any) -> "CompileSpec":
-        """The recipe's ``build:`` defaults, overridden by ``options`` (``None`` keeps the default),
-        resolved for ``npu`` as optimum-rbln would. Raises EstimateError for invalid attention options."""
-        opts = {**recipe.build, **{k: v for k, v in options.items() if v is not None}}
-        attention = resolve_attention(npu, **attention_options(opts))
-        return cls(recipe=recipe, npu=npu, num_devices=num_devices, attention=attention)
-
-    def key_fields(self) -> dict[str, Any]:
-        """Canonical, path-free inputs for the compile key (the backend adds its toolchain)."""
-        return {
-            "recipe": self.recipe.name,
-            "recipe_hash": self.recipe.content_hash,
-            "npu_family": self.npu.family,
-            "num_devices": self.num_devices,
-            "attention": self.attention.to_json(),
-        }
 
 
 @dataclass(frozen=True)

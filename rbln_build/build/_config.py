@@ -393,7 +393,7 @@ def _include_node(where: str, entry: Any) -> DictConfig:
         raise ConfigError(
             f"{where}: expected a mapping with some of the keys {', '.join(known)}; got {_plain(entry)!r}."
         )
-    for key in entry:
+    for key in map(str, entry):
         if key not in known:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))}); check its spelling.")
         if key in ("models", "devices", "budgets", "kvcache_num_blocks") and entry[key] is None:
@@ -401,9 +401,9 @@ def _include_node(where: str, entry: Any) -> DictConfig:
     try:
         return OmegaConf.merge(OmegaConf.structured(MatrixIncludeConf), entry)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None)
+        full_key = getattr(exc, "full_key", None)
         first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        raise ConfigError(f"{where}{'.' + key if key else ''}: {first}") from None
+        raise ConfigError(f"{where}{'.' + str(full_key) if full_key else ''}: {first}") from None
 
 
 def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:

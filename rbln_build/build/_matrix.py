@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..estimator import ATTENTION_OPTIONS, attention_options, resolve_attention
-from ..backends._base import CompileSpec
+from ..memory import CompileSpec
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 from ..errors import ConfigError, EstimateError
 from ._keys import cell_key, compile_key, digest

@@ -170,11 +170,12 @@ class Store:
         try:
             (tmp / FILES_DIR).mkdir(parents=True)
             meta = fill(tmp / FILES_DIR)
+            digest = content_hash(tmp / FILES_DIR, meta)
             record = {
                 "schema": ENTRY_SCHEMA,
                 "key": key,
                 "meta": meta,
-                "content_hash": content_hash(tmp / FILES_DIR, meta),
+                "content_hash": digest,
                 "stat": _stats(tmp / FILES_DIR),
                 "meta_hash": _meta_hash(meta),
             }
@@ -189,7 +190,7 @@ class Store:
                     return existing
                 os.rename(tmp, final)
             _fsync_dir(final.parent)
-            return Entry(key, final, meta, record["content_hash"])
+            return Entry(key, final, meta, digest)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

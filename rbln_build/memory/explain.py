@@ -126,7 +126,7 @@ def explain(
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The explanation as a plain JSON value (what ``--json`` prints)."""
-    from ..backends._base import CompileSpec
+    from ._spec import CompileSpec
     from ..estimator._search import Request, estimate
     from ._model import ACTIVATION_LIVE_SETS, build_report
     from ..estimator._npu import resolve_npu

@@ -1,0 +1,85 @@
+"""The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
+
+    build      -> backends, memory, estimator, errors
+    backends   -> memory, estimator, errors
+    memory     -> estimator, errors
+    estimator  -> errors
+
+Checked statically over every module's imports (top level and inside functions), so a lazy import
+cannot hide a wrong direction.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rbln_build
+
+PKG = Path(rbln_build.__file__).resolve().parent
+ALLOWED = {
+    "estimator": {"errors"},
+    "memory": {"estimator", "errors"},
+    "backends": {"memory", "estimator", "errors"},
+    "build": {"backends", "memory", "estimator", "errors"},
+}
+ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "__init__.py", "errors.py"}  # top-level modules
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imported_layers(path: Path) -> set[str]:
+    """The top-level rbln_build parts (subpackage or module) that ``path`` imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    here = list(path.relative_to(PKG).with_suffix("").parts)
+    if here[-1] == "__init__":
+        here = here[:-1]
+    else:
+        here = here[:-1]  # the module's package
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                parts = base + (node.module.split(".") if node.module else [])
+                names = [a.name for a in node.names] if not node.module and not base else []
+                out.update({parts[0]} if parts else set(names))
+            elif node.module and node.module.split(".")[0] == "rbln_build":
+                parts = node.module.split(".")[1:]
+                out.update({parts[0]} if parts else {a.name for a in node.names})
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "rbln_build" and len(parts) > 1:
+                    out.add(parts[1])
+    return out
+
+
+MODULES = sorted(p for p in PKG.rglob("*.py") if p.relative_to(PKG).as_posix() not in ENTRY_SHIMS)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PKG).as_posix())
+def test_imports_point_down(path: Path) -> None:
+    layer = _layer(path)
+    assert layer in ALLOWED, f"{path.relative_to(PKG)}: a new subpackage; add its layer to ALLOWED (and the docs)"
+    wrong = _imported_layers(path) - ALLOWED[layer] - {layer}
+    assert not wrong, f"{path.relative_to(PKG)} ({layer}) imports {sorted(wrong)}; imports point down only"
+
+
+@pytest.mark.integration
+def test_the_estimator_imports_nothing_heavy_and_nothing_above_it() -> None:
+    code = (
+        "import sys, rbln_build.estimator\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'omegaconf', 'hydra', 'doit')"
+        " or m.startswith(('rbln_build.build', 'rbln_build.memory', 'rbln_build.backends')))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
