@@ -126,7 +126,7 @@ def _decoder_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
         raise BuildError(
             f"model_type {model_type!r}: the torch backend's paged wrapper supports "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}; build this recipe as a plan (weights: null) or add support "
-            "in rbln_build/paged.py with a token-equality test."
+            "in rbln_build/backends/torch/_paged.py with a token-equality test."
         )
     body = getattr(model, "model", None)
     needed = ("embed_tokens", "layers", "norm", "rotary_emb")
