@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rbln_build import memory  # noqa: E402
 from rbln_build.backends.torch import _paged as paged  # noqa: E402
 from rbln_build.backends import CompileSpec, get_backend  # noqa: E402
-from rbln_build.estimator._search import Request, estimate, min_budget_for_blocks  # noqa: E402
+from rbln_build.estimator import Request, estimate, min_budget_for_blocks  # noqa: E402
 from rbln_build.estimator._npu import resolve_npu  # noqa: E402
 from rbln_build.memory._recipes import load_recipe  # noqa: E402
 

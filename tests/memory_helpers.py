@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rbln_build.memory import CompileSpec
-from rbln_build.estimator._search import Request, Resolution, estimate
+from rbln_build.estimator import Request, Resolution, estimate
 from rbln_build.memory._inventory import Inventory, inventory_for_recipe
 from rbln_build.memory._model import build_report
 from rbln_build.estimator._npu import resolve_npu

@@ -122,7 +122,7 @@ def test_finalize_rescales_every_graph_to_the_resolved_count_and_records_the_npu
 
 
 def test_estimator_over_the_rbln_report_picks_the_cell_count(compiled_llama, tmp_path) -> None:
-    from rbln_build.estimator._search import Request, estimate
+    from rbln_build.estimator import Request, estimate
 
     spec, base, result, _, _ = compiled_llama
     att = spec.attention

@@ -51,6 +51,47 @@ def test_accepted_forms(npu, budget, expected):
     assert resolve_budget(budget, npu) == expected
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # 0.12.0: "1e2%".strip() ends with "%" -> float("1e2") / 100 = 1.0 -> int(16877879296 * 1.0)
+        pytest.param("1e2%", CA_AVAILABLE, id="exponent"),
+        # float("+50") / 100 = 0.5 -> int(16877879296 * 0.5) = 8,438,939,648
+        pytest.param("+50%", 8_438_939_648, id="plus-sign"),
+        # float("1_0") = 10.0 (an underscore between digits) -> 0.1 -> int(1687787929.6000001) = 1,687,787,929
+        pytest.param("1_0%", 1_687_787_929, id="underscore"),
+        # " 50 %".strip() = "50 %", minus the "%" = "50 ", float("50 ") = 50.0 -> 0.5 -> 8,438,939,648
+        pytest.param(" 50 %", 8_438_939_648, id="space-before-percent"),
+        # float() reads any Unicode decimal digits: float("５０") = 50.0 -> 0.5 -> 8,438,939,648
+        pytest.param("\uff15\uff10%", 8_438_939_648, id="fullwidth-digits"),
+        # float("100.0") / 100 = 1.0: the top of the range is included
+        pytest.param("100.0%", CA_AVAILABLE, id="hundred-point-zero"),
+    ],
+)
+def test_percent_text_is_read_by_float_as_in_the_reference(text: str, expected: int) -> None:
+    assert resolve_budget(text, CA) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("nan%", id="nan"),  # float("nan") / 100 is nan; 0.0 < nan <= 1.0 is False
+        pytest.param("inf%", id="inf"),  # inf / 100 = inf > 1.0
+        pytest.param("-inf%", id="minus-inf"),
+        pytest.param("Infinity%", id="infinity-spelled-out"),
+        pytest.param("1e-400%", id="underflows-to-zero"),  # float("1e-400") = 0.0, not > 0.0
+        pytest.param("-50%", id="negative"),
+        pytest.param("100.5%", id="above-100"),
+    ],
+)
+def test_percent_out_of_range_gets_the_reference_sentence(text: str) -> None:
+    """0.12.0 raises ``memory_budget fraction must be in (0, 1] (or (0%, 100%]), got '<text>'.``"""
+    with pytest.raises(EstimateError) as info:
+        resolve_budget(text, CA)
+    assert info.value.kind == "invalid_budget"
+    assert str(info.value).startswith(f"memory_budget fraction must be in (0, 1] (or (0%, 100%]), got {text!r}. ")
+
+
 def test_fraction_uses_the_reference_float_arithmetic():
     # A fraction resolves as int(available * fraction), not round(); 0.1 * available is not an integer.
     assert resolve_budget(0.1, CR) == int(CR_AVAILABLE * 0.1) == 15_032_385_536
@@ -98,8 +139,8 @@ def test_over_dram_is_the_specification_error_word_for_word(npu, budget, message
     [
         pytest.param(True, "must not be a boolean, got True", id="bool-true"),
         pytest.param(False, "must not be a boolean, got False", id="bool-false"),
-        pytest.param(float("nan"), "finite fraction in (0, 1], got nan", id="nan"),
-        pytest.param(float("inf"), "finite fraction in (0, 1], got inf", id="inf"),
+        pytest.param(float("nan"), "fraction must be in (0, 1] (or (0%, 100%]), got nan.", id="nan"),
+        pytest.param(float("inf"), "fraction must be in (0, 1] (or (0%, 100%]), got inf.", id="inf"),
         pytest.param(0.0, "fraction must be in (0, 1] (or (0%, 100%]), got 0.0", id="fraction-zero"),
         pytest.param(-0.5, "got -0.5", id="fraction-negative"),
         pytest.param(1.5, "got 1.5", id="fraction-above-one"),
@@ -107,7 +148,10 @@ def test_over_dram_is_the_specification_error_word_for_word(npu, budget, message
         pytest.param("0%", "got '0%'", id="percent-zero"),
         pytest.param("150%", "got '150%'", id="percent-above-100"),
         pytest.param("abc%", "percentage 'abc%' is malformed", id="percent-malformed"),
-        pytest.param("nan%", "percentage 'nan%' is malformed", id="percent-nan"),
+        pytest.param("nan%", "fraction must be in (0, 1] (or (0%, 100%]), got 'nan%'.", id="percent-nan"),
+        pytest.param("%", "percentage '%' is malformed", id="percent-alone"),
+        pytest.param("50%%", "percentage '50%%' is malformed", id="percent-twice"),
+        pytest.param("0x10%", "percentage '0x10%' is malformed", id="percent-hex"),
         pytest.param("", "'' is not a valid byte size", id="empty-string"),
         pytest.param("1.5GB", "'1.5GB' is not a valid byte size", id="decimal-bytes"),
         pytest.param("10G", "'10G' is not a valid byte size", id="unit-without-b"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from memory_helpers import MiB, report, resolve
 
-from rbln_build.estimator._search import min_budget_for_blocks
+from rbln_build.estimator import min_budget_for_blocks
 from rbln_build.memory._model import ACTIVATION_LIVE_SETS
 
 REFERENCE = dict(batch_size=8, max_seq_len=40960, kvcache_partition_len=8192, attn_impl="flash_attn")

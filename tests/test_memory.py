@@ -9,8 +9,8 @@ import time
 import pytest
 from memory_helpers import MiB, inventory, report, spec
 
-from rbln_build.estimator._search import kv_bytes_at
-from rbln_build.memory._model import ALIGNMENT, build_report, layer_placement, weight_bytes_per_device
+from rbln_build.estimator import ALIGNMENT, kv_bytes_at
+from rbln_build.memory._model import build_report, layer_placement, weight_bytes_per_device
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 from rbln_build.estimator._report import AllocationReport
 

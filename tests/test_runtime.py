@@ -34,7 +34,7 @@ def small_pool(request):
     The budget is the smallest one that clears the floor (the estimator's own answer), so the
     count comes from a budget through the estimator, exactly as a matrix cell gets it.
     """
-    from rbln_build.estimator._search import Request, estimate
+    from rbln_build.estimator import Request, estimate
 
     name = request.param
     c = compiled(name)

@@ -22,12 +22,11 @@ fail with the estimator's exact error; the other cells still build.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..estimator import ATTENTION_OPTIONS, attention_options, resolve_attention
+from ..estimator import ATTENTION_OPTIONS, attention_options, format_budget, resolve_attention
 from ..memory import CompileSpec
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 from ..errors import ConfigError, EstimateError
@@ -92,17 +91,6 @@ class Cell:
             "memory_budget": self.memory_budget,
             "kvcache_num_blocks": self.kvcache_num_blocks,
         }
-
-
-def format_budget(budget: Any) -> str:
-    if budget is None:
-        return "none"
-    if isinstance(budget, bool):
-        return "true" if budget else "false"
-    if isinstance(budget, (int, float)):
-        return repr(budget)
-    text = str(budget).replace("%", "pct")
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 
 def _options(model: Model, recipe: Recipe, m: SubMatrix, batch: int | None, seq: int | None) -> dict[str, Any]:

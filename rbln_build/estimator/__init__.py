@@ -1,14 +1,17 @@
 """The KV-cache block estimator: pure arithmetic, no I/O, nothing heavy imported.
 
-Layers, each importing only the ones above it::
+Layers, each importing only the ones above it (data flows one way: the pool computes its grids
+once, the search reads them, the breakdown reads the search, the estimate reads all three)::
 
     _units       MiB, GiB, the 2 MiB alignment: the one definition of each
     _npu         NPU targets (device DRAM, chiplets, reserves) and their aliases
     _budget      memory_budget forms: parsed, checked and printed in one place
     _attention   attention options resolved as optimum-rbln 0.12.0 resolves them
     _report      the AllocationReport (what a compiled model occupies per chiplet)
-    _pool        a report's per-chiplet grids and the block arithmetic over them
-    _search      the estimate: Request -> Resolution (blocks, floor, full pool, breakdown)
+    _pool        a report reduced once: its buckets, shape and grids, what N blocks need
+    _search      the searches over a pool: most blocks within a budget, least budget for N blocks
+    _breakdown   the explanation of an answer, from the pool and the search
+    _estimate    Request -> Resolution: validation, the rules, every message
     _jsonl       ``python -m rbln_build.estimate``: the estimator as a JSON-lines filter
 
 It imports nothing from ``rbln_build.build``, ``rbln_build.memory`` or ``rbln_build.backends``
@@ -18,22 +21,25 @@ It imports nothing from ``rbln_build.build``, ``rbln_build.memory`` or ``rbln_bu
 from __future__ import annotations
 
 from ._attention import ATTENTION_OPTIONS, AttentionConfig, attention_options, resolve_attention
-from ._budget import ACCEPTED_FORMS, BYTE_UNITS, budget_hints, check_budget, fraction_for_bytes, resolve_budget
-from ._npu import KNOWN_FAMILIES, NPU_ALIASES, AttentionLimits, NpuTarget, resolve_npu
-from ._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
-from ._search import (
-    ALIGNMENT,
-    Breakdown,
-    BudgetAnswer,
-    Request,
-    Resolution,
-    align_2mib,
-    estimate,
-    fits,
-    kv_bytes_at,
-    max_blocks_within,
-    min_budget_for_blocks,
+from ._breakdown import Breakdown, BudgetAnswer
+from ._budget import (
+    ACCEPTED_FORMS,
+    BYTE_UNITS,
+    FORMS_SYNOPSIS,
+    WORDS_SYNOPSIS,
+    budget_from_text,
+    budget_hints,
+    check_budget,
+    format_budget,
+    fraction_for_bytes,
+    resolve_budget,
 )
+from ._estimate import Request, Resolution, estimate
+from ._npu import KNOWN_FAMILIES, NPU_ALIASES, AttentionLimits, NpuTarget, resolve_npu
+from ._pool import fits, kv_bytes_at
+from ._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
+from ._search import max_blocks_within, min_budget_for_blocks
+from ._units import ALIGNMENT, GiB, KiB, MiB, TiB, align, align_2mib
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -46,18 +52,27 @@ __all__ = [
     "Breakdown",
     "BudgetAnswer",
     "DRAM_TENSOR_KEY",
+    "FORMS_SYNOPSIS",
+    "GiB",
     "KNOWN_FAMILIES",
     "KVTensor",
+    "KiB",
+    "MiB",
     "NPU_ALIASES",
     "NpuTarget",
     "Request",
     "Resolution",
+    "TiB",
+    "WORDS_SYNOPSIS",
+    "align",
     "align_2mib",
     "attention_options",
+    "budget_from_text",
     "budget_hints",
     "check_budget",
     "estimate",
     "fits",
+    "format_budget",
     "fraction_for_bytes",
     "kv_bytes_at",
     "max_blocks_within",

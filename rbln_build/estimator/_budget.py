@@ -1,68 +1,122 @@
-"""``memory_budget`` → bytes per device, the way optimum-rbln 0.12.0 resolves it.
+"""``memory_budget``: its forms parsed, checked and printed, in this one place.
 
-Accepted forms (the budget applies per device and resolves against that device's available DRAM,
-i.e. the DRAM left after the system reserve of every chiplet):
+Accepted forms, the way optimum-rbln 0.12.0 reads them (the budget applies per device and resolves
+against that device's available DRAM, i.e. the DRAM left after the system reserve of every chiplet):
 
 =================  ==========================================================================
 ``None``           all available DRAM
 ``0.3``            a float in (0, 1]: that fraction, ``int(available * fraction)`` bytes
-``"30%"``          a percentage in (0%, 100%]: ``float("30") / 100`` as a fraction
+``"30%"``          text ending in ``%`` (after stripping whitespace) whose rest Python's ``float()``
+                   reads, giving a value in (0%, 100%]: ``float(rest) / 100`` as a fraction
+                   (so ``"1e2%"``, ``"+50%"``, ``"1_0%"`` and ``" 50 %"`` are valid too)
 ``10737418240``    an int: that many bytes (``1`` is one byte; ``1.0`` is 100%)
 ``"10GB"``         a byte string: an integer with an optional binary unit B, KB, MB, GB, TB
                    (KB = 2**10 ... TB = 2**40; case-insensitive; whitespace allowed)
 =================  ==========================================================================
 
-Anything else raises ``EstimateError(kind="invalid_budget")``; a budget above the available DRAM
-raises the specification's ``memory_budget (N bytes) exceeds the target NPU's available DRAM
-(M bytes).`` (``kind="budget_exceeds_dram"``). Pure arithmetic: no torch, no I/O.
+Anything else raises ``EstimateError(kind="invalid_budget")``; a fraction or percentage outside
+(0, 1] (NaN and infinities included) is rejected with 0.12.0's sentence ``memory_budget fraction
+must be in (0, 1] (or (0%, 100%]), got ...``. A budget above the available DRAM raises the
+specification's ``memory_budget (N bytes) exceeds the target NPU's available DRAM (M bytes).``
+(``kind="budget_exceeds_dram"``).
+
+Printing: ``ACCEPTED_FORMS`` (the tail of every rejection), ``FORMS_SYNOPSIS`` and
+``WORDS_SYNOPSIS`` (help texts: the forms as JSON values and as command-line words),
+``format_budget`` (the budget's part of a cell id) and ``budget_from_text`` (a command-line word
+back to a typed budget). Pure arithmetic: no torch, no I/O.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from ..errors import EstimateError
 from ._npu import NpuTarget
+from ._units import GiB, KiB, MiB, TiB
 
-__all__ = ["resolve_budget", "check_budget", "budget_hints", "fraction_for_bytes", "BYTE_UNITS", "ACCEPTED_FORMS"]
+__all__ = [
+    "ACCEPTED_FORMS",
+    "BYTE_UNITS",
+    "FORMS_SYNOPSIS",
+    "WORDS_SYNOPSIS",
+    "ParsedBudget",
+    "budget_from_text",
+    "budget_hints",
+    "check_budget",
+    "format_budget",
+    "fraction_for_bytes",
+    "parse_budget",
+    "resolve_budget",
+]
 
-BYTE_UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
-MiB = 2**20
+BYTE_UNITS = {"B": 1, "KB": KiB, "MB": MiB, "GB": GiB, "TB": TiB}
 
+# Every text about the forms is printed from these two: the tail of each rejection, and help texts.
 ACCEPTED_FORMS = (
     "Accepted forms: null (all available DRAM), a float fraction in (0, 1] such as 0.3, "
     'a percentage string in (0%, 100%] such as "30%", a positive int byte count such as 10737418240, '
     'or a byte string with a binary unit B/KB/MB/GB/TB such as "10GB".'
 )
+FORMS_SYNOPSIS = 'null, 0.3, "30%", 10737418240 or "10GB"'  # the same forms, as JSON values
+WORDS_SYNOPSIS = "a fraction (0.3), a percentage (30%), or bytes (10GB, 1073741824)"  # as budget_from_text reads them
 
 _BYTE_STRING = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
-_PERCENT_STRING = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*%\s*")
+
+
+@dataclass(frozen=True)
+class ParsedBudget:
+    """A well-formed budget: a fraction of the available DRAM, a byte count, or neither (all of it)."""
+
+    fraction: float | None = None
+    nbytes: int | None = None
+
+    def bytes_on(self, npu: NpuTarget) -> int:
+        """Bytes per device on ``npu``; raises ``budget_exceeds_dram`` above its available DRAM."""
+        available = npu.available_bytes
+        if self.fraction is None and self.nbytes is None:
+            return available
+        # int(available * fraction), as the reference does; a tiny fraction may give 0 bytes, which is a
+        # valid budget that nothing fits in (the estimator then reports insufficient memory).
+        budget = int(available * self.fraction) if self.fraction is not None else self.nbytes
+        assert budget is not None
+        if budget > available:
+            raise EstimateError(
+                f"memory_budget ({budget} bytes) exceeds the target NPU's available DRAM ({available} bytes).",
+                kind="budget_exceeds_dram",
+            )
+        return budget
 
 
 def _invalid(message: str) -> EstimateError:
     return EstimateError(f"{message} {ACCEPTED_FORMS}", kind="invalid_budget")
 
 
+def _out_of_range(memory_budget: object, hint: str = "") -> EstimateError:
+    # optimum-rbln 0.12.0's sentence, word for word; NaN fails its range check the same way
+    return _invalid(f"memory_budget fraction must be in (0, 1] (or (0%, 100%]), got {memory_budget!r}.{hint}")
+
+
 def _fraction_of(memory_budget: float | str) -> float:
     """The fraction a float or ``"NN%"`` budget stands for; raises for anything outside (0, 1]."""
     if isinstance(memory_budget, float):
         fraction = memory_budget
-        if math.isnan(fraction) or math.isinf(fraction):
-            raise _invalid(f"memory_budget must be a finite fraction in (0, 1], got {memory_budget!r}.")
         if not 0.0 < fraction <= 1.0:
             hint = ""
-            if fraction > 1.0 and fraction == int(fraction):
+            if math.isfinite(fraction) and fraction > 1.0 and fraction == int(fraction):
                 hint = f" A float is a fraction of the available DRAM; for a byte count pass an int ({int(fraction)})."
-            raise _invalid(f"memory_budget fraction must be in (0, 1] (or (0%, 100%]), got {memory_budget!r}.{hint}")
+            raise _out_of_range(memory_budget, hint)
         return fraction
-    match = _PERCENT_STRING.fullmatch(memory_budget)
-    if match is None:
-        raise _invalid(f"memory_budget percentage {memory_budget!r} is malformed; expected a number followed by '%'.")
-    # Same arithmetic as optimum-rbln 0.12.0: float(text) / 100, so "30%" is exactly the float 0.3.
-    fraction = float(match.group(1)) / 100
+    # As optimum-rbln 0.12.0 reads it: Python's float() of the stripped text before the '%'.
+    try:
+        fraction = float(memory_budget.strip()[:-1]) / 100
+    except ValueError:
+        raise _invalid(
+            f"memory_budget percentage {memory_budget!r} is malformed; expected a number followed by '%'."
+        ) from None
     if not 0.0 < fraction <= 1.0:
-        raise _invalid(f"memory_budget fraction must be in (0, 1] (or (0%, 100%]), got {memory_budget!r}.")
+        raise _out_of_range(memory_budget)
     return fraction
 
 
@@ -83,16 +137,16 @@ def _byte_count(memory_budget: int | str) -> int:
     return nbytes
 
 
-def _parse(memory_budget: object) -> tuple[float | None, int | None]:
-    """(fraction, None) or (None, bytes); (None, None) for ``None``. Raises for a malformed form."""
+def parse_budget(memory_budget: object) -> ParsedBudget:
+    """The form ``memory_budget`` has; raises ``EstimateError(kind="invalid_budget")`` if it has none."""
     if memory_budget is None:
-        return None, None
+        return ParsedBudget()
     if isinstance(memory_budget, bool):
         raise _invalid(f"memory_budget must not be a boolean, got {memory_budget!r}.")
     if isinstance(memory_budget, float) or (isinstance(memory_budget, str) and memory_budget.strip().endswith("%")):
-        return _fraction_of(memory_budget), None
+        return ParsedBudget(fraction=_fraction_of(memory_budget))
     if isinstance(memory_budget, (int, str)):
-        return None, _byte_count(memory_budget)
+        return ParsedBudget(nbytes=_byte_count(memory_budget))
     raise _invalid(f"memory_budget has an unsupported type {type(memory_budget).__name__} ({memory_budget!r}).")
 
 
@@ -102,25 +156,12 @@ def check_budget(memory_budget: object) -> None:
     What does not depend on the target: a config can be checked before anything is compiled. Whether
     the budget fits the NPU's DRAM is for ``resolve_budget``.
     """
-    _parse(memory_budget)
+    parse_budget(memory_budget)
 
 
 def resolve_budget(memory_budget: object, npu: NpuTarget) -> int:
     """Bytes per device that ``memory_budget`` allows on ``npu``; see the module docstring."""
-    available = npu.available_bytes
-    fraction, nbytes = _parse(memory_budget)
-    if fraction is None and nbytes is None:
-        return available
-    # int(available * fraction), as the reference does; a tiny fraction may give 0 bytes, which is a
-    # valid budget that nothing fits in (the estimator then reports insufficient memory).
-    budget = int(available * fraction) if fraction is not None else nbytes
-    assert budget is not None
-    if budget > available:
-        raise EstimateError(
-            f"memory_budget ({budget} bytes) exceeds the target NPU's available DRAM ({available} bytes).",
-            kind="budget_exceeds_dram",
-        )
-    return budget
+    return parse_budget(memory_budget).bytes_on(npu)
 
 
 def budget_hints(memory_budget: object) -> tuple[str, ...]:
@@ -152,3 +193,35 @@ def fraction_for_bytes(nbytes: int, available: int) -> float | None:
             break
         f = lower
     return min(f, 1.0)
+
+
+def format_budget(budget: object) -> str:
+    """The budget's part of a cell id: ``none``, ``0.3``, ``1`` (an int), ``1.0`` (a float), ``10GB``,
+    ``50pct``; characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_``.
+
+    Cell ids are published (README.md lists the default matrix's), so this never changes.
+    """
+    if budget is None:
+        return "none"
+    if isinstance(budget, bool):
+        return "true" if budget else "false"
+    if isinstance(budget, (int, float)):
+        return repr(budget)
+    text = str(budget).replace("%", "pct")
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
+
+
+def budget_from_text(text: str) -> object:
+    """The budget a command-line word stands for: ``30%`` and ``10GB`` stay strings, ``0.3`` and
+    ``1e-1`` are floats (fractions), ``1073741824`` is an int (bytes). Only the word's type is decided
+    here; whether it is a valid form is ``check_budget``'s call. Raises ``EstimateError``
+    (``invalid_budget``) for an empty word or a number Python cannot read."""
+    text = text.strip()
+    if not text:
+        raise _invalid("memory_budget is empty; write e.g. 0.3, 30% or 10GB.")
+    if text.endswith("%") or any(c.isalpha() for c in text):
+        return text
+    try:
+        return float(text) if "." in text or "e" in text.lower() else int(text)
+    except ValueError:
+        raise _invalid(f"memory_budget {text!r} cannot be read as a number; write e.g. 0.3, 30% or 10GB.") from None

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO, TextIO
 
 from ..errors import EstimateError
-from ._search import Request, estimate
+from ._budget import FORMS_SYNOPSIS
+from ._estimate import Request, estimate
 from ._report import AllocationReport
 
 __all__ = ["FIELDS", "parse_request", "handle_line", "run", "main"]
@@ -31,7 +32,7 @@ FIELDS: dict[str, tuple[bool, str]] = {
     "kvcache_block_size": (False, "tokens per KV-cache block, or null"),
     "prefill_chunk_size": (False, "prefill chunk in tokens, or null (512 on RBLN-CR, 128 on RBLN-CA)"),
     "kvcache_num_blocks": (False, "0 = estimate automatically (default), or an explicit block count"),
-    "memory_budget": (False, "null, 0.3, \"30%\", 10737418240 or \"10GB\" (raw JSON value: 1 is one byte, 1.0 is 100%)"),
+    "memory_budget": (False, f"{FORMS_SYNOPSIS} (raw JSON value: 1 is one byte, 1.0 is 100%)"),
     "current_blocks": (False, "block count the kv_tensors sizes were measured at (1 at compile time)"),
     "alloc": (True, "{graph: {key: [[bytes per chiplet] per node]}}; every key counts except DramTensor"),
     "kv_tensors": (True, "{name: {\"can_resize\": bool, \"sizes\": [[bytes per chiplet] per node]}}"),

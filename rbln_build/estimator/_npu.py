@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import EstimateError
+from ._units import GiB, MiB
 
 __all__ = ["AttentionLimits", "NpuTarget", "resolve_npu", "NPU_ALIASES", "KNOWN_FAMILIES"]
-
-GiB = 2**30
-MiB = 2**20
 
 
 @dataclass(frozen=True)
@@ -64,6 +62,12 @@ class NpuTarget:
     @property
     def available_bytes(self) -> int:
         return self.available_per_chiplet * self.num_chiplets
+
+    def split_over(self, num_chiplets: int) -> "NpuTarget":
+        """This NPU with its DRAM split over ``num_chiplets`` chiplets, as optimum-rbln 0.12.0 splits it
+        for a report that covers that many (``get_available_dram_per_chiplet``): each chiplet gets
+        ``dram_bytes // num_chiplets`` less the per-chiplet reserve."""
+        return self if num_chiplets == self.num_chiplets else replace(self, num_chiplets=num_chiplets)
 
 
 # One template per family; resolve_npu fills in the NPU's own name.

@@ -1,44 +1,40 @@
-"""Block arithmetic over an AllocationReport: the estimator's private engine.
+"""A report reduced once to per-(node, chiplet) buckets: the bottom layer of the estimator.
 
-A report is reduced once to per-(node, chiplet) buckets (``Pool``): each bucket's non-KV bytes, the
-2 MiB-aligned bytes of its fixed (non-resizable) KV tensors, and its resizable KV tensors grouped by
-bytes per block (``size // current_blocks``). A count of N blocks fits when every bucket holds its
-non-KV bytes plus its KV bytes at N, each resizable tensor scaled to N and rounded up to 2 MiB
-*after* scaling. KV bytes never decrease as N grows, so "fits" is monotone: the largest fitting count
-is a binary search and the smallest budget for N is exact. Pools are cached per report object.
+``Pool.of(report, current_blocks)`` sums the report the way optimum-rbln 0.12.0's
+``_collect_chiplet_kvcache_inputs`` does:
 
-Pure integer arithmetic: no validation (``rbln_build.estimator._search`` checks reports and requests first,
-and owns every error message), no I/O, no torch. The public names are re-exported by
-``rbln_build.estimator._search``; import them from there.
+* the buckets are the union of every (node, chiplet) that a non-``DramTensor`` allocation of any
+  graph or a KV tensor mentions; a graph or key that leaves a bucket out contributes 0 to it;
+* the report's chiplet count is its largest chiplet index + 1, its node count its largest node
+  index + 1 (both 0 for a report without buckets, which says nothing about the device's shape);
+* each bucket keeps its non-KV bytes, the 2 MiB-aligned bytes of its fixed (non-resizable) KV tensors,
+  and its resizable KV tensors grouped by bytes per block (``size // current_blocks``).
+
+N blocks need, on a bucket, its non-KV bytes plus its KV bytes at N, each resizable tensor scaled to
+N and rounded up to 2 MiB *after* scaling. That never decreases as N grows, which is what makes the
+searches in ``_search`` exact. The grids (non-KV, KV per block, fixed KV) are computed when the pool
+is built; what N blocks need is computed when first asked and kept. A pool never calls upward: the
+search reads it, and nothing hands it code to run.
+
+Pools are kept per report object (reports are immutable by contract), so a matrix of many cells over
+a few reports reduces each report once.
 """
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
-from ._report import AllocationReport
+from ..errors import EstimateError
+from ._report import DRAM_TENSOR_KEY, AllocationReport, Grid
+from ._units import ALIGNMENT, align_2mib
 
-__all__ = [
-    "ALIGNMENT",
-    "Bucket",
-    "Pool",
-    "align_2mib",
-    "cached_pool",
-    "pool_for",
-    "kv_bytes_at",
-    "fits",
-    "max_blocks_within",
-    "min_budget_for_blocks",
-]
+__all__ = ["Bucket", "Pool", "pool_for", "kv_bytes_at", "fits"]
 
-ALIGNMENT = 2**21  # every KV tensor is rounded up to 2 MiB after scaling
+_MEMO_LIMIT = 65_536  # answers kept per pool before they are dropped and recomputed
+_V = TypeVar("_V")
 
-
-def align_2mib(nbytes: int) -> int:
-    """``nbytes`` rounded up to a multiple of 2 MiB (exact integer arithmetic)."""
-    return -(-nbytes // ALIGNMENT) * ALIGNMENT
 
 @dataclass(frozen=True)
 class Bucket:
@@ -62,65 +58,74 @@ class Bucket:
 
 
 class Pool:
-    """A report reduced to per-(node, chiplet) buckets at a given ``current_blocks``."""
+    """A report's buckets, shape and grids (``[[bytes per chiplet] per node]``, 0 where absent)."""
 
-    __slots__ = ("buckets", "grid_shape", "profiles", "memo", "validated")
+    __slots__ = (
+        "buckets", "num_nodes", "num_chiplets", "profiles", "non_kv_grid", "per_block_grid", "fixed_grid",
+        "_needs", "_kv_grids",
+    )
 
-    def __init__(self, buckets: tuple[Bucket, ...], grid_shape: tuple[int, ...]) -> None:
+    def __init__(self, buckets: tuple[Bucket, ...]) -> None:
         self.buckets = buckets
-        self.grid_shape = grid_shape  # number of chiplets per node
+        # 0 and 0 for a report without buckets: it says nothing about the device's shape
+        self.num_nodes = max((b.node for b in buckets), default=-1) + 1
+        self.num_chiplets = max((b.chiplet for b in buckets), default=-1) + 1
         # Distinct (constant bytes, KV groups) over buckets: tensor-parallel nodes are usually identical,
         # and whether N fits only depends on the distinct ones.
         self.profiles = tuple(sorted({(b.non_kv + b.fixed, b.groups) for b in buckets}))
-        self.memo: dict[Any, Any] = {}  # answers that depend on the report alone (grids, budgets, searches)
-        self.validated: set[tuple[int, int]] = set()  # (num_devices, num_chiplets) shapes already checked
-
-    def remember(self, key: Any, compute: Any) -> Any:
-        if key not in self.memo:
-            if len(self.memo) >= 65_536:
-                self.memo.clear()
-            self.memo[key] = compute()
-        return self.memo[key]
+        self.non_kv_grid = self._grid({(b.node, b.chiplet): b.non_kv for b in buckets})
+        self.per_block_grid = self._grid({(b.node, b.chiplet): b.per_block for b in buckets})
+        self.fixed_grid = self._grid({(b.node, b.chiplet): b.fixed for b in buckets})
+        self._needs: dict[int, tuple[int, Bucket | None]] = {}
+        self._kv_grids: dict[int, Grid] = {}
 
     @classmethod
-    def build(cls, report: AllocationReport, current_blocks: int) -> "Pool":
+    def of(cls, report: AllocationReport, current_blocks: int) -> "Pool":
+        """Reduce ``report`` (KV sizes measured at ``current_blocks``); raises ``EstimateError``
+        (``invalid_report``) for a byte count that is not a non-negative integer."""
+        for graph_name, graph in sorted(report.alloc.items()):
+            for alloc_key, grid in sorted(graph.items()):
+                if alloc_key != DRAM_TENSOR_KEY:
+                    _check_counts(grid, f"alloc.{graph_name}.{alloc_key}")
+        for name, tensor in sorted(report.kv_tensors.items()):
+            _check_counts(tensor.sizes, f"kv_tensors.{name}.sizes")
         non_kv = report.non_kv_per_chiplet()
         fixed: dict[tuple[int, int], int] = {}
         per_block: dict[tuple[int, int], int] = {}
         groups: dict[tuple[int, int], dict[int, int]] = {}
         for tensor in report.kv_tensors.values():
             for node, row in enumerate(tensor.sizes):
-                if tensor.can_resize:
-                    for chiplet, size in enumerate(row):
+                for chiplet, size in enumerate(row):
+                    key = (node, chiplet)
+                    if tensor.can_resize:
                         unit = size // current_blocks
-                        key = (node, chiplet)
                         per_block[key] = per_block.get(key, 0) + unit
-                        sizes = groups.get(key)
-                        if sizes is None:
-                            sizes = groups[key] = {}
+                        sizes = groups.setdefault(key, {})
                         sizes[unit] = sizes.get(unit, 0) + 1
-                else:
-                    for chiplet, size in enumerate(row):
-                        key = (node, chiplet)
+                    else:
                         fixed[key] = fixed.get(key, 0) + align_2mib(size)
-        keys = sorted(set(non_kv) | set(fixed) | set(groups))
-        shape: dict[int, int] = {}
-        for node, chiplet in keys:
-            shape[node] = max(shape.get(node, 0), chiplet + 1)
-        buckets = tuple(
-            Bucket(
-                node=n,
-                chiplet=c,
-                non_kv=non_kv.get((n, c), 0),
-                fixed=fixed.get((n, c), 0),
-                per_block=per_block.get((n, c), 0),
-                groups=tuple(sorted(groups.get((n, c), {}).items())),
+        keys = sorted(set(non_kv) | set(fixed) | set(groups))  # = report.chiplets()
+        return cls(
+            tuple(
+                Bucket(
+                    node=n,
+                    chiplet=c,
+                    non_kv=non_kv.get((n, c), 0),
+                    fixed=fixed.get((n, c), 0),
+                    per_block=per_block.get((n, c), 0),
+                    groups=tuple(sorted(groups.get((n, c), {}).items())),
+                )
+                for n, c in keys
             )
-            for n, c in keys
         )
-        return cls(buckets, tuple(shape.get(n, 0) for n in range(max(shape, default=-1) + 1)))
+
+    def _grid(self, values: dict[tuple[int, int], int]) -> Grid:
+        return tuple(
+            tuple(values.get((n, c), 0) for c in range(self.num_chiplets)) for n in range(self.num_nodes)
+        )
 
     def fits(self, num_blocks: int, per_chiplet: int) -> bool:
+        """Whether ``num_blocks`` fit on every bucket with ``per_chiplet`` bytes each."""
         for constant, groups in self.profiles:
             total = constant
             for per_block, count in groups:
@@ -129,62 +134,42 @@ class Pool:
                 return False
         return True
 
-    def max_blocks(self, per_chiplet: int, limit: int) -> int:
-        """Largest N in [0, limit] that fits (0 when not even one block does): full pool first, then
-        binary search, as the reference does; exact because ``need`` is non-decreasing in N."""
-        return int(self.remember(("max", per_chiplet, limit), lambda: self._search(per_chiplet, limit)))
-
-    def _search(self, per_chiplet: int, limit: int) -> int:
-        if limit <= 0 or self.fits(limit, per_chiplet):
-            return max(limit, 0)
-        best, lo, hi = 0, 1, limit - 1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            if self.fits(mid, per_chiplet):
-                best, lo = mid, mid + 1
-            else:
-                hi = mid - 1
-        return best
-
-    def min_budget(self, num_blocks: int, num_chiplets: int) -> tuple[int, Bucket | None]:
-        """Smallest per-device budget B with ``B // num_chiplets >= need`` on every bucket, and the
-        bucket that sets it. ``B // C >= m`` holds exactly when ``B >= m * C``; budgets are >= 1."""
-        need, tightest = self.tightest(num_blocks)
-        return max(1, need * num_chiplets), tightest
-
-    def tightest(self, num_blocks: int) -> tuple[int, Bucket | None]:
-        """The most bytes any bucket needs at ``num_blocks``, and the first bucket that needs them."""
-
-        def compute() -> tuple[int, Bucket | None]:
+    def need(self, num_blocks: int) -> tuple[int, Bucket | None]:
+        """The most bytes any bucket needs at ``num_blocks``, and the first bucket that needs them
+        (``(0, None)`` for a report without buckets)."""
+        hit = self._needs.get(num_blocks)
+        if hit is None:
             bucket = max(self.buckets, key=lambda b: b.need(num_blocks), default=None)
-            return (0, None) if bucket is None else (bucket.need(num_blocks), bucket)
+            hit = (0, None) if bucket is None else (bucket.need(num_blocks), bucket)
+            self._needs[num_blocks] = _kept(self._needs, hit)
+        return hit
 
-        result: tuple[int, Bucket | None] = self.remember(("tightest", num_blocks), compute)
-        return result
-
-    def headroom(self, num_blocks: int, per_chiplet: int) -> tuple[int | None, Bucket | None]:
-        need, tightest = self.tightest(num_blocks)
-        if tightest is None:
-            return None, None
-        return per_chiplet - need, tightest
-
-    def grid(self, value: Any) -> tuple[tuple[int, ...], ...]:
-        """``value(bucket)`` laid out as [[per chiplet] per node] (0 where a bucket is absent)."""
-        by_key = {(b.node, b.chiplet): value(b) for b in self.buckets}
-        return tuple(tuple(by_key.get((n, c), 0) for c in range(width)) for n, width in enumerate(self.grid_shape))
-
-    def kv_grid(self, num_blocks: int) -> tuple[tuple[int, ...], ...]:
-        grid: tuple[tuple[int, ...], ...] = self.remember(
-            ("kv", num_blocks), lambda: self.grid(lambda b: b.kv(num_blocks))
-        )
+    def kv_grid(self, num_blocks: int) -> Grid:
+        """The 2 MiB-aligned KV bytes of every bucket at ``num_blocks``."""
+        grid = self._kv_grids.get(num_blocks)
+        if grid is None:
+            grid = self._grid({(b.node, b.chiplet): b.kv(num_blocks) for b in self.buckets})
+            self._kv_grids[num_blocks] = _kept(self._kv_grids, grid)
         return grid
 
-    def static_grid(self, name: str) -> tuple[tuple[int, ...], ...]:
-        """The non-KV, per-block and fixed grids: computed once per report."""
-        grid: tuple[tuple[int, ...], ...] = self.remember(
-            ("grid", name), lambda: self.grid(lambda b: getattr(b, name))
-        )
-        return grid
+
+def _kept(memo: dict[int, _V], value: _V) -> _V:
+    """``value``, after making room for it in ``memo`` (cleared when full: answers are recomputable)."""
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    return value
+
+
+def _check_counts(grid: Grid, where: str) -> None:
+    """Raise unless every byte count in ``grid`` is a non-negative int (a report built in Python
+    bypasses ``AllocationReport.from_json``'s checks)."""
+    for node, row in enumerate(grid):
+        for nbytes in row:
+            if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+                raise EstimateError(
+                    f"{where}[{node}]: expected non-negative integer byte counts, got {nbytes!r}.",
+                    kind="invalid_report",
+                )
 
 
 # Reports are immutable by contract; a matrix resolves many cells against a few cached reports, so the
@@ -192,27 +177,24 @@ class Pool:
 _POOLS: dict[tuple[int, int], tuple[weakref.ref[AllocationReport], Pool]] = {}
 
 
-def cached_pool(report: AllocationReport, current_blocks: int) -> Pool | None:
-    """The pool already reduced from this very report object, or None."""
-    hit = _POOLS.get((id(report), current_blocks))
-    return hit[1] if hit is not None and hit[0]() is report else None
-
-
-def pool_for(report: AllocationReport, current_blocks: int) -> Pool:
-    """The report's pool: cached, else reduced now (assumes a report whose sizes are integers)."""
-    pool = cached_pool(report, current_blocks)
-    if pool is not None:
-        return pool
+def pool_for(report: AllocationReport, current_blocks: int | None = None) -> Pool:
+    """The report's pool at ``current_blocks`` (default: the report's own): kept from an earlier call
+    on this very object, else reduced now."""
+    if current_blocks is None:
+        current_blocks = report.current_blocks
     key = (id(report), current_blocks)
-    pool = Pool.build(report, current_blocks)
+    hit = _POOLS.get(key)
+    if hit is not None and hit[0]() is report:
+        return hit[1]
+    pool = Pool.of(report, current_blocks)
     if len(_POOLS) >= 1024:
         _POOLS.clear()
-    _POOLS[key] = (weakref.ref(report, lambda _ref, k=key: _POOLS.pop(k, None)), pool)
+
+    def forget(_ref: weakref.ref[AllocationReport]) -> None:
+        _POOLS.pop(key, None)
+
+    _POOLS[key] = (weakref.ref(report, forget), pool)
     return pool
-
-
-def _current(report: AllocationReport, current_blocks: int | None) -> int:
-    return report.current_blocks if current_blocks is None else current_blocks
 
 
 def kv_bytes_at(
@@ -221,7 +203,7 @@ def kv_bytes_at(
     """KV bytes per (node, chiplet) at ``num_blocks``: each resizable tensor ``size // current_blocks
     * num_blocks``, each fixed tensor its size, every tensor rounded up to 2 MiB after scaling.
     ``current_blocks`` defaults to the report's own."""
-    pool = pool_for(report, _current(report, current_blocks))
+    pool = pool_for(report, current_blocks)
     return {(b.node, b.chiplet): b.kv(num_blocks) for b in pool.buckets}
 
 
@@ -229,19 +211,4 @@ def fits(
     report: AllocationReport, num_blocks: int, budget_bytes: int, num_chiplets: int, current_blocks: int | None = None
 ) -> bool:
     """Whether ``num_blocks`` fit on every (node, chiplet) under a per-device budget."""
-    return pool_for(report, _current(report, current_blocks)).fits(num_blocks, budget_bytes // num_chiplets)
-
-
-def max_blocks_within(
-    report: AllocationReport, budget_bytes: int, num_chiplets: int, limit: int, current_blocks: int | None = None
-) -> int:
-    """Largest count in [0, ``limit``] that fits under a per-device budget (0: not even one block)."""
-    return pool_for(report, _current(report, current_blocks)).max_blocks(budget_bytes // num_chiplets, limit)
-
-
-def min_budget_for_blocks(
-    report: AllocationReport, num_blocks: int, num_chiplets: int, current_blocks: int | None = None
-) -> int:
-    """The exact smallest per-device budget (bytes) at which ``num_blocks`` fit: it fits at that budget
-    and not at one byte less (unless it is 1). It may exceed what the device offers."""
-    return pool_for(report, _current(report, current_blocks)).min_budget(num_blocks, num_chiplets)[0]
+    return pool_for(report, current_blocks).fits(num_blocks, budget_bytes // num_chiplets)

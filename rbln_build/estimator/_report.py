@@ -9,6 +9,8 @@ It mirrors what a compiled model reports to optimum-rbln 0.12.0, and is all the 
 
   Every key counts except ``DramTensor`` (KV tensors are reported separately).
   A node is one device of a tensor-parallel group; chiplets are that device's DRAM partitions.
+  Graphs and keys need not cover the same (node, chiplet)s: as in optimum-rbln 0.12.0 they are
+  summed into the union of what they mention, a missing entry counting 0 (``_pool``).
 * ``kv_tensors``: each KV-cache tensor's bytes per (node, chiplet) at ``current_blocks`` blocks,
   and whether it can be resized (a sliding-window layer's cache cannot).
 * ``current_blocks``: the block count the sizes in ``kv_tensors`` were measured at
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KVTensor", "AllocationReport", "DRAM_TENSOR_KEY"]
+__all__ = ["KVTensor", "AllocationReport", "DRAM_TENSOR_KEY", "Grid"]
 
 DRAM_TENSOR_KEY = "DramTensor"
 

@@ -16,8 +16,9 @@ Placement (per device = one node of a tensor-parallel group)
     (q: ``ceil(heads / n)`` heads, k/v: ``ceil(num_key_value_heads / n)`` heads, o_proj's input
     likewise), the MLP's gate/up by output rows and down_proj by input columns
     (``ceil(dim / n)``), the lm_head by vocabulary rows; norms are replicated.
-  * Every tensor is rounded up to 2 MiB on every device (``ALIGNMENT``): the compiler's DRAM
-    allocation granule, the same ``align_2MB`` optimum-rbln applies to the KV tensors.
+  * Every tensor is rounded up to 2 MiB on every device (``ALIGNMENT`` in ``rbln_build.estimator``):
+    the compiler's DRAM allocation granule, the same ``align_2MB`` optimum-rbln applies to the KV
+    tensors.
 
 Weights
   * Linear weights take ``weight_bits`` (16: the recipe dtype; 8 or 4: packed integers) plus,
@@ -57,22 +58,20 @@ from typing import Any
 
 from ._inventory import Inventory, TensorEntry, inventory_for_recipe
 from ..estimator._report import AllocationReport, KVTensor
+from ..estimator._units import align
 
 __all__ = [
-    "ALIGNMENT",
     "HEAD_DIM_ALIGNMENT",
     "ACTIVATION_LIVE_SETS",
     "build_report",
     "ModelFacts",
     "model_facts",
-    "align",
     "layer_placement",
     "weight_bytes_per_device",
     "kv_heads_per_device",
     "activation_elems_per_token",
 ]
 
-ALIGNMENT = 2 * 2**20  # 2 MiB per tensor per device
 HEAD_DIM_ALIGNMENT = 64  # KV-cache head_dim is padded to a multiple of 64
 # Calibrated (docs/memory-model.md): live activation sets of one decoder layer per chiplet.
 # Any value in [0, 2.46] reproduces both published figures (21 and 14); 1.0 is the physical
@@ -82,11 +81,6 @@ ACTIVATION_LIVE_SETS = 1.0
 _INDEX_BYTES = {"int64": 8, "int32": 4, "int16": 2}
 _HEAD_SPLIT_OUT = {"q_proj": "q", "k_proj": "kv", "v_proj": "kv"}
 _ROW_PARALLEL = {"o_proj", "down_proj", "out_proj", "dense", "c_proj", "wo", "w2"}
-
-
-def align(nbytes: int, granule: int = ALIGNMENT) -> int:
-    """``nbytes`` rounded up to a multiple of ``granule`` (2 MiB by default)."""
-    return -(-nbytes // granule) * granule
 
 
 def layer_placement(num_layers: int, num_chiplets: int) -> list[int]:

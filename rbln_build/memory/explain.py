@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from ..errors import BuildError, RblnBuildError, UserError
+from ..errors import BuildError, EstimateError, RblnBuildError, UserError
+from ..estimator import WORDS_SYNOPSIS, GiB, MiB, align_2mib, budget_from_text
 from ._recipes import DEFAULT_RECIPES_DIR, list_recipes, load_recipe
 
 __all__ = ["main", "explain", "render", "load_device", "DEFAULT_DEVICE_DIR", "DEFAULT_BUDGETS"]
@@ -29,7 +30,6 @@ DEFAULT_BUDGETS: tuple[object, ...] = (0.1, 0.2, 0.3, 0.5, 1.0)
 _BUILD_KEYS = ("batch_size", "max_seq_len", "kvcache_partition_len", "attn_impl", "prefill_chunk_size")
 _INT_KEYS = {"batch_size", "max_seq_len", "kvcache_partition_len", "prefill_chunk_size"}
 _KEYS = {"model", "device", "budgets", *_BUILD_KEYS}
-MiB = 2**20
 
 USAGE = """\
 usage: rbln-build explain model=<recipe> device=<device> [key=value ...] [--json]
@@ -45,8 +45,8 @@ required:
 options (defaults: the recipe's build section, then optimum-rbln's defaults for the NPU):
   batch_size=N  max_seq_len=N  kvcache_partition_len=N  prefill_chunk_size=N
   attn_impl=eager|flash_attn
-  budgets=B,B,...            memory budgets to resolve (default {budgets}); each is a
-                             fraction (0.3), a percentage (30%), or bytes (10GB, 1073741824)
+  budgets=B,B,...            memory budgets to resolve (default {budgets}); each is
+                             {budget_forms}
   --json                     one deterministic JSON object instead of the table
   -h, --help                 this text
 
@@ -72,6 +72,7 @@ def _usage() -> str:
         models=names(DEFAULT_RECIPES_DIR, ""),
         devices=names(DEFAULT_DEVICE_DIR, "*.yaml"),
         budgets=",".join(str(b) for b in DEFAULT_BUDGETS),
+        budget_forms=WORDS_SYNOPSIS,
     )
 
 
@@ -89,15 +90,10 @@ def load_device(name: str, directory: Path = DEFAULT_DEVICE_DIR) -> tuple[str, i
 
 
 def _parse_budget(text: str) -> object:
-    text = text.strip()
-    if not text:
-        raise _UsageError("explain: budgets=: an empty budget; write e.g. budgets=0.1,0.3,1.0.")
-    if text.endswith("%") or any(c.isalpha() for c in text):
-        return text
     try:
-        return float(text) if "." in text or "e" in text.lower() else int(text)
-    except ValueError:
-        raise _UsageError(f"explain: budgets=: cannot read {text!r}; use 0.3, 30% or 10GB.") from None
+        return budget_from_text(text)
+    except EstimateError as error:
+        raise _UsageError(f"explain: budgets=: {error}") from None
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], bool]:
@@ -126,8 +122,8 @@ def explain(
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The explanation as a plain JSON value (what ``--json`` prints)."""
+    from ..estimator import Request, estimate
     from ._spec import CompileSpec
-    from ..estimator._search import Request, estimate
     from ._model import ACTIVATION_LIVE_SETS, build_report
     from ..estimator._npu import resolve_npu
 
@@ -162,7 +158,7 @@ def explain(
                     entry[key] = entry.get(key, 0) + grid[node][c]
             entry["non_kv"] = bd.non_kv_bytes[node][c]
             entry["kv_per_block"] = sum(
-                -(-t.sizes[node][c] // (2 * MiB)) * 2 * MiB for t in report.kv_tensors.values() if t.can_resize
+                align_2mib(t.sizes[node][c]) for t in report.kv_tensors.values() if t.can_resize
             )
             entry["kv_fixed"] = bd.kv_fixed_bytes[node][c]
             chiplets.append(dict(sorted(entry.items())))
@@ -210,7 +206,9 @@ def explain(
 
 
 def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / MiB:,.0f} MiB" if n % MiB == 0 else f"{n / MiB:,.2f} MiB"
+    if n is None:
+        return "-"
+    return f"{n / MiB:,.2f} MiB" if n % MiB else f"{n / MiB:,.0f} MiB"  # whole MiB without decimals
 
 
 def _ceil4(fraction: float) -> str:
@@ -219,7 +217,7 @@ def _ceil4(fraction: float) -> str:
 
 
 def _gib(n: int) -> str:
-    return f"{n / 2**30:,.2f} GiB"
+    return f"{n / GiB:,.2f} GiB"
 
 
 def render(data: dict[str, Any]) -> str:
