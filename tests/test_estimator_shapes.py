@@ -31,8 +31,7 @@ FLASH_8 = dict(max_seq_len=40_960, batch_size=8, kvcache_partition_len=8_192, at
 def one_tensor_per_chiplet(per_block: int, chiplets: int = 4) -> dict[str, KVTensor]:
     """Resizable tensors ``kv<c>``, each ``per_block`` bytes on chiplet c and 0 on the others."""
     return {
-        f"kv{c}": KVTensor(True, (tuple(per_block if i == c else 0 for i in range(chiplets)),))
-        for c in range(chiplets)
+        f"kv{c}": KVTensor(True, (tuple(per_block if i == c else 0 for i in range(chiplets)),)) for c in range(chiplets)
     }
 
 

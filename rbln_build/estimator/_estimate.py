@@ -64,7 +64,7 @@ class Request:
         memory_budget: object = None,
         kvcache_num_blocks: int = 0,
         current_blocks: int = 1,
-    ) -> "Request":
+    ) -> Request:
         """A request from already-resolved attention options (e.g. a ``CompileSpec``'s).
 
         A matrix cell passes its raw options instead, so that the warnings about defaults the
@@ -102,7 +102,7 @@ class Resolution:
     def ok(self) -> bool:
         return self.error is None
 
-    def raise_for_error(self) -> "Resolution":
+    def raise_for_error(self) -> Resolution:
         if self.error is not None:
             raise EstimateError(self.error, kind=self.error_kind or "invalid_request")
         return self
@@ -153,8 +153,10 @@ def _check_request(request: object) -> Request:
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)):
         # range and divisibility are checked with the reference's wording by resolve_attention
         raise _invalid(f"`prefill_chunk_size` must be an integer divisible by 64 or null (auto), got {chunk!r}.")
-    if isinstance(request.kvcache_num_blocks, bool) or not isinstance(request.kvcache_num_blocks, int) or (
-        request.kvcache_num_blocks < 0
+    if (
+        isinstance(request.kvcache_num_blocks, bool)
+        or not isinstance(request.kvcache_num_blocks, int)
+        or request.kvcache_num_blocks < 0
     ):
         raise _invalid(
             f"`kvcache_num_blocks` must be 0 (estimate automatically) or a positive integer, "

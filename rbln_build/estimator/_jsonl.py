@@ -23,11 +23,11 @@ __all__ = ["FIELDS", "parse_request", "handle_line", "run", "main"]
 
 # field -> (required, meaning) for the help text and for rejecting unknown fields
 FIELDS: dict[str, tuple[bool, str]] = {
-    "npu": (True, "target NPU name or alias, e.g. \"RBLN-CR03\", \"RBLN-CA25\", \"rebel100\", \"atom_max\""),
+    "npu": (True, 'target NPU name or alias, e.g. "RBLN-CR03", "RBLN-CA25", "rebel100", "atom_max"'),
     "max_seq_len": (True, "tokens per sequence"),
     "batch_size": (False, "sequences per batch (default 1)"),
     "num_devices": (False, "devices (nodes) of the tensor-parallel group (default 1)"),
-    "attn_impl": (False, "\"eager\", \"flash_attn\" or null (default: as optimum-rbln 0.12.0 resolves it)"),
+    "attn_impl": (False, '"eager", "flash_attn" or null (default: as optimum-rbln 0.12.0 resolves it)'),
     "kvcache_partition_len": (False, "flash-attention partition length in tokens, or null"),
     "kvcache_block_size": (False, "tokens per KV-cache block, or null"),
     "prefill_chunk_size": (False, "prefill chunk in tokens, or null (512 on RBLN-CR, 128 on RBLN-CA)"),
@@ -35,12 +35,21 @@ FIELDS: dict[str, tuple[bool, str]] = {
     "memory_budget": (False, f"{FORMS_SYNOPSIS} (raw JSON value: 1 is one byte, 1.0 is 100%)"),
     "current_blocks": (False, "block count the kv_tensors sizes were measured at (1 at compile time)"),
     "alloc": (True, "{graph: {key: [[bytes per chiplet] per node]}}; every key counts except DramTensor"),
-    "kv_tensors": (True, "{name: {\"can_resize\": bool, \"sizes\": [[bytes per chiplet] per node]}}"),
+    "kv_tensors": (True, '{name: {"can_resize": bool, "sizes": [[bytes per chiplet] per node]}}'),
     "id": (False, "any JSON value, echoed back in the result"),
 }
 _REQUEST_FIELDS = (
-    "npu", "max_seq_len", "batch_size", "num_devices", "attn_impl", "kvcache_partition_len", "kvcache_block_size",
-    "prefill_chunk_size", "kvcache_num_blocks", "memory_budget", "current_blocks",
+    "npu",
+    "max_seq_len",
+    "batch_size",
+    "num_devices",
+    "attn_impl",
+    "kvcache_partition_len",
+    "kvcache_block_size",
+    "prefill_chunk_size",
+    "kvcache_num_blocks",
+    "memory_budget",
+    "current_blocks",
 )
 
 EXAMPLE_IN = (

@@ -63,7 +63,7 @@ class NpuTarget:
     def available_bytes(self) -> int:
         return self.available_per_chiplet * self.num_chiplets
 
-    def split_over(self, num_chiplets: int) -> "NpuTarget":
+    def split_over(self, num_chiplets: int) -> NpuTarget:
         """This NPU with its DRAM split over ``num_chiplets`` chiplets, as optimum-rbln 0.12.0 splits it
         for a report that covers that many (``get_available_dram_per_chiplet``): each chiplet gets
         ``dram_bytes // num_chiplets`` less the per-chiplet reserve."""

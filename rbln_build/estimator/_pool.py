@@ -61,8 +61,15 @@ class Pool:
     """A report's buckets, shape and grids (``[[bytes per chiplet] per node]``, 0 where absent)."""
 
     __slots__ = (
-        "buckets", "num_nodes", "num_chiplets", "profiles", "non_kv_grid", "per_block_grid", "fixed_grid",
-        "_needs", "_kv_grids",
+        "buckets",
+        "num_nodes",
+        "num_chiplets",
+        "profiles",
+        "non_kv_grid",
+        "per_block_grid",
+        "fixed_grid",
+        "_needs",
+        "_kv_grids",
     )
 
     def __init__(self, buckets: tuple[Bucket, ...]) -> None:
@@ -80,7 +87,7 @@ class Pool:
         self._kv_grids: dict[int, Grid] = {}
 
     @classmethod
-    def of(cls, report: AllocationReport, current_blocks: int) -> "Pool":
+    def of(cls, report: AllocationReport, current_blocks: int) -> Pool:
         """Reduce ``report`` (KV sizes measured at ``current_blocks``); raises ``EstimateError``
         (``invalid_report``) for a byte count that is not a non-negative integer."""
         for graph_name, graph in sorted(report.alloc.items()):
@@ -120,9 +127,7 @@ class Pool:
         )
 
     def _grid(self, values: dict[tuple[int, int], int]) -> Grid:
-        return tuple(
-            tuple(values.get((n, c), 0) for c in range(self.num_chiplets)) for n in range(self.num_nodes)
-        )
+        return tuple(tuple(values.get((n, c), 0) for c in range(self.num_chiplets)) for n in range(self.num_nodes))
 
     def fits(self, num_blocks: int, per_chiplet: int) -> bool:
         """Whether ``num_blocks`` fit on every bucket with ``per_chiplet`` bytes each."""

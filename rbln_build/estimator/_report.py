@@ -58,9 +58,9 @@ class KVTensor:
         return {"can_resize": self.can_resize, "sizes": [list(row) for row in self.sizes]}
 
     @classmethod
-    def from_json(cls, value: Any, where: str = "kv_tensors") -> "KVTensor":
+    def from_json(cls, value: Any, where: str = "kv_tensors") -> KVTensor:
         if not isinstance(value, dict) or set(value) != {"can_resize", "sizes"}:
-            raise ValueError(f"{where}: expected {{\"can_resize\": bool, \"sizes\": [[...]]}}, got {value!r}")
+            raise ValueError(f'{where}: expected {{"can_resize": bool, "sizes": [[...]]}}, got {value!r}')
         if not isinstance(value["can_resize"], bool):
             raise ValueError(f"{where}.can_resize: expected true or false, got {value['can_resize']!r}")
         return cls(can_resize=value["can_resize"], sizes=_grid(value["sizes"], f"{where}.sizes"))
@@ -106,7 +106,7 @@ class AllocationReport:
         }
 
     @classmethod
-    def from_json(cls, value: Any) -> "AllocationReport":
+    def from_json(cls, value: Any) -> AllocationReport:
         if not isinstance(value, dict):
             raise ValueError(f"report: expected an object with 'alloc' and 'kv_tensors', got {value!r}")
         alloc_in = value.get("alloc", {})

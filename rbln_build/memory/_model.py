@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._inventory import Inventory, TensorEntry, inventory_for_recipe
 from ..estimator._report import AllocationReport, KVTensor
 from ..estimator._units import align
+from ._inventory import Inventory, TensorEntry, inventory_for_recipe
 
 __all__ = [
     "HEAD_DIM_ALIGNMENT",

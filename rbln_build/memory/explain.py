@@ -123,9 +123,9 @@ def explain(
 ) -> dict[str, Any]:
     """The explanation as a plain JSON value (what ``--json`` prints)."""
     from ..estimator import Request, estimate
-    from ._spec import CompileSpec
-    from ._model import ACTIVATION_LIVE_SETS, build_report
     from ..estimator._npu import resolve_npu
+    from ._model import ACTIVATION_LIVE_SETS, build_report
+    from ._spec import CompileSpec
 
     if model not in list_recipes():
         raise _UsageError(f"explain: unknown model '{model}'. Known models: {', '.join(list_recipes())}.")
