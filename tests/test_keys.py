@@ -89,7 +89,8 @@ def test_code_versions_follow_the_import_closure() -> None:
     assert {f for f in resolve_files if not f.startswith("estimator/")} == {"__init__.py", "errors.py"}
     # the estimator's block arithmetic lives in a private module: editing it must change the cell keys too
     assert {"estimator/_pool.py", "estimator/_report.py", "estimator/_budget.py", "estimator/_attention.py",
-            "estimator/_npu.py"} <= resolve_files
+            "estimator/_npu.py", "estimator/_units.py", "estimator/_estimate.py",
+            "estimator/_breakdown.py"} <= resolve_files
 
 
 def test_resolve_code_is_in_the_cell_key_only() -> None:
