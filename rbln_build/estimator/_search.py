@@ -8,7 +8,8 @@ Both read a ``Pool`` (``_pool``) and nothing else; the estimate and its breakdow
 * ``smallest_budget(pool, n, num_chiplets)``: the smallest per-device budget B whose share
   ``B // num_chiplets`` holds what the tightest bucket needs at N: ``need * num_chiplets`` (at least 1).
 
-Answers are kept per (pool, arguments): a matrix asks the same questions of a few pools many times.
+Answers are kept per (pool, arguments) in a bounded cache: a matrix asks the same questions of a few
+pools many times. The cache holds pools (small), never the reports they were reduced from.
 """
 
 from __future__ import annotations
