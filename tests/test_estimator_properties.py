@@ -105,8 +105,9 @@ def cells(draw, max_full=64):
     alloc = {}
     for graph, keys in (("prefill", ("w", "ws")), ("decode", ("ws",))):
         alloc[graph] = {
-            key: trimmed(draw, [[draw(st.integers(0, per_chiplet_avail // 4)) for _ in range(c)]
-                                for _ in range(nodes)], sparse)
+            key: trimmed(
+                draw, [[draw(st.integers(0, per_chiplet_avail // 4)) for _ in range(c)] for _ in range(nodes)], sparse
+            )
             for key in keys
         }
     # DramTensor is not charged, and its shape does not count either
@@ -116,15 +117,22 @@ def cells(draw, max_full=64):
         resizable = draw(st.booleans())
         # per-block sizes around 2 MiB multiples, odd bytes included
         sizes = [
-            [draw(st.integers(0, 64 * MiB)) * (current if resizable else 1) + draw(st.integers(0, current - 1))
-             for _ in range(c)]
+            [
+                draw(st.integers(0, 64 * MiB)) * (current if resizable else 1) + draw(st.integers(0, current - 1))
+                for _ in range(c)
+            ]
             for _ in range(nodes)
         ]
         kv[f"t{t}"] = KVTensor(resizable, trimmed(draw, sizes, sparse))
     report = AllocationReport(alloc=alloc, kv_tensors=kv, current_blocks=current)
     request = Request(
-        npu=family, max_seq_len=per_seq * partition, batch_size=batch, num_devices=nodes,
-        kvcache_partition_len=partition, attn_impl="flash_attn", current_blocks=current,
+        npu=family,
+        max_seq_len=per_seq * partition,
+        batch_size=batch,
+        num_devices=nodes,
+        kvcache_partition_len=partition,
+        attn_impl="flash_attn",
+        current_blocks=current,
     )
     return request, report, oracle_device(report, npu)
 
@@ -177,7 +185,9 @@ def test_a_larger_budget_never_gives_fewer_blocks(cell, data):
     request, report, device = cell
     full = estimate(request, report).num_full_blocks
     a = draw_budget(data, report, device, full)
-    b = data.draw(st.one_of(st.integers(a, device.available_bytes), st.integers(a, min(a + TWO_MIB, device.available_bytes))))
+    b = data.draw(
+        st.one_of(st.integers(a, device.available_bytes), st.integers(a, min(a + TWO_MIB, device.available_bytes)))
+    )
     fa = estimate(with_budget(request, a), report).breakdown.max_fitting_blocks
     fb = estimate(with_budget(request, b), report).breakdown.max_fitting_blocks
     assert fa <= fb
@@ -235,8 +245,10 @@ def test_boundary_sizes_fit_exactly_at_their_aligned_bytes(cell):
 def test_smallest_budgets_for_floor_and_full_pool_are_exact(cell):
     request, report, device = cell
     res = estimate(request, report)
-    for answer, blocks in ((res.breakdown.budget_for_floor, res.num_min_blocks),
-                           (res.breakdown.budget_for_full_pool, res.num_full_blocks)):
+    for answer, blocks in (
+        (res.breakdown.budget_for_floor, res.num_min_blocks),
+        (res.breakdown.budget_for_full_pool, res.num_full_blocks),
+    ):
         if answer.bytes is None:
             assert answer.required_bytes > device.available_bytes and answer.reason
             continue
@@ -255,15 +267,20 @@ def test_reestimation_at_current_blocks_matches_the_baseline(cell, current, data
     request, report, device = cell
     base = AllocationReport(
         alloc=report.alloc,
-        kv_tensors={k: KVTensor(t.can_resize, tuple(tuple(s // report.current_blocks if t.can_resize else s
-                                                           for s in row) for row in t.sizes))
-                    for k, t in report.kv_tensors.items()},
+        kv_tensors={
+            k: KVTensor(
+                t.can_resize,
+                tuple(tuple(s // report.current_blocks if t.can_resize else s for s in row) for row in t.sizes),
+            )
+            for k, t in report.kv_tensors.items()
+        },
     )
     scaled = AllocationReport(
         alloc=report.alloc,
-        kv_tensors={k: KVTensor(t.can_resize, tuple(tuple(s * current if t.can_resize else s for s in row)
-                                                    for row in t.sizes))
-                    for k, t in base.kv_tensors.items()},
+        kv_tensors={
+            k: KVTensor(t.can_resize, tuple(tuple(s * current if t.can_resize else s for s in row) for row in t.sizes))
+            for k, t in base.kv_tensors.items()
+        },
         current_blocks=current,
     )
     budget = data.draw(st.integers(1, device.available_bytes))
@@ -273,18 +290,38 @@ def test_reestimation_at_current_blocks_matches_the_baseline(cell, current, data
 
 
 ANY = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 70_000), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=8), st.sampled_from(["RBLN-CA25", "rebel100", "flash_attn", "eager", "30%", "10GB", "1TB"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 70_000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.sampled_from(["RBLN-CA25", "rebel100", "flash_attn", "eager", "30%", "10GB", "1TB"]),
     st.lists(st.integers(), max_size=2),
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.fixed_dictionaries({}, optional={
-    name: ANY for name in ("npu", "max_seq_len", "batch_size", "num_devices", "attn_impl", "kvcache_partition_len",
-                           "kvcache_block_size", "prefill_chunk_size", "kvcache_num_blocks", "memory_budget",
-                           "current_blocks")
-}))
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            name: ANY
+            for name in (
+                "npu",
+                "max_seq_len",
+                "batch_size",
+                "num_devices",
+                "attn_impl",
+                "kvcache_partition_len",
+                "kvcache_block_size",
+                "prefill_chunk_size",
+                "kvcache_num_blocks",
+                "memory_budget",
+                "current_blocks",
+            )
+        },
+    )
+)
 def test_estimate_never_raises_for_bad_request_content(fields):
     request = Request(**{"npu": "RBLN-CA25", "max_seq_len": 16_384, **fields})
     report = AllocationReport(alloc={"prefill": {"w": ((GiB,),)}}, kv_tensors={"k": KVTensor(True, ((MiB,),))})

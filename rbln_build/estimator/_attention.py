@@ -103,8 +103,10 @@ def resolve_attention(
         attn_impl = "eager"
     if prefill_chunk_size is None:
         prefill_chunk_size = npu.default_prefill_chunk_size
-    if isinstance(prefill_chunk_size, bool) or not isinstance(prefill_chunk_size, int) or (
-        prefill_chunk_size <= 0 or prefill_chunk_size % 64 != 0
+    if (
+        isinstance(prefill_chunk_size, bool)
+        or not isinstance(prefill_chunk_size, int)
+        or (prefill_chunk_size <= 0 or prefill_chunk_size % 64 != 0)
     ):
         raise EstimateError("`prefill_chunk_size` must be a positive integer divisible by 64.", "invalid_attention")
 
