@@ -48,17 +48,33 @@ def _parser() -> argparse.ArgumentParser:
         "--prompt-ids 1,2,3 --prompt-ids 4,5 --max-new-tokens 8\n"
         "          python -m rbln_build.run --manifest build/manifest.json tiny_llama.atom_max.b0.3 --prompt-ids 1,2,3",
     )
-    p.add_argument("artifact", metavar="ARTIFACT",
-                   help="cell artifact folder; with --manifest, the cell id in that manifest")
-    p.add_argument("--manifest", metavar="MANIFEST", default=None,
-                   help="verify the cell against this manifest's artifact content hash before loading it")
     p.add_argument(
-        "--prompt-ids", type=_token_ids, action="append", required=True, metavar="IDS",
+        "artifact", metavar="ARTIFACT", help="cell artifact folder; with --manifest, the cell id in that manifest"
+    )
+    p.add_argument(
+        "--manifest",
+        metavar="MANIFEST",
+        default=None,
+        help="verify the cell against this manifest's artifact content hash before loading it",
+    )
+    p.add_argument(
+        "--prompt-ids",
+        type=_token_ids,
+        action="append",
+        required=True,
+        metavar="IDS",
         help="comma-separated token ids of one prompt; repeat for a batch (at most the artifact's batch_size)",
     )
-    p.add_argument("--max-new-tokens", type=int, default=8, metavar="N", help="tokens to generate per prompt (default 8)")
-    p.add_argument("--eos-token-id", type=int, default=None, metavar="ID",
-                   help="stop a prompt early when it generates this id (default: never stop early)")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=8, metavar="N", help="tokens to generate per prompt (default 8)"
+    )
+    p.add_argument(
+        "--eos-token-id",
+        type=int,
+        default=None,
+        metavar="ID",
+        help="stop a prompt early when it generates this id (default: never stop early)",
+    )
     return p
 
 
@@ -79,12 +95,14 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{manifest_path}: not an rbln-build manifest ({exc}).") from None
     if not isinstance(cells, dict) or cell_id not in cells:
-        raise UserError(f"{manifest_path}: no cell {cell_id!r}; the manifest has {len(cells)} cell(s), "
-                        f"e.g. {', '.join(sorted(cells)[:3])}.")
+        raise UserError(
+            f"{manifest_path}: no cell {cell_id!r}; the manifest has {len(cells)} cell(s), "
+            f"e.g. {', '.join(sorted(cells)[:3])}."
+        )
     artifact = cells[cell_id].get("artifact")
     if not isinstance(artifact, dict) or not isinstance(artifact.get("path"), str):
         raise UserError(f"{manifest_path}: cell {cell_id!r} has no artifact (status {cells[cell_id].get('status')!r}).")
-    folder = (manifest_path.parent / artifact["path"]).resolve()
+    folder = (manifest_path.parent / str(artifact["path"])).resolve()
     entry_file = folder.parent / ENTRY_FILE
     try:
         meta = json.loads(entry_file.read_text(encoding="utf-8"))["meta"]

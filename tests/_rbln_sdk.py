@@ -62,6 +62,9 @@ class _Blocker(importlib.abc.MetaPathFinder):
 
 def hide_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make ``rebel`` and ``optimum.rbln`` unimportable and unfindable for this test, installed or not."""
+    from rbln_build.backends import get_backend
+
+    get_backend.cache_clear()  # an rbln backend made by an earlier test must not answer for the hidden SDK
     for name in list(sys.modules):
         if any(name == m or name.startswith(m + ".") for m in SDK_MODULES):
             monkeypatch.delitem(sys.modules, name)
@@ -76,9 +79,16 @@ def hide_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
 
 
-def make_recipe(root: Path, name: str, base: str, config: dict[str, Any] | None = None,
-                build: dict[str, Any] | None = None, dtype: str | None = None,
-                weights: dict[str, Any] | None = None, with_config: bool = True) -> Path:
+def make_recipe(
+    root: Path,
+    name: str,
+    base: str,
+    config: dict[str, Any] | None = None,
+    build: dict[str, Any] | None = None,
+    dtype: str | None = None,
+    weights: dict[str, Any] | None = None,
+    with_config: bool = True,
+) -> Path:
     """A recipe folder ``root/name`` derived from the shipped recipe ``base``."""
     import yaml
 
@@ -105,8 +115,15 @@ def make_recipe(root: Path, name: str, base: str, config: dict[str, Any] | None 
 # A decoder whose weights are tiny but whose KV cache at the flash floor does not fit an ATOM-Max:
 # 32 KV heads x head_dim 256 x block 1024 x bf16 = 16 MiB per tensor and block, 8 layers -> 256 MiB a
 # block; batch 64 puts the floor at 65 blocks = 16,640 MiB > 16,096 MiB available. A Rebel100 fits it.
-TOO_BIG_CONFIG = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 32, "num_key_value_heads": 32,
-                  "head_dim": 256, "num_hidden_layers": 8, "torch_dtype": "bfloat16"}
+TOO_BIG_CONFIG = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "head_dim": 256,
+    "num_hidden_layers": 8,
+    "torch_dtype": "bfloat16",
+}
 TOO_BIG_BUILD = {"batch_size": 64, "max_seq_len": 8192, "attn_impl": "flash_attn", "kvcache_partition_len": 1024}
 
 

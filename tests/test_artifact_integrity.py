@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -24,18 +25,24 @@ import pytest
 
 pytest.importorskip("torch")
 
+from _torch_cells import finalized  # noqa: E402
+
 from rbln_build.backends.torch._archive import check_program_archive  # noqa: E402
 from rbln_build.errors import IntegrityError  # noqa: E402
-
-from _torch_cells import finalized  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m rbln_build.run`` as a user runs it (a subprocess)."""
-    return subprocess.run([sys.executable, "-m", "rbln_build.run", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    return subprocess.run(
+        [sys.executable, "-m", "rbln_build.run", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
 
 
 def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -100,8 +107,9 @@ def test_flipped_program_bytes_exit_2_and_print_no_tokens(cell: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["sample_inputs", "pickled_weight"])
-def test_a_pickle_payload_in_the_program_is_refused_before_anything_is_unpickled(cell: Path, tmp_path: Path,
-                                                                                 where: str, capsys) -> None:
+def test_a_pickle_payload_in_the_program_is_refused_before_anything_is_unpickled(
+    cell: Path, tmp_path: Path, where: str, capsys
+) -> None:
     import torch
 
     marker = tmp_path / "payload-ran"
@@ -114,10 +122,13 @@ def test_a_pickle_payload_in_the_program_is_refused_before_anything_is_unpickled
         config = json.loads(zipfile.ZipFile(io.BytesIO(program)).read(f"{root}/data/weights/model_weights_config.json"))
         first = sorted(config["config"])[0]
         config["config"][first]["use_pickle"] = True
-        crafted = _with_entry(_with_entry(program, "data/weights/model_weights_config.json", json.dumps(config).encode()),
-                              f"data/weights/{config['config'][first]['path_name']}", payload)
+        crafted = _with_entry(
+            _with_entry(program, "data/weights/model_weights_config.json", json.dumps(config).encode()),
+            f"data/weights/{config['config'][first]['path_name']}",
+            payload,
+        )
     # The payload is live: torch.export.load on these bytes runs it.
-    with pytest.raises(Exception):
+    with contextlib.suppress(Exception):  # torch fails after the payload ran; how is not the point
         torch.export.load(io.BytesIO(crafted))
     assert marker.is_dir()
     marker.rmdir()
@@ -133,13 +144,24 @@ def test_run_with_the_manifest_catches_a_rewritten_record(cell: Path, tmp_path: 
     from rbln_build.build._store import Store
 
     build = tmp_path / "build"
-    entry = Store(build / "cache").put("artifacts", "a" * 64, lambda files: (shutil.copytree(cell, files,
-                                                                            dirs_exist_ok=True), {"x": 1})[1])
+    entry = Store(build / "cache").put(
+        "artifacts", "a" * 64, lambda files: (shutil.copytree(cell, files, dirs_exist_ok=True), {"x": 1})[1]
+    )
     (build / "artifacts").mkdir()
     os.symlink(f"../cache/artifacts/{entry.key}/files", build / "artifacts" / "c1")
-    (build / "manifest.json").write_text(json.dumps({"schema_version": 1, "cells": {"c1": {
-        "status": "ok", "artifact": {"path": "artifacts/c1", "content_hash": entry.content_hash}}}}))
-    ok = run_here(capsys, "--manifest", str(build / "manifest.json"), "c1", "--prompt-ids", "1,2,3", "--max-new-tokens", "2")
+    (build / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "cells": {
+                    "c1": {"status": "ok", "artifact": {"path": "artifacts/c1", "content_hash": entry.content_hash}}
+                },
+            }
+        )
+    )
+    ok = run_here(
+        capsys, "--manifest", str(build / "manifest.json"), "c1", "--prompt-ids", "1,2,3", "--max-new-tokens", "2"
+    )
     assert ok.returncode == 0 and ok.stdout.startswith("prompt 0: "), ok.stderr
     files = entry.files
     data = bytearray((files / "program.pt2").read_bytes())
@@ -149,7 +171,9 @@ def test_run_with_the_manifest_catches_a_rewritten_record(cell: Path, tmp_path: 
     # the record alone is fooled (the digest was rewritten with the program) ...
     assert run_here(capsys, str(files), "--prompt-ids", "1,2,3", "--max-new-tokens", "2").returncode == 0
     # ... the manifest is not
-    bad = run_here(capsys, "--manifest", str(build / "manifest.json"), "c1", "--prompt-ids", "1,2,3", "--max-new-tokens", "2")
+    bad = run_here(
+        capsys, "--manifest", str(build / "manifest.json"), "c1", "--prompt-ids", "1,2,3", "--max-new-tokens", "2"
+    )
     assert bad.returncode == 2 and bad.stdout == ""
     assert "does not match" in bad.stderr and "recorded for cell 'c1'" in bad.stderr
 

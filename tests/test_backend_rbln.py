@@ -16,13 +16,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _rbln_sdk import TOO_BIG_BUILD, TOO_BIG_CONFIG, hide_sdk, make_recipe, needs_optimum_rbln, sdk_on_path
+from _torch_cells import spec_for
 
 from rbln_build.backends import get_backend
 from rbln_build.errors import BackendUnavailable, InputFailure
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
-
-from _rbln_sdk import TOO_BIG_BUILD, TOO_BIG_CONFIG, hide_sdk, make_recipe, needs_optimum_rbln, sdk_on_path
-from _torch_cells import spec_for
 
 MiB = 2**20
 LLAMA_KV_PER_BLOCK = 1 * 4 * 1024 * 32 * 4  # one K (or V) tensor, one block: kv_heads 4, block 1024, head_dim 32, fp32
@@ -120,8 +119,14 @@ def test_cells_load_in_optimum_rbln_and_equal_its_cli_set_value(compiled_llama, 
     cli = tmp_path / "cli"
     _cli_set_value(base, n, cli)
     ours = sorted(p.name for p in cell.iterdir())
-    assert ours == ["config.json", "decoder_batch_2.rbln", "generation_config.json", "prefill.rbln",
-                    "rbln-build.json", "rbln_config.json"]
+    assert ours == [
+        "config.json",
+        "decoder_batch_2.rbln",
+        "generation_config.json",
+        "prefill.rbln",
+        "rbln-build.json",
+        "rbln_config.json",
+    ]
     for name in ours:
         if name != "rbln-build.json":
             assert (cell / name).read_bytes() == (cli / name).read_bytes(), name
@@ -129,8 +134,9 @@ def test_cells_load_in_optimum_rbln_and_equal_its_cli_set_value(compiled_llama, 
     assert prefill["dram_tensors"]["past_key_values_0"] == [[LLAMA_KV_PER_BLOCK * n]]
     record = json.loads((cell / "rbln-build.json").read_text())
     assert (record["artifact"], record["npu"], record["kvcache_num_blocks"]) == ("rbln", "RBLN-CA25", n)
-    assert record["programs"] == {f: hashlib.sha256((cell / f).read_bytes()).hexdigest()
-                                  for f in ("decoder_batch_2.rbln", "prefill.rbln")}
+    assert record["programs"] == {
+        f: hashlib.sha256((cell / f).read_bytes()).hexdigest() for f in ("decoder_batch_2.rbln", "prefill.rbln")
+    }
     assert json.loads((base / "rbln_config.json").read_text())["kvcache_num_blocks"] == 8  # baseline untouched
 
 
@@ -160,8 +166,9 @@ def test_the_estimator_over_the_rbln_report_picks_the_cell_count(compiled_llama,
     from rbln_build.estimator import Request, estimate
 
     spec, base, result, _ = compiled_llama
-    request = Request.for_attention(spec.npu.name, spec.num_devices, spec.attention, memory_budget=1.0,
-                                    current_blocks=result.report.current_blocks)
+    request = Request.for_attention(
+        spec.npu.name, spec.num_devices, spec.attention, memory_budget=1.0, current_blocks=result.report.current_blocks
+    )
     n = estimate(request, result.report).raise_for_error().kvcache_num_blocks
     assert n == spec.attention.num_full_blocks == 8  # tiny: the whole pool fits an ATOM
     cell = _finalize(spec, base, n, tmp_path / "cell")
@@ -173,8 +180,9 @@ def test_eager_compiles_the_full_pool_fixed_and_refuses_any_other_count(sdk, tmp
     from optimum.rbln import RBLNAutoModelForCausalLM
 
     rebel, _ = sdk
-    make_recipe(tmp_path / "recipes", "eager_llama", "tiny_llama",
-                build={"attn_impl": "eager", "kvcache_partition_len": None})
+    make_recipe(
+        tmp_path / "recipes", "eager_llama", "tiny_llama", build={"attn_impl": "eager", "kvcache_partition_len": None}
+    )
     spec = spec_for(load_recipe("eager_llama", root=tmp_path / "recipes"))
     assert spec.attention.attn_impl == "eager" and spec.attention.num_full_blocks == 2
     base = tmp_path / "base"
@@ -185,20 +193,28 @@ def test_eager_compiles_the_full_pool_fixed_and_refuses_any_other_count(sdk, tmp
     assert report.current_blocks == 2 and not any(t.can_resize for t in report.kv_tensors.values())
     assert {t.sizes for t in report.kv_tensors.values()} == {((2 * 4 * 4096 * 32 * 4,),)}
     cell = _finalize(spec, base, 2, tmp_path / "cell")
-    assert RBLNAutoModelForCausalLM.from_pretrained(str(cell), export=False, rbln_create_runtimes=False) \
-        .rbln_config.kvcache_num_blocks == 2
+    assert (
+        RBLNAutoModelForCausalLM.from_pretrained(
+            str(cell), export=False, rbln_create_runtimes=False
+        ).rbln_config.kvcache_num_blocks
+        == 2
+    )
     for n in (1, 3):
-        with pytest.raises(InputFailure, match=rf"kvcache_num_blocks {n}: the compiled KV cache of eager_llama holds "
-                                               r"exactly 2 blocks and no cache can be resized \(optimum-rbln compiles "
-                                               r"eager attention at the full pool") as info:
+        with pytest.raises(
+            InputFailure,
+            match=rf"kvcache_num_blocks {n}: the compiled KV cache of eager_llama holds "
+            r"exactly 2 blocks and no cache can be resized \(optimum-rbln compiles "
+            r"eager attention at the full pool",
+        ) as info:
             _finalize(spec, base, n, tmp_path / f"cell{n}")
         assert info.value.kind == "kv_cache_not_resizable"
 
 
 @needs_optimum_rbln
 def test_a_model_too_big_for_its_target_fails_the_compile_as_insufficient_memory(sdk, tmp_path) -> None:
-    make_recipe(tmp_path / "recipes", "too_big", "tiny_llama", config=TOO_BIG_CONFIG, build=TOO_BIG_BUILD,
-                dtype="bfloat16")
+    make_recipe(
+        tmp_path / "recipes", "too_big", "tiny_llama", config=TOO_BIG_CONFIG, build=TOO_BIG_BUILD, dtype="bfloat16"
+    )
     spec = spec_for(load_recipe("too_big", root=tmp_path / "recipes"))
     assert (spec.attention.num_min_blocks, spec.attention.batch_size) == (65, 64)
     base = tmp_path / "base"
@@ -209,7 +225,9 @@ def test_a_model_too_big_for_its_target_fails_the_compile_as_insufficient_memory
     found = re.fullmatch(
         r"Insufficient memory for the required KV cache: only (\d+) blocks can be allocated, but at least 65 blocks "
         r"are required\. Consider reducing `max_seq_len` or `batch_size` \(currently 64\) to lower the memory "
-        r"requirement\.", str(info.value))
+        r"requirement\.",
+        str(info.value),
+    )
     assert found is not None, str(info.value)
     # 256 MiB a block: at most 16,096 MiB // 256 MiB = 62 blocks fit next to the (small) weights and workspace
     assert 0 < int(found.group(1)) <= 62
@@ -230,8 +248,9 @@ def test_a_local_checkpoint_without_config_json_compiles_the_recipes_config_and_
     report = get_backend("rbln").compile(spec, base).report
     recipe_config = json.loads((DEFAULT_RECIPES_DIR / "tiny_llama" / "config.json").read_text())
     compiled_config = json.loads((base / "config.json").read_text())
-    assert {k: compiled_config[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")} == \
-        {k: recipe_config[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")}
+    assert {k: compiled_config[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")} == {
+        k: recipe_config[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")
+    }
     assert json.loads((base / "rbln_config.json").read_text())["dtype"] == "bfloat16"  # the recipe's, not the file's
     assert {t.sizes for t in report.kv_tensors.values()} == {((LLAMA_KV_PER_BLOCK // 2 * 8,),)}  # bf16 KV
     assert sorted(p.name for p in checkpoint.iterdir()) == ["model.safetensors"]  # nothing written next to it

@@ -19,15 +19,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from _rbln_sdk import TOO_BIG_BUILD, TOO_BIG_CONFIG, make_recipe, needs_optimum_rbln, sdk_env, sdk_on_path
-from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR
 
 pytestmark = [pytest.mark.slow, needs_optimum_rbln]
+
 
 def _recipes(root: Path, overlay: dict[str, Callable[[Path], None]]) -> Path:
     """A recipes_dir whose folders override the shipped recipes of the same name. (Model names come
@@ -53,23 +52,45 @@ def _local_tiny_llama(root: Path) -> Callable[[Path], None]:
 
 def _build(root: Path, recipes: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", "matrix=tiny", "matrix.backend=rbln", "matrix.devices=[atom_max]",
-         "matrix.budgets=[null]", "matrix.kvcache_num_blocks=[0,6]", f"recipes_dir={recipes}",
-         f"build_dir={root / 'build'}", *overrides],
-        cwd=root, env=dict(os.environ, **sdk_env()), capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            "-m",
+            "rbln_build.build.cli",
+            "matrix=tiny",
+            "matrix.backend=rbln",
+            "matrix.devices=[atom_max]",
+            "matrix.budgets=[null]",
+            "matrix.kvcache_num_blocks=[0,6]",
+            f"recipes_dir={recipes}",
+            f"build_dir={root / 'build'}",
+            *overrides,
+        ],
+        cwd=root,
+        env=dict(os.environ, **sdk_env()),
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
 
 
 def test_an_rbln_matrix_builds_cells_that_optimum_rbln_loads_and_its_cli_agrees_with(tmp_path, capsys) -> None:
     # tiny_llama: flash attention, weights from a local checkpoint without config.json;
     # tiny_qwen3: eager attention (optimum-rbln compiles the full pool, fixed).
-    recipes = _recipes(tmp_path, {
-        "tiny_llama": _local_tiny_llama(tmp_path),
-        "tiny_qwen3": lambda r: make_recipe(r, "tiny_qwen3", "tiny_qwen3",
-                                            build={"attn_impl": "eager", "kvcache_partition_len": None}),
-    })
-    first = _build(tmp_path, recipes, "matrix.models=[tiny_llama,tiny_qwen3]",
-                   "matrix.expect_failure=[{cell: tiny_qwen3.atom_max.bnone.n6, kind: kv_cache_not_resizable}]")
+    recipes = _recipes(
+        tmp_path,
+        {
+            "tiny_llama": _local_tiny_llama(tmp_path),
+            "tiny_qwen3": lambda r: make_recipe(
+                r, "tiny_qwen3", "tiny_qwen3", build={"attn_impl": "eager", "kvcache_partition_len": None}
+            ),
+        },
+    )
+    first = _build(
+        tmp_path,
+        recipes,
+        "matrix.models=[tiny_llama,tiny_qwen3]",
+        "matrix.expect_failure=[{cell: tiny_qwen3.atom_max.bnone.n6, kind: kv_cache_not_resizable}]",
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     build = tmp_path / "build"
     manifest = json.loads((build / "manifest.json").read_text())["cells"]
@@ -108,17 +129,30 @@ def test_an_rbln_matrix_builds_cells_that_optimum_rbln_loads_and_its_cli_agrees_
 
     # The real CLI as a user runs it, on one cell.
     cell = build / manifest["tiny_llama.atom_max.bnone.n6"]["artifact"]["path"]
-    proc = subprocess.run([sys.executable, "-m", "optimum.rbln.cli", "--model-id", str(cell), "--get-kvcache-num-blocks"],
-                          env=dict(os.environ, **sdk_env()), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimum.rbln.cli", "--model-id", str(cell), "--get-kvcache-num-blocks"],
+        env=dict(os.environ, **sdk_env()),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "6", proc.stderr
 
 
-
 def test_a_model_too_big_for_its_target_is_an_expected_failure_and_is_not_recompiled(tmp_path) -> None:
-    recipes = _recipes(tmp_path, {"tiny_llama": lambda r: make_recipe(
-        r, "tiny_llama", "tiny_llama", config=TOO_BIG_CONFIG, build=TOO_BIG_BUILD, dtype="bfloat16")})
-    args = ("matrix.models=[tiny_llama]", "matrix.kvcache_num_blocks=[0]",
-            "matrix.expect_failure=[{cell: tiny_llama.atom_max.bnone, kind: insufficient_memory}]")
+    recipes = _recipes(
+        tmp_path,
+        {
+            "tiny_llama": lambda r: make_recipe(
+                r, "tiny_llama", "tiny_llama", config=TOO_BIG_CONFIG, build=TOO_BIG_BUILD, dtype="bfloat16"
+            )
+        },
+    )
+    args = (
+        "matrix.models=[tiny_llama]",
+        "matrix.kvcache_num_blocks=[0]",
+        "matrix.expect_failure=[{cell: tiny_llama.atom_max.bnone, kind: insufficient_memory}]",
+    )
     first = _build(tmp_path, recipes, *args)
     assert first.returncode == 0, first.stdout + first.stderr
     build = tmp_path / "build"
@@ -126,8 +160,10 @@ def test_a_model_too_big_for_its_target_is_an_expected_failure_and_is_not_recomp
     entry = manifest["tiny_llama.atom_max.bnone"]
     assert (entry["status"], entry["error_kind"]) == ("expected_failure", "insufficient_memory")
     assert entry["error"].startswith("Insufficient memory for the required KV cache: only ")
-    assert entry["error"].endswith("but at least 65 blocks are required. Consider reducing `max_seq_len` or "
-                                   "`batch_size` (currently 64) to lower the memory requirement.")
+    assert entry["error"].endswith(
+        "but at least 65 blocks are required. Consider reducing `max_seq_len` or "
+        "`batch_size` (currently 64) to lower the memory requirement."
+    )
     again = _build(tmp_path, recipes, *args)
     assert again.returncode == 0, again.stdout + again.stderr
     summary = json.loads((build / "summary.json").read_text())

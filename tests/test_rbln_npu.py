@@ -13,11 +13,10 @@ import json
 import os
 
 import pytest
+from _torch_cells import spec_for
 
 from rbln_build.backends import get_backend
 from rbln_build.memory._recipes import load_recipe
-
-from _torch_cells import spec_for
 
 pytestmark = pytest.mark.npu
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..memory import CompileSpec
 from ..estimator._report import AllocationReport
+from ..memory import CompileSpec
 from ._record import record_for, write_json, write_record
 
 __all__ = [
@@ -111,7 +111,7 @@ def backend_path(name: str) -> str:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_backend(name: str) -> Backend:
     """The backend instance for a short name or a ``module:Class`` import path (one per process)."""
     path = backend_path(name)

@@ -89,7 +89,9 @@ def _import_sdk() -> tuple[Any, Any]:
     try:
         return importlib.import_module("rebel"), importlib.import_module("optimum.rbln")
     except ImportError as exc:
-        raise BackendUnavailable(f"backend 'rbln': the SDK is installed but fails to import ({exc}); {INSTALL_HINT}.") from exc
+        raise BackendUnavailable(
+            f"backend 'rbln': the SDK is installed but fails to import ({exc}); {INSTALL_HINT}."
+        ) from exc
 
 
 def _version(dist: str, module_name: str) -> str:
@@ -106,7 +108,9 @@ def _load_rbln_config(directory: Path) -> Any:
         config_cls, _ = configuration.load_config(str(directory))
         return config_cls.from_pretrained(str(directory))
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise BuildError(f"{directory / 'rbln_config.json'}: optimum-rbln cannot read it ({exc}); recompile this key.") from None
+        raise BuildError(
+            f"{directory / 'rbln_config.json'}: optimum-rbln cannot read it ({exc}); recompile this key."
+        ) from None
 
 
 def _read_baseline(directory: Path) -> dict[str, Any]:
@@ -213,8 +217,11 @@ class RblnBackend(Backend):
             model_dir = _checkpoint_dir(spec, Path(tmp))
             try:  # model_save_dir: optimum-rbln writes its files straight into out_dir (as save_pretrained would)
                 optimum_rbln.RBLNAutoModelForCausalLM.from_pretrained(
-                    str(model_dir), export=True, rbln_config=_compile_options(spec),
-                    dtype=getattr(torch, spec.recipe.dtype), model_save_dir=str(out_dir),
+                    str(model_dir),
+                    export=True,
+                    rbln_config=_compile_options(spec),
+                    dtype=getattr(torch, spec.recipe.dtype),
+                    model_save_dir=str(out_dir),
                 )
             except ValueError as exc:
                 if _INSUFFICIENT.fullmatch(str(exc)):  # the model does not fit 100% of the target NPU

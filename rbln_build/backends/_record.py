@@ -30,8 +30,17 @@ from ..errors import BuildError, IntegrityError, UserError
 if TYPE_CHECKING:
     from ..memory import CompileSpec
 
-__all__ = ["RECORD_FILE", "RECORD_FORMAT", "ARTIFACT_KINDS", "record_for", "write_json", "write_record",
-           "read_record", "sha256_file", "verify_programs"]
+__all__ = [
+    "RECORD_FILE",
+    "RECORD_FORMAT",
+    "ARTIFACT_KINDS",
+    "record_for",
+    "write_json",
+    "write_record",
+    "read_record",
+    "sha256_file",
+    "verify_programs",
+]
 
 RECORD_FILE = "rbln-build.json"
 RECORD_FORMAT = "rbln-build/cell/1"
@@ -51,7 +60,9 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def record_for(spec: "CompileSpec", num_blocks: int, artifact: str, programs: dict[str, str], **extra: Any) -> dict[str, Any]:
+def record_for(
+    spec: CompileSpec, num_blocks: int, artifact: str, programs: dict[str, str], **extra: Any
+) -> dict[str, Any]:
     """The cell's record: optimum-rbln 0.12.0 key names for the compiled shape, plus the target NPU,
     what the artifact is, and the sha256 of every program file."""
     assert artifact in ARTIFACT_KINDS, artifact
@@ -87,14 +98,22 @@ def read_record(directory: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{path}: missing; {directory} is not an rbln-build cell artifact (pass a folder under "
-                        "<build_dir>/artifacts/).") from None
+        raise UserError(
+            f"{path}: missing; {directory} is not an rbln-build cell artifact (pass a folder under "
+            "<build_dir>/artifacts/)."
+        ) from None
     except (OSError, ValueError) as exc:
         raise BuildError(f"{path}: unreadable ({exc}); rebuild the cell.") from None
-    if not isinstance(value, dict) or value.get("format") != RECORD_FORMAT or value.get("artifact") not in ARTIFACT_KINDS:
+    if (
+        not isinstance(value, dict)
+        or value.get("format") != RECORD_FORMAT
+        or value.get("artifact") not in ARTIFACT_KINDS
+    ):
         raise BuildError(f"{path}: not an rbln-build cell record of format {RECORD_FORMAT!r}; rebuild the cell.")
     programs = value.get("programs")
-    if not isinstance(programs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in programs.items()):
+    if not isinstance(programs, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in programs.items()
+    ):
         raise BuildError(f"{path}: 'programs' must map file names to sha256 digests; rebuild the cell.")
     return value
 
@@ -110,15 +129,18 @@ def verify_programs(directory: Path, record: dict[str, Any], keep: bool = False)
     verified: dict[str, bytes] = {}
     for name, expected in sorted(record["programs"].items()):
         if Path(name).name != name or name in ("", ".", ".."):
-            raise IntegrityError(f"{directory / RECORD_FILE}: program name {name!r} is not a file in the cell; "
-                                 "refusing to load it. Rebuild the cell.")
+            raise IntegrityError(
+                f"{directory / RECORD_FILE}: program name {name!r} is not a file in the cell; "
+                "refusing to load it. Rebuild the cell."
+            )
         path = directory / name
         try:
             data = path.read_bytes() if keep else b""
             actual = hashlib.sha256(data).hexdigest() if keep else sha256_file(path)
         except OSError as exc:
-            raise IntegrityError(f"{path}: cannot read the program ({exc.strerror}); the artifact is incomplete, "
-                                 "rebuild the cell.") from None
+            raise IntegrityError(
+                f"{path}: cannot read the program ({exc.strerror}); the artifact is incomplete, rebuild the cell."
+            ) from None
         if actual != expected:
             raise IntegrityError(
                 f"{path}: sha256 {actual} does not match {expected} recorded in {RECORD_FILE}; the program was "

@@ -66,7 +66,7 @@ def check_program_archive(data: bytes, where: Path) -> None:
     root = roots.pop()
     configs: list[tuple[str, str]] = []
     for info in infos:
-        rel = info.filename[len(root) + 1:]
+        rel = info.filename[len(root) + 1 :]
         if rel.endswith("/") and info.file_size == 0:
             continue  # a folder entry
         if rel in _FIXED or _MODEL.fullmatch(rel) or _WEIGHT.fullmatch(rel) or _CONSTANT.fullmatch(rel):

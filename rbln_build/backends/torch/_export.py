@@ -63,7 +63,6 @@ class TorchExportBackend(Backend):
         import torch
 
         from ... import memory  # lazily: the memory model pulls in the inventory machinery
-
         from . import _paged as paged
         from ._weights import build_model
 

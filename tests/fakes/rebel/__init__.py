@@ -42,8 +42,16 @@ _ALIGN = 2**21
 COMPILES: list[dict[str, Any]] = []  # (graph inputs, npu, num_devices) per compile_from_torch, for tests
 CALLS: list[tuple[str, str, Any]] = []  # (method, graph, argument) of buffer resizes and saves, for tests
 
-__all__ = ["CompileContext", "RBLNCompiledModel", "Runtime", "compile", "compile_from_torch", "device_count",
-           "get_npu_name", "npu_is_available"]
+__all__ = [
+    "CompileContext",
+    "RBLNCompiledModel",
+    "Runtime",
+    "compile",
+    "compile_from_torch",
+    "device_count",
+    "get_npu_name",
+    "npu_is_available",
+]
 
 
 def npu_is_available(device: int = 0) -> bool:
@@ -107,7 +115,7 @@ def compile_from_torch(
     example_inputs: Any = None,
     compile_context: CompileContext | None = None,
     **kwargs: Any,
-) -> "RBLNCompiledModel":
+) -> RBLNCompiledModel:
     if npu is None:
         raise ValueError("rebel stand-in: npu is required (no NPU to ask on this host)")
     chiplets = _chiplets(npu)
@@ -123,7 +131,7 @@ def compile_from_torch(
     static = [name for name, _, _ in input_info if name in context.static_names]
     layers = max(len(static) // 2, 1)
     dram: dict[str, list[list[int]]] = {}
-    for i, (name, shape, dtype) in enumerate(input_info):
+    for name, shape, dtype in input_info:
         if name not in static:
             continue
         nbytes = math.prod(shape) * _dtype(dtype).itemsize
@@ -144,7 +152,7 @@ def compile_from_torch(
         "custom_ops": traced_ops,
         "weights_sha256": weight_digest,
         "alloc": {
-            "weights": [per_chiplet[n * chiplets:(n + 1) * chiplets] for n in range(num_devices)],
+            "weights": [per_chiplet[n * chiplets : (n + 1) * chiplets] for n in range(num_devices)],
             "workspace": [[_align(io_bytes)] * chiplets for _ in range(num_devices)],
         },
         "dram_tensors": dram,
@@ -169,8 +177,9 @@ class RBLNCompiledModel:
         alloc = {k: [list(r) for r in v] for k, v in self._data["alloc"].items()}
         grids = list(self._data["dram_tensors"].values())
         if grids:
-            alloc[DRAM_TENSOR] = [[sum(g[n][c] for g in grids) for c in range(len(grids[0][n]))]
-                                  for n in range(len(grids[0]))]
+            alloc[DRAM_TENSOR] = [
+                [sum(g[n][c] for g in grids) for c in range(len(grids[0][n]))] for n in range(len(grids[0]))
+            ]
         return alloc
 
     def get_alloc_per_node_by_key(self) -> dict[str, list[int]]:
