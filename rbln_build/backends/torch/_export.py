@@ -51,8 +51,7 @@ class TorchExportBackend(Backend):
     name = "torch"
 
     def toolchain(self) -> dict[str, str]:
-        return {"torch": metadata.version("torch"), "transformers": metadata.version("transformers"),
-                "format": FORMAT}
+        return {"torch": metadata.version("torch"), "transformers": metadata.version("transformers"), "format": FORMAT}
 
     def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
         out_dir = Path(out_dir)
@@ -125,7 +124,10 @@ class TorchExportBackend(Backend):
             raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
         _link_or_copy(src, out_dir / PROGRAM_FILE)
         record = record_for(
-            spec, num_blocks, "program", programs={PROGRAM_FILE: baseline["program_sha256"]},
+            spec,
+            num_blocks,
+            "program",
+            programs={PROGRAM_FILE: baseline["program_sha256"]},
             kv_pool=dict(baseline["pool"], num_blocks=num_blocks),
         )
         write_record(out_dir, record)

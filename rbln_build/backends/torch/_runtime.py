@@ -47,7 +47,9 @@ class PageTable:
         table = self.tables[row]
         while len(table) <= last_position // self.block_size:
             if not self.free:  # the up-front check in Artifact.generate makes this unreachable
-                raise RuntimeLimitError(f"KV-cache pool exhausted while sequence {row} reached position {last_position}.")
+                raise RuntimeLimitError(
+                    f"KV-cache pool exhausted while sequence {row} reached position {last_position}."
+                )
             table.append(self.free.popleft())
 
     def release(self, row: int) -> None:
