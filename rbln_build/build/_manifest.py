@@ -17,7 +17,8 @@ the build directory): two clean builds of one matrix give byte-identical files. 
         "artifact": {"path": "artifacts/<cell id>", "content_hash": "sha256:..."} | null,
         "status": "ok" | "failed" | "expected_failure" | "unexpected_success",
         "error": null | "<exact message>", "error_kind": null | "<kind>",
-        "expected_failure": null | {"kind": ..., "message": ...}, "warnings": [...]}}}
+        "expected_failure": null | {"kind": ..., "message": ...}, "warnings": [...],
+        "serving": null | {the vllm-rbln flags that agree with the artifact: _serving.serving_for}}}}
 
 A run (or a whole multirun sweep, whose jobs are built together) writes the entries of its cells.
 """
@@ -29,6 +30,7 @@ from typing import Any, Iterable
 
 from ._matrix import Cell
 from ._result import CellResult
+from ._serving import serving_for
 
 __all__ = ["SCHEMA_VERSION", "entry_for", "render_manifest", "summarize", "render_json", "FAILING_STATUSES", "NOT_BUILT"]
 
@@ -90,6 +92,7 @@ def entry_for(cell: Cell, result: CellResult | None) -> dict[str, Any]:
         if cell.expected is None
         else {"kind": cell.expected.kind, "message": cell.expected.message},
         "warnings": list(r.warnings),
+        "serving": serving_for(cell, result) if artifact is not None else None,
     }
 
 

@@ -4,6 +4,7 @@
     rbln-build matrix=release device=atom_max_x4 budget=0.3
     rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
     rbln-build explain model=qwen3_8b device=rebel100
+    rbln-build plan deployment=qwen3_8b_llama3_2_1b      (and serve-command, explain deployment=)
     rbln-build --help
 
 Hydra is the composition layer: each Hydra job (one for a run, one per combination for ``-m``)
@@ -121,6 +122,14 @@ def _build(jobs: list[Any]) -> int:
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] in (["plan"], ["serve-command"]) or (
+        argv[:1] == ["explain"] and any(a.startswith("deployment=") for a in argv)
+    ):
+        from ._deploy_cli import main as deploy_main
+
+        code = deploy_main(argv)
+        _report_modules()
+        sys.exit(code)
     if argv[:1] == ["explain"]:
         from ..memory.explain import main as explain_main
 
