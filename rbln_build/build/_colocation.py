@@ -12,13 +12,14 @@ so a deployment's cells have the same keys, tasks, artifacts and manifest entrie
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..backends._base import CompileSpec
-from ..deploy import BLOCKS, DeploymentPlan, Target, Tenant, plan_deployment, render_plan
+from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
 from ..errors import BackendUnavailable, ConfigError, EstimateError
 from ..estimator import AllocationReport, resolve_npu
 from ..memory import Recipe, load_recipe
@@ -26,9 +27,10 @@ from ._config import BuildSettings, Matrix, Model, SubMatrix
 from ._deployment import Deployment, DeploymentModel
 from ._keys import compile_key
 from ._matrix import BUILD_OPTIONS, Cell, expand
+from ._result import CellResult
 from ._store import Store
 
-__all__ = ["Reports", "plan_for", "deployment_cells", "target_of"]
+__all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRecords"]
 
 
 class Reports:
@@ -118,7 +120,14 @@ def plan_for(settings: BuildSettings) -> DeploymentPlan:
 
 def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tuple[DeploymentPlan, list[Cell]]:
     """The plan and its cells, in the deployment's order. An infeasible plan is a ConfigError whose
-    message is the plan (the conflict and the verified changes)."""
+    message is the plan (the conflict and the verified changes). Memoized per settings and
+    toolchain: expanding the cells and recording the deployment plan once."""
+    return _deployment_cells(settings, tuple(sorted(toolchain.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _deployment_cells(settings: BuildSettings, toolchain_items: tuple[tuple[str, str], ...]) -> tuple[DeploymentPlan, list[Cell]]:
+    toolchain = dict(toolchain_items)
     d = settings.deployment
     assert d is not None
     plan = plan_for(settings)
@@ -152,3 +161,114 @@ def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tupl
     if len(cells) != len(d.models):  # one sub-matrix of one cell per model; ids cannot collide
         raise ConfigError(f"deployment {d.name}: expected {len(d.models)} cells, got {[c.id for c in cells]}.")
     return plan, cells
+
+
+class DeploymentRecords:
+    """The manifest's ``deployments`` section: for each deployment built in this run, its models,
+    planned and built counts and budgets, and the per-chiplet totals from the *built* reports (the
+    compile entries of its cells) at the *built* counts, plus the reservations. ``problems`` lists
+    what is wrong (a cell that did not build, a count other than planned, totals that do not fit);
+    ``lines`` one summary line per deployment."""
+
+    def __init__(self, planned: list[tuple[BuildSettings, DeploymentPlan, list[Cell]]]) -> None:
+        self.planned = planned
+        self.problems: list[str] = []
+        self.lines: list[str] = []
+
+    @classmethod
+    def for_jobs(cls, jobs: list[BuildSettings]) -> "DeploymentRecords":
+        from ..backends import get_backend
+
+        planned = []
+        for job in jobs:
+            if job.deployment is not None:
+                plan, cells = deployment_cells(job, get_backend(job.matrix.backend).toolchain())
+                planned.append((job, plan, cells))
+        return cls(planned)
+
+    def __call__(self, store: Store, rows: list[tuple[Cell, CellResult | None]]) -> dict[str, Any]:
+        results = {cell.cell_key: result for cell, result in rows}
+        self.problems, self.lines = [], []
+        records = {}
+        for settings, plan, cells in self.planned:
+            assert settings.deployment is not None
+            record = _record(settings.deployment, plan, cells, results, store)
+            records[settings.deployment.name] = record
+            self.problems += [f"{settings.deployment.name}: {p}" for p in record["problems"]]
+            counts = ", ".join(f"{n} {m['kvcache_num_blocks']} blocks" for n, m in record["models"].items())
+            verdict = "fit" if record["fits"] else "DO NOT FIT"
+            self.lines.append(
+                f"deployment {settings.deployment.name} ({plan.mode}): {counts}; per-chiplet totals from the built "
+                f"reports {verdict} (least headroom {mib(min(min(r) for r in record['per_chiplet']['headroom']))} MiB)"
+            )
+        return {"deployments": records}
+
+
+def _record(
+    d: Deployment, plan: DeploymentPlan, cells: list[Cell], results: dict[str, CellResult | None], store: Store
+) -> dict[str, Any]:
+    target, chosen = plan.target, plan.chosen
+    grid = target.grid
+    problems: list[str] = []
+    models: dict[str, Any] = {}
+    used, charged = list(chosen.reserved), list(chosen.reserved)
+    for dm, a, cell in zip(d.models, chosen.assignments, cells):
+        result = results.get(cell.cell_key)
+        entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
+        usage: tuple[int, ...] | None = None
+        if result is None or not result.ok or entry is None or result.kvcache_num_blocks is None:
+            problems.append(f"cell {cell.id} did not build" + (f": {result.error}" if result and result.error else ""))
+        else:
+            built = replace(plan.tenant(dm.name), report=AllocationReport.from_json(entry.meta["report"]))
+            demand = Demand(built, target)
+            count = result.kvcache_num_blocks
+            usage = demand.need(count)
+            share = 0 if result.budget_bytes is None or cell.kvcache_num_blocks else result.budget_bytes // target.num_chiplets
+            charge = usage if d.mode == BLOCKS else (max(demand.slice(count), share),) * len(usage)
+            used = [u + x for u, x in zip(used, usage)]
+            charged = [c + x for c, x in zip(charged, charge)]
+            if count != a.kvcache_num_blocks:
+                problems.append(
+                    f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "
+                    f"differs from the one planned with ({plan.tenant(dm.name).source}); run the build again to plan "
+                    "from the compiled reports"
+                )
+        models[dm.name] = {
+            "cell": cell.id,
+            "model": dm.model.name,
+            "fixed": a.fixed,
+            "weight": float(dm.weight),
+            "min_blocks": dm.min_blocks,
+            "port": dm.port,
+            "planned_from": plan.tenant(dm.name).source,
+            "planned_blocks": a.kvcache_num_blocks,
+            "memory_budget": cell.memory_budget,
+            "budget_bytes": None if result is None else result.budget_bytes,
+            "kvcache_num_blocks": None if result is None else result.kvcache_num_blocks,
+            "num_full_blocks": a.num_full_blocks,
+            "usage": None if usage is None else [list(r) for r in grid(usage)],
+        }
+    available = target.available_per_chiplet
+    headroom = [available - u for u in used]
+    fits = not problems and all(h >= 0 for h in headroom) and all(c <= available for c in charged)
+    if not problems and not fits:
+        problems.append("the built reports' per-chiplet totals exceed the available DRAM")
+    return {
+        "device": d.device.name,
+        "npu": target.npu.name,
+        "num_devices": target.num_devices,
+        "mode": d.mode,
+        "objective": OBJECTIVE,
+        "models": models,
+        "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in d.reservations],
+        "per_chiplet": {
+            "available": available,
+            "reserved": [list(r) for r in grid(chosen.reserved)],
+            "total": [list(r) for r in grid(tuple(used))],
+            "headroom": [list(r) for r in grid(tuple(headroom))],
+            "charged": [list(r) for r in grid(tuple(charged))],  # budget mode: each budget's even share
+        },
+        "serve": {"device_ids": list(d.device_ids)},
+        "fits": fits,
+        "problems": problems,
+    }

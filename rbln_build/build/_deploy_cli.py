@@ -113,8 +113,8 @@ def _serve(settings: Any, as_json: bool) -> int:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         manifest = {}
-    record = manifest.get("deployment")
-    if not isinstance(record, dict) or record.get("name") != d.name:
+    record = (manifest.get("deployments") or {}).get(d.name)
+    if not isinstance(record, dict):
         sys.stderr.write(
             f"serve-command: {path} holds no build of deployment {d.name}; build it first: "
             f"rbln-build deployment={d.name}\n"

@@ -96,9 +96,10 @@ def entry_for(cell: Cell, result: CellResult | None) -> dict[str, Any]:
     }
 
 
-def render_manifest(entries: Iterable[dict[str, Any]]) -> bytes:
+def render_manifest(entries: Iterable[dict[str, Any]], sections: dict[str, Any] | None = None) -> bytes:
     """Valid, deterministic JSON with one line per cell (sorted keys everywhere): readable, diffable,
-    and rendered by json's C encoder (an indented dump of 1,000 cells takes ~10x longer)."""
+    and rendered by json's C encoder (an indented dump of 1,000 cells takes ~10x longer).
+    ``sections``: more top-level keys (``deployments``), each one indented JSON value."""
     cells = sorted((e["cell"], e) for e in entries)
     lines = [
         "  " + json.dumps(cid, ensure_ascii=False) + ": "
@@ -106,7 +107,13 @@ def render_manifest(entries: Iterable[dict[str, Any]]) -> bytes:
         for cid, e in cells
     ]
     body = ",\n".join("  " + line for line in lines)
-    text = '{\n  "cells": {\n' + body + ("\n" if lines else "") + '  },\n  "schema_version": ' + str(SCHEMA_VERSION) + "\n}\n"
+    extra = "".join(
+        f'  {json.dumps(key)}: ' + json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False,
+                                             allow_nan=False).replace("\n", "\n  ") + ",\n"
+        for key, value in sorted((sections or {}).items())
+    )
+    text = ('{\n  "cells": {\n' + body + ("\n" if lines else "") + "  },\n" + extra
+            + '  "schema_version": ' + str(SCHEMA_VERSION) + "\n}\n")
     return text.encode("utf-8")
 
 

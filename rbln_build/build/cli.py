@@ -89,6 +89,11 @@ def _build(jobs: list[Any]) -> int:
     from ._tasks import LOCK_FILE, BuildRun
 
     build_dir, cells = expand_all(jobs)
+    records = None  # a deployment's record for the manifest (rbln_build.build._colocation)
+    if any(j.deployment is not None for j in jobs):
+        from ._colocation import DeploymentRecords
+
+        records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
     started = time.perf_counter()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +104,7 @@ def _build(jobs: list[Any]) -> int:
         print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        build = BuildRun(build_dir, cells, progress=progress)
+        build = BuildRun(build_dir, cells, progress=progress, sections=records)
         code = build.run()
         summary = build.summary()
         entries = build.entries or []
@@ -112,12 +117,16 @@ def _build(jobs: list[Any]) -> int:
         f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
         f"({took:.1f}s). Manifest: {build_dir / 'manifest.json'}"
     )
+    for line in records.lines if records is not None else ():
+        print(line)
+    for problem in records.problems if records is not None else ():
+        print(f"deployment: {problem}", file=sys.stderr)
     if summary["failed"]:
         names = summary["failed_cells"]
         more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
-    return 1 if code else 0
+    return 1 if code or (records is not None and records.problems) else 0
 
 
 def main() -> None:
@@ -127,9 +136,7 @@ def main() -> None:
     ):
         from ._deploy_cli import main as deploy_main
 
-        code = deploy_main(argv)
-        _report_modules()
-        sys.exit(code)
+        sys.exit(deploy_main(argv))
     if argv[:1] == ["explain"]:
         from ..memory.explain import main as explain_main
 
