@@ -197,6 +197,8 @@ class DeploymentRecords:
             self.problems += [f"{settings.deployment.name}: {p}" for p in record["problems"]]
             counts = ", ".join(f"{n} {m['kvcache_num_blocks']} blocks" for n, m in record["models"].items())
             verdict = "fit" if record["fits"] else "DO NOT FIT"
+            if record["problems"]:
+                verdict += f", but {len(record['problems'])} problem(s) below"
             self.lines.append(
                 f"deployment {settings.deployment.name} ({plan.mode}): {counts}; per-chiplet totals from the built "
                 f"reports {verdict} (least headroom {mib(min(min(r) for r in record['per_chiplet']['headroom']))} MiB)"
@@ -250,8 +252,8 @@ def _record(
         }
     available = target.available_per_chiplet
     headroom = [available - u for u in used]
-    fits = not problems and all(h >= 0 for h in headroom) and all(c <= available for c in charged)
-    if not problems and not fits:
+    fits = all(h >= 0 for h in headroom) and all(c <= available for c in charged)
+    if not fits:
         problems.append("the built reports' per-chiplet totals exceed the available DRAM")
     return {
         "device": d.device.name,
@@ -269,6 +271,7 @@ def _record(
             "charged": [list(r) for r in grid(tuple(charged))],  # budget mode: each budget's even share
         },
         "serve": {"device_ids": list(d.device_ids)},
-        "fits": fits,
+        "fits": fits,  # the built reports at the built counts, plus the reservations, fit every chiplet
+        "status": "ok" if not problems else "failed",
         "problems": problems,
     }
