@@ -60,7 +60,7 @@ class Reports:
             entry = self.store.lookup("compile", compile_key(spec.key_fields(), self.backend, toolchain))
             if entry is not None:
                 report = AllocationReport.from_json(entry.meta["report"])
-                return report, f"compiled {entry.meta.get('produced', '?')} ({self.backend}, cache)"
+                return report, f"cache ({entry.meta.get('produced', '?')}, {self.backend})"
         from ..memory import build_report
 
         return build_report(spec, cache_dir=self.inventory_dir), "memory model"

@@ -213,7 +213,8 @@ class Problem:
         return tuple(available - r for r in self.reserved)
 
     def _cost(self, d: Demand, mode: str, count: int) -> Vector:
-        return (d.slice(count),) if mode == BUDGET else d.need(count)
+        # a budget is at least one byte per chiplet (the estimator takes no zero budget)
+        return (max(d.slice(count), 1),) if mode == BUDGET else d.need(count)
 
     def options(self, d: Demand, mode: str) -> list[tuple[int, Vector]]:
         """(count, cost) from the lower bound to the full pool, skipping counts whose cost equals the
@@ -318,7 +319,7 @@ class Problem:
                 value = t.memory_budget
             else:
                 count = counts[t.name]
-                budget = d.slice(count) * C if mode == BUDGET else None
+                budget = max(d.slice(count), 1) * C if mode == BUDGET else None
                 value = budget_value(budget) if budget is not None else None
                 if budget is not None:
                     _check_resolves(self, d, value, count)
