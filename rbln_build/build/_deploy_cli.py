@@ -49,7 +49,9 @@ def _compose(overrides: list[str]) -> Any:
     try:
         settings = compose_settings(overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(str(exc).strip()) from None
+        cause = exc.__cause__
+        detail = "" if cause is None or str(cause) in str(exc) else f"\n{str(cause).strip()}"
+        raise ConfigError(str(exc).strip() + detail) from None
     if settings.deployment is None:
         raise ConfigError("no deployment chosen: add deployment=<name> (conf/deployment/<name>.yaml).")
     return settings

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any, List, Optional
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..deploy import Reservation
@@ -100,7 +100,7 @@ def register_deployment_schema() -> None:
     """Store ``DeploymentConf`` as the group's schema (called by ``_config.register_configs``)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(group="deployment", name=SCHEMA_NAME, node=DeploymentConf)
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=DeploymentConf)
 
 
 @dataclass(frozen=True)
@@ -132,17 +132,27 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _BYTES = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
 
 
-def _checked(name: str, node: Any) -> DictConfig:
-    """The node merged over the schema; an error names ``deployment.<key>`` and the file."""
-    where = f"deployment ({name}): "
-    if not isinstance(node, DictConfig):
-        raise ConfigError(f"{where}expected a mapping with the keys {', '.join(f.name for f in fields(DeploymentConf))}.")
+def _merge(schema: type, node: Any, where: str, name: str) -> DictConfig:
     try:
-        return OmegaConf.merge(OmegaConf.structured(DeploymentConf), node)  # type: ignore[return-value]
+        return OmegaConf.merge(OmegaConf.structured(schema), node)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
         first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        raise ConfigError(f"{where}deployment{'.' + key if key else ''}: {first}") from None
+        raise ConfigError(f"{where}{'.' + key if key else ''}: {first} (conf/deployment/{name}.yaml)") from None
+
+
+def _checked(name: str, node: Any) -> DictConfig:
+    """The node merged over the schema; an error names its key (``deployment.models[1].batch_size``)."""
+    if not isinstance(node, DictConfig):
+        raise ConfigError(
+            f"deployment ({name}): expected a mapping with the keys {', '.join(f.name for f in fields(DeploymentConf))}."
+        )
+    for key, schema in (("models", DeploymentModelConf), ("reservations", ReservationConf)):
+        entries = node.get(key)
+        if isinstance(entries, ListConfig):  # each entry alone, so that an error names its index
+            for i, entry in enumerate(entries):
+                _merge(schema, entry, f"deployment.{key}[{i}]", name)
+    return _merge(DeploymentConf, node, "deployment", name)
 
 
 def _reservation_bytes(where: str, value: Any) -> int:
