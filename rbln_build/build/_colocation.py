@@ -242,7 +242,6 @@ def _record(
             "weight": float(dm.weight),
             "min_blocks": dm.min_blocks,
             "port": dm.port,
-            "planned_from": plan.tenant(dm.name).source,
             "planned_blocks": a.kvcache_num_blocks,
             "memory_budget": cell.memory_budget,
             "budget_bytes": None if result is None else result.budget_bytes,
