@@ -215,3 +215,37 @@ def test_rbln_cells_are_served_precompiled_and_replanned_from_their_compiled_rep
         config = json.loads((artifact / "rbln_config.json").read_text())  # what vllm-rbln loads
         check_flags(c["argv"], config, entry)
         assert c["argv"][2] == str(artifact.relative_to(tmp_path)) or c["argv"][2] == str(artifact)
+
+
+@pytest.mark.slow  # two torch exports (~10 s) and a CPU prefill
+def test_built_tiny_deployment_fits_per_chiplet_and_each_pool_holds_its_planned_count(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    from rbln_build.backends.torch._runtime import load_artifact
+    from rbln_build.errors import RuntimeLimitError
+    from rbln_build.estimator import AllocationReport, kv_bytes_at
+
+    build = tmp_path / "build"
+    check_ok(rbln(["deployment=tiny_pair", f"build_dir={build}"], cwd=tmp_path, env=env))
+    m = manifest(build)
+    record = m["deployments"]["tiny_pair"]
+    assert {n: v["kvcache_num_blocks"] for n, v in record["models"].items()} == {"tiny_llama": 6, "tiny_qwen3": 16}
+    # the sum of the built reports (the compile entries the cells were resized from), at the built
+    # counts, plus the reservation, fits the one chiplet
+    total = 16_640_901_120
+    for name, v in record["models"].items():
+        entry = m["cells"][v["cell"]]
+        stored = json.loads((build / "cache" / "compile" / entry["compile_key"] / "entry.json").read_text())
+        report = AllocationReport.from_json(stored["meta"]["report"])
+        total += report.non_kv_per_chiplet()[(0, 0)] + kv_bytes_at(report, v["kvcache_num_blocks"])[(0, 0)]
+    assert total == record["per_chiplet"]["total"][0][0] <= ATOM.available_per_chiplet
+    assert total == ATOM.available_per_chiplet  # 86 + 140 MiB fill the 226 MiB left exactly
+    # each artifact's pool holds exactly its planned count; tiny_llama's (6 of 8 blocks: 2 x 3 blocks
+    # of 1024 tokens) serves a request that needs all of it and refuses one that needs one block more
+    for name, v in record["models"].items():
+        assert load_artifact(build / "artifacts" / v["cell"]).num_blocks == v["planned_blocks"]
+    llama = load_artifact(build / "artifacts" / record["models"]["tiny_llama"]["cell"])
+    with pytest.raises(RuntimeLimitError, match="needs 7 KV-cache blocks"):
+        llama.check_request([[1] * 3073, [1] * 3071], 1)  # 3073 positions need 4 blocks
+    out = llama.generate([[1] * 3071, [2] * 3071], 2)  # 3072 positions each: 3 blocks each
+    assert [len(o) for o in out] == [2, 2]
