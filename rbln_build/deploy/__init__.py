@@ -2,7 +2,8 @@
 
     _inputs    the target, the tenants (a model and its report), reservations, and what a tenant
                occupies per (node, chiplet) at every count (the estimator's arithmetic)
-    _planner   the exact planner of one mode (budget: even budget shares; blocks: explicit counts)
+    _search    the exact search: max-min by binary search, then branch and bound
+    _planner   one mode's plan (budget: even budget shares; blocks: explicit counts)
     _plan      both modes, and for an infeasible plan the conflicting models and verified changes
     _render    the plan and the per-chiplet table as text and as JSON
 
