@@ -42,8 +42,13 @@ def reserved(target: Target, reservations: list[Reservation]) -> list[int]:
 
 
 def resolved(target: Target, tenant: Tenant, budget: object) -> Any:
-    request = Request.for_attention(target.npu.name, target.num_devices, tenant.attention, memory_budget=budget,
-                                    current_blocks=tenant.report.current_blocks)
+    request = Request.for_attention(
+        target.npu.name,
+        target.num_devices,
+        tenant.attention,
+        memory_budget=budget,
+        current_blocks=tenant.report.current_blocks,
+    )
     return estimate(request, tenant.report)
 
 
@@ -84,17 +89,17 @@ def best(target: Target, tenants: list[Tenant], reservations: list[Reservation],
     for combo in itertools.product(*options):
         total = list(base)
         for _, charge in combo:
-            total = [a + b for a, b in zip(total, charge)]
+            total = [a + b for a, b in zip(total, charge, strict=True)]
         if any(x > available for x in total):
             continue
-        planned = [(t, n) for t, (n, _) in zip(tenants, combo) if t.memory_budget is None]
+        planned = [(t, n) for t, (n, _) in zip(tenants, combo, strict=True) if t.memory_budget is None]
         shares = [Fraction(n, t.attention.num_full_blocks) for t, n in planned]
         key = (
             min(shares, default=Fraction(1)),
-            sum((t.weight * s for (t, _), s in zip(planned, shares)), Fraction(0)),
+            sum((t.weight * s for (t, _), s in zip(planned, shares, strict=True)), Fraction(0)),
             sum(n for _, n in planned),
             tuple(n for _, n in planned),
         )
         if top is None or key > top:
-            top, answer = key, {t.name: n for t, (n, _) in zip(tenants, combo)}
+            top, answer = key, {t.name: n for t, (n, _) in zip(tenants, combo, strict=True)}
     return answer

@@ -46,10 +46,15 @@ def record_of(artifact: Path) -> dict[str, Any]:
 
 def test_plan_json_of_the_tiny_pair(tmp_path: Path, env: dict[str, str]) -> None:
     data = plan_json(["deployment=tiny_pair"], tmp_path, env)
-    assert data["feasible"] and data["mode"] == "budget" and data["target"]["available_per_chiplet"] == ATOM.available_bytes
+    assert (
+        data["feasible"]
+        and data["mode"] == "budget"
+        and data["target"]["available_per_chiplet"] == ATOM.available_bytes
+    )
     budget, blocks = data["plans"]["budget"], data["plans"]["blocks"]
-    assert {n: (m["memory_budget"], m["budget_bytes"], m["kvcache_num_blocks"]) for n, m in budget["models"].items()} == {
-        "tiny_llama": ("86MB", 86 * MiB, 6), "tiny_qwen3": ("140MB", 140 * MiB, 16)}
+    assert {
+        n: (m["memory_budget"], m["budget_bytes"], m["kvcache_num_blocks"]) for n, m in budget["models"].items()
+    } == {"tiny_llama": ("86MB", 86 * MiB, 6), "tiny_qwen3": ("140MB", 140 * MiB, 16)}
     assert {n: m["kvcache_num_blocks"] for n, m in blocks["models"].items()} == {"tiny_llama": 6, "tiny_qwen3": 16}
     assert budget["objective"] == {"min_share": 0.75, "weighted_share": 1.75, "total_blocks": 22}
     assert budget["per_chiplet"]["headroom"] == [[0]]
@@ -58,14 +63,21 @@ def test_plan_json_of_the_tiny_pair(tmp_path: Path, env: dict[str, str]) -> None
     assert resolve_budget(budget["models"]["tiny_llama"]["budget_fraction"], ATOM) == 86 * MiB
 
 
-def test_plan_of_an_infeasible_pair_names_the_conflict_and_verified_changes(tmp_path: Path, env: dict[str, str]) -> None:
+def test_plan_of_an_infeasible_pair_names_the_conflict_and_verified_changes(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     tight = ATOM.available_bytes - 194 * MiB  # see tests/test_deploy_planner.py for the arithmetic
-    proc = rbln(["plan", "deployment=tiny_pair", f"deployment.reservations.0.bytes={tight}",
-                 f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=env)
+    proc = rbln(
+        ["plan", "deployment=tiny_pair", f"deployment.reservations.0.bytes={tight}", f"build_dir={tmp_path / 'build'}"],
+        cwd=tmp_path,
+        env=env,
+    )
     check_ok(proc, 1)
     out = proc.stdout
-    assert "budget plan: memory_budget per model, split evenly over chiplets (what `rbln-build deployment=tiny_pair` " \
-           "builds): DOES NOT FIT: tiny_llama, tiny_qwen3 cannot reach their lower bounds together" in out
+    assert (
+        "budget plan: memory_budget per model, split evenly over chiplets (what `rbln-build deployment=tiny_pair` "
+        "builds): DOES NOT FIT: tiny_llama, tiny_qwen3 cannot reach their lower bounds together" in out
+    )
     assert "  tiny_qwen3: max_seq_len 8192 -> 3072: gives up 0.6250; plan: tiny_llama 6, tiny_qwen3 4" in out
     assert "  drop reservation other_tenant" in out
     assert not (tmp_path / "build" / "manifest.json").exists()
@@ -90,16 +102,21 @@ def test_qwen3_8b_and_llama3_2_1b_on_one_rebel100_planned_built_and_served(tmp_p
     planned = plan_json([QL], tmp_path, env)["plans"]["budget"]["models"]
     proc = rbln([QL, f"build_dir={build}"], cwd=tmp_path, env=env)
     check_ok(proc)
-    assert "deployment qwen3_8b_llama3_2_1b (budget): qwen3_8b 28 blocks, llama3_2_1b 25 blocks; per-chiplet " \
-           "totals from the built reports fit" in proc.stdout
+    assert (
+        "deployment qwen3_8b_llama3_2_1b (budget): qwen3_8b 28 blocks, llama3_2_1b 25 blocks; per-chiplet "
+        "totals from the built reports fit" in proc.stdout
+    )
     m = manifest(build)
     record = m["deployments"]["qwen3_8b_llama3_2_1b"]
     assert record["status"] == "ok" and record["fits"] and record["problems"] == []
     models = record["models"]
     for name, expected in (("qwen3_8b", ("50784MB", 28)), ("llama3_2_1b", ("10488MB", 25))):
         entry = m["cells"][models[name]["cell"]]
-        assert (entry["memory_budget"], entry["kvcache_num_blocks"]) == expected == (
-            planned[name]["memory_budget"], planned[name]["kvcache_num_blocks"])
+        assert (
+            (entry["memory_budget"], entry["kvcache_num_blocks"])
+            == expected
+            == (planned[name]["memory_budget"], planned[name]["kvcache_num_blocks"])
+        )
         assert entry["produced"] == "plan" and models[name]["planned_blocks"] == entry["kvcache_num_blocks"]
     assert set(m["cells"]) == {models["qwen3_8b"]["cell"], models["llama3_2_1b"]["cell"]}
     # per-chiplet totals, recomputed from the record: reservation + each model's bytes <= available
@@ -117,14 +134,18 @@ def test_qwen3_8b_and_llama3_2_1b_on_one_rebel100_planned_built_and_served(tmp_p
     check_ok(proc)
     commands = json.loads(proc.stdout)["commands"]
     assert [(c["model"], c["port"], c["env"]) for c in commands] == [
-        ("qwen3_8b", 8000, {"RBLN_VISIBLE_DEVICES": "0"}), ("llama3_2_1b", 8001, {"RBLN_VISIBLE_DEVICES": "0"})]
+        ("qwen3_8b", 8000, {"RBLN_VISIBLE_DEVICES": "0"}),
+        ("llama3_2_1b", 8001, {"RBLN_VISIBLE_DEVICES": "0"}),
+    ]
     for c in commands:
         artifact = build / "artifacts" / c["cell"]
         check_flags(c["argv"], record_of(artifact), m["cells"][c["cell"]])
     text = rbln(["serve-command", QL, f"build_dir={build}"], cwd=tmp_path, env=env)
     check_ok(text)
-    assert "RBLN_VISIBLE_DEVICES=0 vllm serve Qwen/Qwen3-8B --port 8000 --max-num-seqs 8 --max-model-len 40960 " \
-           "--block-size 8192 --max-num-batched-tokens 512 --dtype bfloat16" in text.stdout
+    assert (
+        "RBLN_VISIBLE_DEVICES=0 vllm serve Qwen/Qwen3-8B --port 8000 --max-num-seqs 8 --max-model-len 40960 "
+        "--block-size 8192 --max-num-batched-tokens 512 --dtype bfloat16" in text.stdout
+    )
 
     # explain: one column per model
     proc = rbln(["explain", QL, f"build_dir={build}"], cwd=tmp_path, env=env)
@@ -143,7 +164,7 @@ def test_qwen3_8b_and_llama3_2_1b_on_one_rebel100_planned_built_and_served(tmp_p
 
 def check_flags(argv: list[str], record: dict[str, Any], entry: dict[str, Any]) -> None:
     """vllm-rbln's flags against the artifact's own record, as vllm-rbln 0.12.0 would read it."""
-    flags = dict(zip(argv[5::2], argv[6::2]))  # vllm serve MODEL --port N --flag value ...
+    flags = dict(zip(argv[5::2], argv[6::2], strict=True))  # vllm serve MODEL --port N --flag value ...
     assert int(flags["--max-num-seqs"]) == record["batch_size"]
     assert int(flags["--max-model-len"]) == record["max_seq_len"]
     assert int(flags["--block-size"]) == (record.get("kvcache_block_size") or record["kvcache_partition_len"])
@@ -164,7 +185,9 @@ def test_a_blocks_deployment_builds_explicit_counts(tmp_path: Path, env: dict[st
     check_ok(proc)
     record = manifest(build)["deployments"]["qwen3_8b_llama3_2_1b"]
     assert {n: (m["memory_budget"], m["kvcache_num_blocks"]) for n, m in record["models"].items()} == {
-        "qwen3_8b": (None, 33), "llama3_2_1b": (None, 29)}
+        "qwen3_8b": (None, 33),
+        "llama3_2_1b": (None, 29),
+    }
     assert record["models"]["qwen3_8b"]["cell"] == "qwen3_8b.rebel100.bs8.s40960.bnone.n33"
     assert record["fits"] and max(record["per_chiplet"]["total"][0]) <= REBEL.available_per_chiplet
     serving = manifest(build)["cells"]["qwen3_8b.rebel100.bs8.s40960.bnone.n33"]["serving"]
@@ -173,8 +196,11 @@ def test_a_blocks_deployment_builds_explicit_counts(tmp_path: Path, env: dict[st
 
 def test_an_infeasible_deployment_builds_nothing(tmp_path: Path, env: dict[str, str]) -> None:
     build = tmp_path / "build"
-    proc = rbln([QL, "deployment.reservations.0.bytes=140GB", "deployment.reservations.0.chiplet=null",
-                 f"build_dir={build}"], cwd=tmp_path, env=env)
+    proc = rbln(
+        [QL, "deployment.reservations.0.bytes=140GB", "deployment.reservations.0.chiplet=null", f"build_dir={build}"],
+        cwd=tmp_path,
+        env=env,
+    )
     check_ok(proc, 2)
     assert "deployment qwen3_8b_llama3_2_1b: the budget plan does not fit, so nothing was built." in proc.stderr
     assert "drop reservation vision_encoder" in proc.stderr
@@ -233,7 +259,7 @@ def test_built_tiny_deployment_fits_per_chiplet_and_each_pool_holds_its_planned_
     # the sum of the built reports (the compile entries the cells were resized from), at the built
     # counts, plus the reservation, fits the one chiplet
     total = 16_640_901_120
-    for name, v in record["models"].items():
+    for _name, v in record["models"].items():
         entry = m["cells"][v["cell"]]
         stored = json.loads((build / "cache" / "compile" / entry["compile_key"] / "entry.json").read_text())
         report = AllocationReport.from_json(stored["meta"]["report"])
@@ -242,7 +268,7 @@ def test_built_tiny_deployment_fits_per_chiplet_and_each_pool_holds_its_planned_
     assert total == ATOM.available_per_chiplet  # 86 + 140 MiB fill the 226 MiB left exactly
     # each artifact's pool holds exactly its planned count; tiny_llama's (6 of 8 blocks: 2 x 3 blocks
     # of 1024 tokens) serves a request that needs all of it and refuses one that needs one block more
-    for name, v in record["models"].items():
+    for _name, v in record["models"].items():
         assert load_artifact(build / "artifacts" / v["cell"]).num_blocks == v["planned_blocks"]
     llama = load_artifact(build / "artifacts" / record["models"]["tiny_llama"]["cell"])
     with pytest.raises(RuntimeLimitError, match="needs 7 KV-cache blocks"):

@@ -95,7 +95,10 @@ def test_two_models_fit_and_the_plan_is_optimal() -> None:
     ],
 )
 def test_a_reservation_changes_the_plan(cap, weights, expected) -> None:
-    tenants = [tiny("tiny_llama", ATOM, weight=Fraction(weights[0])), tiny("tiny_qwen3", ATOM, weight=Fraction(weights[1]))]
+    tenants = [
+        tiny("tiny_llama", ATOM, weight=Fraction(weights[0])),
+        tiny("tiny_qwen3", ATOM, weight=Fraction(weights[1])),
+    ]
     reservations = [] if cap is None else [leave(ATOM, cap)]
     plan = plan_deployment(ATOM, tenants, reservations)
     assert counts(plan.budget) == counts(plan.blocks) == expected
@@ -199,7 +202,9 @@ def test_bad_inputs_are_config_errors() -> None:
         Problem(ATOM, [llama], [Reservation("x", MiB, chiplet=1)])
     with pytest.raises(ConfigError, match="unique"):
         Problem(ATOM, [llama, llama])
-    with pytest.raises(ConfigError, match="on rebel100: .*4 chiplet"):  # a report of another target: the estimator decides
+    with pytest.raises(
+        ConfigError, match="on rebel100: .*4 chiplet"
+    ):  # a report of another target: the estimator decides
         Problem(REBEL, [llama])
 
 
@@ -214,14 +219,30 @@ def deployments(draw):
     tenants = []
     for i in range(draw(st.integers(1, 3))):
         batch, per_seq = draw(st.integers(1, 3)), draw(st.integers(2, 4))
-        attention = resolve_attention(npu, batch_size=batch, max_seq_len=1024 * per_seq, attn_impl="flash_attn",
-                                      kvcache_partition_len=1024)
-        grid = st.lists(st.lists(st.integers(0, 6 * MiB), min_size=C, max_size=C),
-                        min_size=target.num_devices, max_size=target.num_devices)
-        kv = {f"kv{j}": KVTensor(draw(st.sampled_from([True, True, True, False])),
-                                 tuple(tuple(r) for r in draw(st.lists(st.lists(st.integers(0, 3 * MiB), min_size=C, max_size=C),
-                                                                        min_size=target.num_devices, max_size=target.num_devices))))
-              for j in range(draw(st.integers(1, 3)))}
+        attention = resolve_attention(
+            npu, batch_size=batch, max_seq_len=1024 * per_seq, attn_impl="flash_attn", kvcache_partition_len=1024
+        )
+        grid = st.lists(
+            st.lists(st.integers(0, 6 * MiB), min_size=C, max_size=C),
+            min_size=target.num_devices,
+            max_size=target.num_devices,
+        )
+        kv = {
+            f"kv{j}": KVTensor(
+                draw(st.sampled_from([True, True, True, False])),
+                tuple(
+                    tuple(r)
+                    for r in draw(
+                        st.lists(
+                            st.lists(st.integers(0, 3 * MiB), min_size=C, max_size=C),
+                            min_size=target.num_devices,
+                            max_size=target.num_devices,
+                        )
+                    )
+                ),
+            )
+            for j in range(draw(st.integers(1, 3)))
+        }
         rep = AllocationReport(alloc={"prefill": {"weights": tuple(tuple(r) for r in draw(grid))}}, kv_tensors=kv)
         tenant = Tenant(f"m{i}", rep, attention, weight=Fraction(draw(st.sampled_from([1, 1, 2, 3])), 2))
         if draw(st.booleans()) and attention.num_full_blocks > attention.num_min_blocks:
@@ -254,7 +275,7 @@ def test_the_planner_matches_brute_force(case) -> None:
             continue
         assert mode_plan.feasible and counts(mode_plan) == expected
         base = reserved(target, reservations)  # independently: what the plan charges fits every chiplet
-        charged = [sum(col) for col in zip(base, *(a.charge for a in mode_plan.assignments))]
+        charged = [sum(col) for col in zip(base, *(a.charge for a in mode_plan.assignments), strict=True)]
         assert max(charged) <= target.available_per_chiplet
         for a in mode_plan.assignments:
             assert list(a.usage) == need(target, plan.tenant(a.name), a.kvcache_num_blocks)

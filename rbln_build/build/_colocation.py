@@ -18,11 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..backends._base import CompileSpec
 from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
 from ..errors import BackendUnavailable, ConfigError, EstimateError
 from ..estimator import AllocationReport, resolve_npu
-from ..memory import Recipe, load_recipe
+from ..memory import CompileSpec, Recipe, load_recipe
 from ._config import BuildSettings, Matrix, Model, SubMatrix
 from ._deployment import Deployment, DeploymentModel
 from ._keys import compile_key
@@ -101,8 +100,14 @@ class _Tenants:
             raise ConfigError(f"{where}: {exc}") from None
         report, source = self.reports.report(spec)
         return Tenant(
-            name=dm.name, report=report, attention=spec.attention, weight=dm.weight, min_blocks=dm.min_blocks,
-            memory_budget=dm.memory_budget, source=source, options=tuple(sorted(options.items())),
+            name=dm.name,
+            report=report,
+            attention=spec.attention,
+            weight=dm.weight,
+            min_blocks=dm.min_blocks,
+            memory_budget=dm.memory_budget,
+            source=source,
+            options=tuple(sorted(options.items())),
         )
 
     def reshape(self, tenant: Tenant, change: dict[str, int]) -> Tenant:
@@ -126,7 +131,9 @@ def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tupl
 
 
 @functools.lru_cache(maxsize=16)
-def _deployment_cells(settings: BuildSettings, toolchain_items: tuple[tuple[str, str], ...]) -> tuple[DeploymentPlan, list[Cell]]:
+def _deployment_cells(
+    settings: BuildSettings, toolchain_items: tuple[tuple[str, str], ...]
+) -> tuple[DeploymentPlan, list[Cell]]:
     toolchain = dict(toolchain_items)
     d = settings.deployment
     assert d is not None
@@ -137,7 +144,7 @@ def _deployment_cells(settings: BuildSettings, toolchain_items: tuple[tuple[str,
             + render_plan(plan, d.name).rstrip()
         )
     parts = []
-    for i, (dm, a) in enumerate(zip(d.models, plan.chosen.assignments)):
+    for i, (dm, a) in enumerate(zip(d.models, plan.chosen.assignments, strict=True)):
         explicit = d.mode == BLOCKS and not a.fixed
         parts.append(
             SubMatrix(
@@ -153,8 +160,16 @@ def _deployment_cells(settings: BuildSettings, toolchain_items: tuple[tuple[str,
             )
         )
     matrix = Matrix(
-        models=(), devices=(), budgets=(None,), batch_sizes=None, max_seq_lens=None, kvcache_num_blocks=(0,),
-        attn_impl=None, kvcache_partition_len=None, backend=settings.matrix.backend, expect_failure=(),
+        models=(),
+        devices=(),
+        budgets=(None,),
+        batch_sizes=None,
+        max_seq_lens=None,
+        kvcache_num_blocks=(0,),
+        attn_impl=None,
+        kvcache_partition_len=None,
+        backend=settings.matrix.backend,
+        expect_failure=(),
         include=tuple(parts),
     )
     cells = expand(replace(settings, matrix=matrix), toolchain)
@@ -176,7 +191,7 @@ class DeploymentRecords:
         self.lines: list[str] = []
 
     @classmethod
-    def for_jobs(cls, jobs: list[BuildSettings]) -> "DeploymentRecords":
+    def for_jobs(cls, jobs: list[BuildSettings]) -> DeploymentRecords:
         from ..backends import get_backend
 
         planned = []
@@ -214,7 +229,7 @@ def _record(
     problems: list[str] = []
     models: dict[str, Any] = {}
     used, charged = list(chosen.reserved), list(chosen.reserved)
-    for dm, a, cell in zip(d.models, chosen.assignments, cells):
+    for dm, a, cell in zip(d.models, chosen.assignments, cells, strict=True):
         result = results.get(cell.cell_key)
         entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
         usage: tuple[int, ...] | None = None
@@ -225,10 +240,14 @@ def _record(
             demand = Demand(built, target)
             count = result.kvcache_num_blocks
             usage = demand.need(count)
-            share = 0 if result.budget_bytes is None or cell.kvcache_num_blocks else result.budget_bytes // target.num_chiplets
+            share = (
+                0
+                if result.budget_bytes is None or cell.kvcache_num_blocks
+                else result.budget_bytes // target.num_chiplets
+            )
             charge = usage if d.mode == BLOCKS else (max(demand.slice(count), share),) * len(usage)
-            used = [u + x for u, x in zip(used, usage)]
-            charged = [c + x for c, x in zip(charged, charge)]
+            used = [u + x for u, x in zip(used, usage, strict=True)]
+            charged = [c + x for c, x in zip(charged, charge, strict=True)]
             if count != a.kvcache_num_blocks:
                 problems.append(
                     f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "

@@ -85,16 +85,22 @@ def _explain(settings: Any, as_json: bool) -> int:
     t = plan.target
     out = [f"deployment {name} on {t.name}: {t.num_devices} x {t.npu.name} ({t.npu.product}), mode {plan.mode}"]
     if not mp.feasible:
-        out.append(f"the {plan.mode} plan does not fit: {mp.reason}; `rbln-build plan deployment={name}` says what would.")
+        out.append(
+            f"the {plan.mode} plan does not fit: {mp.reason}; `rbln-build plan deployment={name}` says what would."
+        )
         sys.stdout.write("\n".join(out) + "\n")
         return 1
     for a in mp.assignments:
         tenant = plan.tenant(a.name)
         fixed = Demand(tenant, t).need(0)
-        kv = max(u - f for u, f in zip(a.usage, fixed))
-        budget = "" if a.budget_bytes is None else f", memory_budget {a.memory_budget!r} ({a.budget_bytes:,} B per device)"
-        out.append(f"  {a.name}: {a.kvcache_num_blocks} of {a.num_full_blocks} blocks{budget}; "
-                   f"KV pool up to {mib(kv)} MiB on a chiplet; report: {tenant.source}")
+        kv = max(u - f for u, f in zip(a.usage, fixed, strict=True))
+        budget = (
+            "" if a.budget_bytes is None else f", memory_budget {a.memory_budget!r} ({a.budget_bytes:,} B per device)"
+        )
+        out.append(
+            f"  {a.name}: {a.kvcache_num_blocks} of {a.num_full_blocks} blocks{budget}; "
+            f"KV pool up to {mib(kv)} MiB on a chiplet; report: {tenant.source}"
+        )
     out.append("")
     out.append("per chiplet, what each model occupies at its planned count:")
     out += ["  " + line for line in render_chiplets(mp, "usage")]
@@ -130,16 +136,28 @@ def _serve(settings: Any, as_json: bool) -> int:
             sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
             return 1
         command = command_for(serving, dm.port, d.device_ids, str(_display(settings.build_dir)))
-        commands.append({"model": dm.name, "cell": entry_id, "port": dm.port, **command,
-                         "exact": serving["exact"], "notes": serving["notes"]})
+        commands.append(
+            {
+                "model": dm.name,
+                "cell": entry_id,
+                "port": dm.port,
+                **command,
+                "exact": serving["exact"],
+                "notes": serving["notes"],
+            }
+        )
     if as_json:
         sys.stdout.write(json.dumps({"deployment": d.name, "commands": commands}, sort_keys=True, indent=2) + "\n")
         return 0
-    out = [f"# deployment {d.name}: {len(commands)} vllm-rbln processes sharing {d.device.name} "
-           f"({d.device.npu} x{d.device.num_devices}), devices {','.join(map(str, d.device_ids))}"]
+    out = [
+        f"# deployment {d.name}: {len(commands)} vllm-rbln processes sharing {d.device.name} "
+        f"({d.device.npu} x{d.device.num_devices}), devices {','.join(map(str, d.device_ids))}"
+    ]
     for c in commands:
-        out.append(f"# {c['model']}: cell {c['cell']}, port {c['port']}" + ("" if c["exact"] else
-                   " (the flags cannot pin its block count; see the notes)"))
+        out.append(
+            f"# {c['model']}: cell {c['cell']}, port {c['port']}"
+            + ("" if c["exact"] else " (the flags cannot pin its block count; see the notes)")
+        )
         out += [f"#   {n}" for n in c["notes"]]
         out.append(c["shell"] + " &")
     sys.stdout.write("\n".join(out) + "\n")

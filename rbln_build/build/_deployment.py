@@ -222,7 +222,7 @@ def deployment_from_config(name: str, node: Any) -> Deployment:
     ports = [m.port for m in models]
     if len(set(ports)) != len(ports):
         raise ConfigError(f"deployment.models ({name}): two models share a port ({ports}); set `port` on one of them.")
-    reservations = []
+    reservations: list[Reservation] = []
     for i, r in enumerate(cfg.reservations):
         where = f"deployment.reservations[{i}]"
         if any(str(r.name) == other.name for other in reservations):

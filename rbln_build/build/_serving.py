@@ -66,6 +66,7 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
     }
     notes: list[str] = []
     exact = True
+    model: str | None
     if precompiled:
         model = f"artifacts/{cell.id}"
     else:

@@ -15,8 +15,19 @@ from __future__ import annotations
 
 from ._inputs import Demand, Grid, Reservation, Target, Tenant
 from ._plan import MEASURE, DeploymentPlan, Reshape, Suggestion, plan_deployment
+from ._planner import (
+    BLOCKS,
+    BUDGET,
+    MODES,
+    NODE_LIMIT,
+    OBJECTIVE,
+    Assignment,
+    ModePlan,
+    Objective,
+    Problem,
+    budget_value,
+)
 from ._render import mib, plan_json, render_chiplets, render_plan
-from ._planner import BLOCKS, BUDGET, MODES, NODE_LIMIT, OBJECTIVE, Assignment, ModePlan, Objective, Problem, budget_value
 
 __all__ = [
     "Assignment",

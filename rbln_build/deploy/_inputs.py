@@ -55,7 +55,7 @@ class Target:
     def grid(self, flat: tuple[int, ...] | list[int]) -> Grid:
         """A flat per-bucket vector laid out as [[bytes per chiplet] per node]."""
         c = self.num_chiplets
-        return tuple(tuple(flat[n * c:(n + 1) * c]) for n in range(self.num_devices))
+        return tuple(tuple(flat[n * c : (n + 1) * c]) for n in range(self.num_devices))
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ compile cache or the memory model), so this module stays pure.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Callable, Iterable, Sequence
 
 from ..errors import UserError
 from ._inputs import Reservation, Target, Tenant
@@ -92,7 +92,9 @@ def plan_deployment(
     return replace(plan, suggestions=tuple(_suggestions(problem, plan, reshape)))
 
 
-def _variant(problem: Problem, mode: str, tenants: Sequence[Tenant], reservations: Sequence[Reservation]) -> ModePlan | None:
+def _variant(
+    problem: Problem, mode: str, tenants: Sequence[Tenant], reservations: Sequence[Reservation]
+) -> ModePlan | None:
     """The plan with a change applied, when it fits (and the changed inputs are valid)."""
     try:
         changed = Problem(problem.target, tenants, reservations)
@@ -128,13 +130,19 @@ def _suggestions(problem: Problem, plan: DeploymentPlan, reshape: Reshape | None
         rest = [r for r in reservations if r is not reservation]
         variant = _variant(problem, mode, tenants, rest)
         if variant is not None:
-            add(len(tenants) + index, Suggestion(
-                "drop_reservation", reservation.name, reservation.nbytes, None, Fraction(1), variant))
+            add(
+                len(tenants) + index,
+                Suggestion("drop_reservation", reservation.name, reservation.nbytes, None, Fraction(1), variant),
+            )
     return [s for _, _, s in sorted(found, key=lambda f: (f[0], f[1]))]
 
 
 def _tenant_changes(
-    problem: Problem, mode: str, tenants: list[Tenant], reservations: list[Reservation], index: int,
+    problem: Problem,
+    mode: str,
+    tenants: list[Tenant],
+    reservations: list[Reservation],
+    index: int,
     reshape: Reshape | None,
 ) -> list[Suggestion]:
     tenant = tenants[index]
@@ -156,30 +164,50 @@ def _tenant_changes(
         if current is not None:
             budgets = [b for b in budgets if b < current]
         budgets = [b for b in budgets if b <= problem.target.npu.available_bytes]
-        first_fit("memory_budget", tenant.memory_budget, [
-            (b, replace(tenant, memory_budget=b),
-             Fraction(max(current - b, 0), current) if current else Fraction(0)) for b in budgets
-        ])
+        first_fit(
+            "memory_budget",
+            tenant.memory_budget,
+            [
+                (
+                    b,
+                    replace(tenant, memory_budget=b),
+                    Fraction(max(current - b, 0), current) if current else Fraction(0),
+                )
+                for b in budgets
+            ],
+        )
     if tenant.min_blocks is not None and tenant.min_blocks > tenant.floor and not tenant.eager:
-        first_fit("min_blocks", tenant.min_blocks, [
-            (n, replace(tenant, min_blocks=n), Fraction(tenant.min_blocks - n, tenant.full))
-            for n in range(tenant.min_blocks - 1, tenant.floor - 1, -1)
-        ])
+        first_fit(
+            "min_blocks",
+            tenant.min_blocks,
+            [
+                (n, replace(tenant, min_blocks=n), Fraction(tenant.min_blocks - n, tenant.full))
+                for n in range(tenant.min_blocks - 1, tenant.floor - 1, -1)
+            ],
+        )
     if reshape is None:
         return out
     att = tenant.attention
-    first_fit("batch_size", att.batch_size, (  # lazily: each candidate needs a report
-        (b, changed, Fraction(att.batch_size - b, att.batch_size))
-        for b in range(att.batch_size - 1, 0, -1)
-        if (changed := _reshaped(reshape, tenant, {"batch_size": b})) is not None
-    ))
+    first_fit(
+        "batch_size",
+        att.batch_size,
+        (  # lazily: each candidate needs a report
+            (b, changed, Fraction(att.batch_size - b, att.batch_size))
+            for b in range(att.batch_size - 1, 0, -1)
+            if (changed := _reshaped(reshape, tenant, {"batch_size": b})) is not None
+        ),
+    )
     step = att.kvcache_partition_len if att.attn_impl == "flash_attn" else None
     if step:
-        first_fit("max_seq_len", att.max_seq_len, (
-            (s, changed, Fraction(att.max_seq_len - s, att.max_seq_len))
-            for s in range(att.max_seq_len - step, 0, -step)
-            if (changed := _reshaped(reshape, tenant, {"max_seq_len": s})) is not None
-        ))
+        first_fit(
+            "max_seq_len",
+            att.max_seq_len,
+            (
+                (s, changed, Fraction(att.max_seq_len - s, att.max_seq_len))
+                for s in range(att.max_seq_len - step, 0, -step)
+                if (changed := _reshaped(reshape, tenant, {"max_seq_len": s})) is not None
+            ),
+        )
     return out
 
 

@@ -35,9 +35,10 @@ answer approximately.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import BuildError, ConfigError
 from ..estimator import Request, estimate, fraction_for_bytes
@@ -66,6 +67,7 @@ OBJECTIVE = (
     "maximize the smallest share of its full pool (kvcache_num_blocks / full pool) that any planned model "
     "gets; then the weighted sum of shares; then the total number of blocks; ties go to the models listed first"
 )
+
 
 def budget_value(nbytes: int) -> object:
     """The ``memory_budget`` a planned budget is built with: ``"<N>MB"`` when it is a whole number of
@@ -145,7 +147,7 @@ class ModePlan:
 
     def unused_in_budgets(self) -> Vector:
         """Bytes set aside by budgets that their models do not occupy (0 in a blocks plan)."""
-        return tuple(c - u for c, u in zip(self.charged(), self.used()))
+        return tuple(c - u for c, u in zip(self.charged(), self.used(), strict=True))
 
     def stranded(self) -> Vector:
         """Headroom no budget can reach: a budget takes the same share of every chiplet, so the
@@ -174,7 +176,7 @@ class Problem:
                 )
             if r.nbytes <= 0:
                 raise ConfigError(f"deployment reservation {r.name}: bytes must be positive, got {r.nbytes}.")
-            per_chiplet = [a + b for a, b in zip(per_chiplet, r.per_chiplet(C))]
+            per_chiplet = [a + b for a, b in zip(per_chiplet, r.per_chiplet(C), strict=True)]
         self.target = target
         self.tenants = tuple(tenants)
         self.reservations = tuple(reservations)
@@ -189,8 +191,11 @@ class Problem:
         t = d.tenant
         if t.name not in self._fixed:
             request = Request.for_attention(
-                self.target.npu.name, self.target.num_devices, t.attention,
-                memory_budget=t.memory_budget, current_blocks=t.report.current_blocks,
+                self.target.npu.name,
+                self.target.num_devices,
+                t.attention,
+                memory_budget=t.memory_budget,
+                current_blocks=t.report.current_blocks,
             )
             res = estimate(request, t.report)
             if res.ok and res.kvcache_num_blocks is not None and res.breakdown is not None:
@@ -242,7 +247,7 @@ class Problem:
             count, budget = fixed
             charge = self._charge(d, mode, count, budget)
             cost = (charge[0],) if mode == BUDGET else charge
-            total = [a + b for a, b in zip(total, cost)]
+            total = [a + b for a, b in zip(total, cost, strict=True)]
         return tuple(total), failing
 
     def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
@@ -250,12 +255,12 @@ class Problem:
         fixed_cost, failing = self._fixed_costs(mode, members)
         if failing:
             return False
-        room = [c - f for c, f in zip(self.capacity(mode), fixed_cost)]
+        room = [c - f for c, f in zip(self.capacity(mode), fixed_cost, strict=True)]
         for d in self.demands:
             if d.tenant.fixed or (members is not None and d.tenant.name not in members):
                 continue
             first = self.options(d, mode)[0][1]
-            room = [r - c for r, c in zip(room, first)]
+            room = [r - c for r, c in zip(room, first, strict=True)]
         return all(r >= 0 for r in room)
 
     def conflict(self, mode: str) -> tuple[tuple[str, ...], str]:
@@ -276,7 +281,9 @@ class Problem:
         held = f" with the reservations ({', '.join(r.name for r in self.reservations)})" if self.reservations else ""
         bounds = {t.name: _bound(t) for t in self.tenants}
         if len(members) == 1:
-            return tuple(members), f"{members[0]} cannot reach its {bounds[members[0]]} on {self.target.name} even alone{held}"
+            return tuple(
+                members
+            ), f"{members[0]} cannot reach its {bounds[members[0]]} on {self.target.name} even alone{held}"
         listed = ", ".join(f"{m} {bounds[m]}" for m in members)
         return tuple(members), f"{', '.join(members)} cannot reach their lower bounds together ({listed}){held}"
 
@@ -286,7 +293,7 @@ class Problem:
         if mode not in MODES:
             raise ConfigError(f"deployment.mode: expected one of {', '.join(MODES)}, got {mode!r}.")
         fixed_cost, failing = self._fixed_costs(mode, None)
-        room = tuple(c - f for c, f in zip(self.capacity(mode), fixed_cost))
+        room = tuple(c - f for c, f in zip(self.capacity(mode), fixed_cost, strict=True))
         planned = [d for d in self.demands if not d.tenant.fixed]
         options = [self.options(d, mode) for d in planned]
         counts: list[int] | None = None
@@ -294,7 +301,7 @@ class Problem:
         if not failing:
             start = max_min_start(planned, options, room)
             if start is not None:
-                choices = [opts[s:] for opts, s in zip(options, start)]
+                choices = [opts[s:] for opts, s in zip(options, start, strict=True)]
                 try:
                     counts, nodes = branch_and_bound(planned, choices, room, limit)
                 except SearchLimit:
@@ -305,13 +312,14 @@ class Problem:
         if counts is None:
             conflict, reason = self.conflict(mode)
             return ModePlan(mode, self.target, False, (), self.reserved, None, conflict, reason, nodes)
-        return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts)), nodes)
+        return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts, strict=True)), nodes)
 
     def _assemble(self, mode: str, counts: dict[str, int], nodes: int) -> ModePlan:
         target, C = self.target, self.target.num_chiplets
         out = []
         for d in self.demands:
             t = d.tenant
+            budget: int | None
             if t.fixed:
                 resolved = self.fixed_resolution(d)
                 assert not isinstance(resolved, str)
@@ -325,11 +333,18 @@ class Problem:
                     _check_resolves(self, d, value, count)
             out.append(
                 Assignment(
-                    name=t.name, fixed=t.fixed, kvcache_num_blocks=count, num_full_blocks=t.full,
-                    num_min_blocks=t.floor, lower_bound=t.lower_bound, weight=t.weight, memory_budget=value,
+                    name=t.name,
+                    fixed=t.fixed,
+                    kvcache_num_blocks=count,
+                    num_full_blocks=t.full,
+                    num_min_blocks=t.floor,
+                    lower_bound=t.lower_bound,
+                    weight=t.weight,
+                    memory_budget=value,
                     budget_bytes=budget,
                     budget_fraction=None if budget is None else fraction_for_bytes(budget, target.npu.available_bytes),
-                    usage=d.need(count), charge=self._charge(d, mode, count, budget),
+                    usage=d.need(count),
+                    charge=self._charge(d, mode, count, budget),
                 )
             )
         planned = [a for a in out if not a.fixed]
@@ -355,8 +370,11 @@ def _check_resolves(problem: Problem, d: Demand, budget: object, count: int) -> 
     """A planned budget must resolve to exactly its count through the estimator itself."""
     t = d.tenant
     request = Request.for_attention(
-        problem.target.npu.name, problem.target.num_devices, t.attention,
-        memory_budget=budget, current_blocks=t.report.current_blocks,
+        problem.target.npu.name,
+        problem.target.num_devices,
+        t.attention,
+        memory_budget=budget,
+        current_blocks=t.report.current_blocks,
     )
     res = estimate(request, t.report)
     if res.kvcache_num_blocks != count:

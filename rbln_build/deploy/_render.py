@@ -7,6 +7,7 @@ reservations, the total, what the chiplet offers and the headroom. Byte values a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ._plan import MEASURE, DeploymentPlan, Suggestion
@@ -108,11 +109,13 @@ def plan_json(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = 
     }
 
 
-def _table(rows: list[tuple[str, ...]], right: frozenset[int] | set[int] = frozenset()) -> list[str]:
+def _table(rows: Sequence[tuple[str, ...]], right: frozenset[int] | set[int] = frozenset()) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
 
     def fmt(r: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
 
     return [fmt(rows[0]), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows[1:])]
 
@@ -125,13 +128,19 @@ def render_chiplets(mp: ModePlan, what: str) -> list[str]:
     cols = [getattr(a, what) for a in mp.assignments]
     total = mp.charged() if what == "charge" else mp.used()
     header = ("MiB", *names, "reserved", "total", "available", "headroom")
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for k, (node, chiplet) in enumerate(t.buckets()):
         label = f"chiplet {chiplet}" if t.num_devices == 1 else f"device {node} chiplet {chiplet}"
-        rows.append((
-            label, *(mib(c[k]) for c in cols), mib(mp.reserved[k]), mib(total[k]),
-            mib(t.available_per_chiplet), mib(t.available_per_chiplet - total[k]),
-        ))
+        rows.append(
+            (
+                label,
+                *(mib(c[k]) for c in cols),
+                mib(mp.reserved[k]),
+                mib(total[k]),
+                mib(t.available_per_chiplet),
+                mib(t.available_per_chiplet - total[k]),
+            )
+        )
     return _table(rows, right=set(range(1, len(header))))
 
 
@@ -150,12 +159,17 @@ def _waste(plan: DeploymentPlan) -> list[str]:
     if plan.blocks.feasible:
         gains = [
             f"{a.name} {a.kvcache_num_blocks - mp.assignment(a.name).kvcache_num_blocks:+d}"
-            for a in plan.blocks.assignments if not a.fixed
+            for a in plan.blocks.assignments
+            if not a.fixed
         ]
         if any(not g.endswith(" +0") for g in gains):
-            out.append(f"explicit counts (mode: blocks) pack tighter: {', '.join(gains)} blocks against the budget plan.")
+            out.append(
+                f"explicit counts (mode: blocks) pack tighter: {', '.join(gains)} blocks against the budget plan."
+            )
         else:
-            out.append("explicit counts (mode: blocks) give the same counts here: the tightest chiplets bind both plans.")
+            out.append(
+                "explicit counts (mode: blocks) give the same counts here: the tightest chiplets bind both plans."
+            )
     return out
 
 
@@ -170,33 +184,54 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
         where = "spread evenly" if r.chiplet is None else f"on chiplet {r.chiplet}"
         out.append(f"reserved: {r.name}, {r.nbytes:,} B per device ({where})")
     out.append("")
-    rows = [("model", "report", "batch", "max_seq_len", "block", "floor", "full", "lower bound", "weight", "fixed budget")]
+    rows: list[tuple[str, ...]] = [
+        ("model", "report", "batch", "max_seq_len", "block", "floor", "full", "lower bound", "weight", "fixed budget")
+    ]
     for x in plan.tenants:
-        rows.append((
-            x.name, (sources or {}).get(x.name, x.source), str(x.attention.batch_size), str(x.attention.max_seq_len),
-            str(x.attention.kvcache_block_size), str(x.floor), str(x.full), str(x.lower_bound),
-            f"{float(x.weight):g}", "-" if x.memory_budget is None else repr(x.memory_budget),
-        ))
+        rows.append(
+            (
+                x.name,
+                (sources or {}).get(x.name, x.source),
+                str(x.attention.batch_size),
+                str(x.attention.max_seq_len),
+                str(x.attention.kvcache_block_size),
+                str(x.floor),
+                str(x.full),
+                str(x.lower_bound),
+                f"{float(x.weight):g}",
+                "-" if x.memory_budget is None else repr(x.memory_budget),
+            )
+        )
     out += _table(rows, right={2, 3, 4, 5, 6, 7, 8})
     for mp in (plan.budget, plan.blocks):
         out.append("")
         built = " (what `rbln-build deployment=" + name + "` builds)" if mp.mode == plan.mode else ""
-        title = "budget plan: memory_budget per model, split evenly over chiplets" if mp.mode == BUDGET else (
-            "blocks plan: explicit kvcache_num_blocks per model, nothing split")
+        title = (
+            "budget plan: memory_budget per model, split evenly over chiplets"
+            if mp.mode == BUDGET
+            else ("blocks plan: explicit kvcache_num_blocks per model, nothing split")
+        )
         if not mp.feasible:
             out.append(f"{title}{built}: DOES NOT FIT: {mp.reason}.")
             continue
         assert mp.objective is not None
-        out.append(f"{title}{built}: fits; smallest share {float(mp.objective.min_share):.4f}, "
-                   f"{mp.objective.total_blocks} blocks in total")
+        out.append(
+            f"{title}{built}: fits; smallest share {float(mp.objective.min_share):.4f}, "
+            f"{mp.objective.total_blocks} blocks in total"
+        )
         if mp.mode == BUDGET:
             rows = [("model", "memory_budget", "bytes per device", "fraction", "kvcache_num_blocks", "share")]
             for a in mp.assignments:
-                rows.append((
-                    a.name + (" (fixed)" if a.fixed else ""), repr(a.memory_budget) if a.fixed else str(a.memory_budget),
-                    f"{a.budget_bytes:,}", f"{a.budget_fraction:.6f}" if a.budget_fraction is not None else "-",
-                    str(a.kvcache_num_blocks), f"{a.kvcache_num_blocks}/{a.num_full_blocks}",
-                ))
+                rows.append(
+                    (
+                        a.name + (" (fixed)" if a.fixed else ""),
+                        repr(a.memory_budget) if a.fixed else str(a.memory_budget),
+                        f"{a.budget_bytes:,}",
+                        f"{a.budget_fraction:.6f}" if a.budget_fraction is not None else "-",
+                        str(a.kvcache_num_blocks),
+                        f"{a.kvcache_num_blocks}/{a.num_full_blocks}",
+                    )
+                )
             out += _table(rows, right={2, 3, 4})
             out.append("per chiplet, each model's budget share:")
             out += ["  " + line for line in render_chiplets(mp, "charge")]
@@ -205,8 +240,14 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
             for a in mp.assignments:
                 other = plan.budget.assignment(a.name).kvcache_num_blocks if plan.budget.feasible else None
                 delta = "-" if other is None else f"{a.kvcache_num_blocks - other:+d}"
-                rows.append((a.name + (" (fixed)" if a.fixed else ""), str(a.kvcache_num_blocks),
-                             f"{a.kvcache_num_blocks}/{a.num_full_blocks}", delta))
+                rows.append(
+                    (
+                        a.name + (" (fixed)" if a.fixed else ""),
+                        str(a.kvcache_num_blocks),
+                        f"{a.kvcache_num_blocks}/{a.num_full_blocks}",
+                        delta,
+                    )
+                )
             out += _table(rows, right={1, 3})
             out.append("per chiplet, what each model occupies:")
             out += ["  " + line for line in render_chiplets(mp, "usage")]
@@ -220,5 +261,7 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
             out.append(f"  {s.describe()}: gives up {float(s.given_up):.4f}; plan: {counts}")
     elif not plan.feasible:
         out.append("")
-        out.append("no single change found that fits (batch_size, max_seq_len, min_blocks, a fixed budget, a reservation).")
+        out.append(
+            "no single change found that fits (batch_size, max_seq_len, min_blocks, a fixed budget, a reservation)."
+        )
     return "\n".join(out) + "\n"

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any
 
 from ._inputs import Demand, ceil_div
 
@@ -55,15 +56,15 @@ def max_min_start(
     def start_at(share: Fraction) -> list[int]:
         return [
             bisect.bisect_left(cs, ceil_div(share.numerator * d.tenant.full, share.denominator))
-            for d, cs in zip(planned, counts)
+            for d, cs in zip(planned, counts, strict=True)
         ]
 
     def ok(start: list[int]) -> bool:
-        return fits(room, [opts[s][1] for opts, s in zip(options, start)])
+        return fits(room, [opts[s][1] for opts, s in zip(options, start, strict=True)])
 
     if not ok([0] * len(options)):
         return None
-    shares = sorted({Fraction(n, d.tenant.full) for d, cs in zip(planned, counts) for n in cs})
+    shares = sorted({Fraction(n, d.tenant.full) for d, cs in zip(planned, counts, strict=True) for n in cs})
     lo, hi = 0, len(shares) - 1  # shares[lo] is admissible: every model at its first option
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -88,7 +89,7 @@ def branch_and_bound(
     least = [opts[0][1] for opts in choices]
     suffix = [[0] * dims for _ in range(m + 1)]
     for i in reversed(range(m)):
-        suffix[i] = [a + b for a, b in zip(suffix[i + 1], least[i])]
+        suffix[i] = [a + b for a, b in zip(suffix[i + 1], least[i], strict=True)]
     best: list[Any] = [None, None]  # (key, counts)
     counts = [0] * m
     nodes = [0]
@@ -98,7 +99,7 @@ def branch_and_bound(
         lo, hi, found = 0, len(opts) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2
-            if all(c <= b for c, b in zip(opts[mid][1], budget)):
+            if all(c <= b for c, b in zip(opts[mid][1], budget, strict=True)):
                 found, lo = opts[mid][0], mid + 1
             else:
                 hi = mid - 1
@@ -115,8 +116,8 @@ def branch_and_bound(
             return
         bound_w, bound_t = weighted, total
         for j in range(i, m):
-            others = [s - c for s, c in zip(suffix[i], least[j])]
-            n = best_alone(j, [a - o for a, o in zip(left, others)])
+            others = [s - c for s, c in zip(suffix[i], least[j], strict=True)]
+            n = best_alone(j, [a - o for a, o in zip(left, others, strict=True)])
             if n is None:
                 return
             bound_w += value[j] * n
@@ -125,8 +126,8 @@ def branch_and_bound(
             return
         rest = suffix[i + 1]
         for n, cost in reversed(choices[i]):
-            after = [a - c for a, c in zip(left, cost)]
-            if any(a < r for a, r in zip(after, rest)):
+            after = [a - c for a, c in zip(left, cost, strict=True)]
+            if any(a < r for a, r in zip(after, rest, strict=True)):
                 continue
             counts[i] = n
             visit(i + 1, after, weighted + value[i] * n, total + n)
