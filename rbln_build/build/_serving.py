@@ -76,19 +76,20 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         if cell.recipe.seed is not None:
             notes.append(f"{cell.recipe.name} is a synthetic recipe (seeded weights): no hub model to serve")
         budget = result.budget_bytes
-        if cell.kvcache_num_blocks == 0 and budget is not None:
-            available = cell.npu.available_bytes
-            fraction = fraction_for_bytes(budget, available)
-            assert fraction is not None  # a resolved budget never exceeds the available DRAM
+        fraction = None if budget is None else fraction_for_bytes(budget, cell.npu.available_bytes)
+        if cell.kvcache_num_blocks == 0 and budget is not None and fraction is not None:
             flags["gpu_memory_utilization"] = fraction
             chiplets = cell.npu.num_chiplets
-            exact = int(available * fraction) // chiplets == budget // chiplets
-        else:
+            exact = int(cell.npu.available_bytes * fraction) // chiplets == budget // chiplets
+        elif cell.kvcache_num_blocks:
             exact = False
             notes.append(
                 f"an explicit kvcache_num_blocks ({cell.kvcache_num_blocks}) cannot be passed: vllm-rbln 0.12.0 always "
                 "compiles with memory_budget = --gpu-memory-utilization; serve an rbln-backend artifact for this count"
             )
+        else:
+            exact = False
+            notes.append(f"no memory_budget fraction of {cell.npu.name} gives this cell's {budget} bytes per device")
     return {
         "engine": ENGINE,
         "model": model,
