@@ -203,9 +203,9 @@ def test_bad_inputs_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="unique"):
         Problem(ATOM, [llama, llama])
     with pytest.raises(
-        ConfigError, match="on rebel100: .*4 chiplet"
-    ):  # a report of another target: the estimator decides
-        Problem(REBEL, [llama])
+        ConfigError, match="its report covers 1 device.s. of 1 chiplet.s., but the target is 1 x RBLN-CR03"
+    ):
+        Problem(REBEL, [llama])  # a report of another target
 
 
 # -- optimality against brute force ----------------------------------------------------------------

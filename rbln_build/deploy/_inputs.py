@@ -166,6 +166,17 @@ def _check(tenant: Tenant, target: Target) -> None:
             )
     if tenant.weight <= 0 or not math.isfinite(float(tenant.weight)):
         raise ConfigError(f"deployment model {tenant.name}: weight must be a positive number, got {tenant.weight}.")
+    # Every model must be planned on the target's own (node, chiplet) grid: the estimator would resolve
+    # a report of another shape over that report's chiplets (as optimum-rbln 0.12.0 does), and the
+    # per-chiplet sums of several models would no longer line up.
+    buckets = tenant.report.chiplets()
+    shape = (max((n for n, _ in buckets), default=-1) + 1, max((c for _, c in buckets), default=-1) + 1)
+    if buckets and shape != (target.num_devices, target.num_chiplets):
+        raise ConfigError(
+            f"deployment model {tenant.name} on {target.name}: its report covers {shape[0]} device(s) of "
+            f"{shape[1]} chiplet(s), but the target is {target.num_devices} x {target.npu.name} with "
+            f"{target.num_chiplets} chiplet(s) each; plan it from a report compiled for this target."
+        )
     request = Request.for_attention(
         target.npu.name, target.num_devices, tenant.attention, current_blocks=tenant.report.current_blocks
     )
