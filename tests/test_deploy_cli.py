@@ -160,6 +160,10 @@ def test_qwen3_8b_and_llama3_2_1b_on_one_rebel100_planned_built_and_served(tmp_p
     assert "2 cells: 0 compiled, 0 finalized, 2 skipped" in again.stdout
     assert modules.read_text() == ""
     assert manifest(build) == m
+    check_ok(rbln(["plan", QL, f"build_dir={build}"], cwd=tmp_path, env=env, modules=modules))
+    assert modules.read_text() == ""  # planned from the compile cache
+    data = json.loads(rbln(["explain", QL, "--json", f"build_dir={build}"], cwd=tmp_path, env=env).stdout)
+    assert list(data["plans"]) == ["budget"] and data["plans"]["budget"]["per_chiplet"]["used"][0][0] == 35_779_510_272
 
 
 def check_flags(argv: list[str], record: dict[str, Any], entry: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ class Reports:
 
     def __init__(self, settings: BuildSettings) -> None:
         self.backend = settings.matrix.backend
-        self.store = Store(settings.build_dir / "cache", warn=lambda message: None)
+        self.store = Store(settings.build_dir / "cache")  # a corrupt entry: a warning and a miss
         self.inventory_dir: Path | None = None
         if not os.environ.get("RBLN_BUILD_CACHE"):  # as a build does: inventories live in the build dir
             self.inventory_dir = settings.build_dir / "cache" / "inventory"
