@@ -196,9 +196,10 @@ class DeploymentRecords:
 
         planned = []
         for job in jobs:
-            if job.deployment is not None:
+            if job.deployment is not None:  # the plan the cells were expanded from (memoized)
                 plan, cells = deployment_cells(job, get_backend(job.matrix.backend).toolchain())
                 planned.append((job, plan, cells))
+        _deployment_cells.cache_clear()  # a later expansion in this process plans again
         return cls(planned)
 
     def __call__(self, store: Store, rows: list[tuple[Cell, CellResult | None]]) -> dict[str, Any]:
