@@ -1,6 +1,7 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    build      -> backends, memory, estimator, errors
+    build      -> deploy, backends, memory, estimator, errors
+    deploy     -> estimator, errors           (the co-location planner: pure arithmetic over reports)
     backends   -> memory, estimator, errors
     memory     -> estimator, errors
     estimator  -> errors
@@ -26,7 +27,8 @@ ALLOWED = {
     "estimator": {"errors"},
     "memory": {"estimator", "errors"},
     "backends": {"memory", "estimator", "errors"},
-    "build": {"backends", "memory", "estimator", "errors"},
+    "deploy": {"estimator", "errors"},
+    "build": {"deploy", "backends", "memory", "estimator", "errors"},
 }
 ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "__init__.py", "errors.py"}  # top-level modules
 

@@ -142,6 +142,7 @@ class BuildConf:
     model: Optional[ModelConf] = None  # set by `model=<name>`: narrows the model axis
     device: Optional[DeviceConf] = None  # set by `device=<name>`: narrows the device axis
     budget: Any = MISSING  # set by `budget=<value>`: narrows the budget axis (a value or a list)
+    deployment: Any = None  # set by `deployment=<name>`: conf/deployment/, schema _deployment.DeploymentConf
     build_dir: str = "build"  # relative to the current directory
     recipes_dir: Optional[str] = None  # null: the repository's recipes/
     progress: bool = True  # one line per compile and per cell
@@ -158,6 +159,9 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="rbln_build_schema", node=BuildConf)
+    from ._deployment import register_deployment_schema
+
+    register_deployment_schema()
     _registered = True
 
 
@@ -242,6 +246,7 @@ class BuildSettings:
     build_dir: Path
     recipes_dir: Path
     progress: bool
+    deployment: Any = None  # a _deployment.Deployment: build its planned cells instead of the matrix
 
 
 def list_group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
@@ -474,6 +479,16 @@ def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = N
         ),
         include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
     )
+    deployment = None
+    if cfg.deployment is not None:
+        from ._deployment import deployment_from_config
+
+        if axes.model is not None or axes.device is not None or axes.budgets is not None:
+            raise ConfigError(
+                "deployment: a deployment builds exactly its planned cells; model=, device= and budget= do not "
+                "apply to it (set them in conf/deployment/<name>.yaml)."
+            )
+        deployment = deployment_from_config(str(choices.get("deployment")), cfg.deployment)
     build_dir = Path(str(cfg.build_dir))
     recipes_dir = DEFAULT_RECIPES_DIR if cfg.recipes_dir is None else Path(str(cfg.recipes_dir))
     return BuildSettings(
@@ -481,6 +496,7 @@ def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = N
         build_dir=(build_dir if build_dir.is_absolute() else cwd / build_dir),
         recipes_dir=(recipes_dir if recipes_dir.is_absolute() else cwd / recipes_dir),
         progress=bool(cfg.progress),
+        deployment=deployment,
     )
 
 

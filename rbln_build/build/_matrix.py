@@ -246,7 +246,13 @@ def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
         name = job.matrix.backend
         if name not in toolchains:
             toolchains[name] = get_backend(name).toolchain()
-        for cell in expand(job, toolchains[name]):
+        if job.deployment is not None:  # a deployment's planned cells instead of the matrix
+            from ._colocation import deployment_cells
+
+            job_cells = deployment_cells(job, toolchains[name])[1]
+        else:
+            job_cells = expand(job, toolchains[name])
+        for cell in job_cells:
             other = cells.get(cell.id)
             if other is None:
                 cells[cell.id] = cell

@@ -23,11 +23,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from ._matrix import Cell
 from ._publish import collect, publish, write_summary
-from ._result import CompileOutcome
+from ._result import CellResult, CompileOutcome
 from ._stages import build_cell, compile_done, compile_once, reusable
 from ._store import Store
 
@@ -56,8 +56,12 @@ class BuildRun:
     """One run over a list of cells into one build directory: the doit tasks and what the run did
     (for its progress lines and summary only; no stage reads it)."""
 
-    def __init__(self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None) -> None:
+    def __init__(
+        self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None,
+        sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
+    ) -> None:
         self.build_dir = Path(build_dir)
+        self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
         self.cells = cells
         self.progress = progress
         self.out = out or sys.stderr
@@ -148,7 +152,8 @@ class BuildRun:
         self._say(f"[cell {index}/{len(self.cells)}] {cell.id}: {what}")
 
     def _publish(self) -> None:
-        self.entries = publish(self.build_dir, collect(self.store, self.cells))
+        rows = collect(self.store, self.cells)
+        self.entries = publish(self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows))
 
     # -- a whole run ------------------------------------------------------------------------------
 

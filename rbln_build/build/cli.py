@@ -4,6 +4,7 @@
     rbln-build matrix=release device=atom_max_x4 budget=0.3
     rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
     rbln-build explain model=qwen3_8b device=rebel100
+    rbln-build plan deployment=qwen3_8b_llama3_2_1b      (and serve-command, explain deployment=)
     rbln-build --help
 
 Hydra is the composition layer: each Hydra job (one for a run, one per combination for ``-m``)
@@ -88,6 +89,11 @@ def _build(jobs: list[Any]) -> int:
     from ._tasks import LOCK_FILE, BuildRun
 
     build_dir, cells = expand_all(jobs)
+    records = None  # a deployment's record for the manifest (rbln_build.build._colocation)
+    if any(j.deployment is not None for j in jobs):
+        from ._colocation import DeploymentRecords
+
+        records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
     started = time.perf_counter()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -98,7 +104,7 @@ def _build(jobs: list[Any]) -> int:
         print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        build = BuildRun(build_dir, cells, progress=progress)
+        build = BuildRun(build_dir, cells, progress=progress, sections=records)
         code = build.run()
         summary = build.summary()
         entries = build.entries or []
@@ -111,16 +117,26 @@ def _build(jobs: list[Any]) -> int:
         f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
         f"({took:.1f}s). Manifest: {build_dir / 'manifest.json'}"
     )
+    for line in records.lines if records is not None else ():
+        print(line)
+    for problem in records.problems if records is not None else ():
+        print(f"deployment: {problem}", file=sys.stderr)
     if summary["failed"]:
         names = summary["failed_cells"]
         more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
-    return 1 if code else 0
+    return 1 if code or (records is not None and records.problems) else 0
 
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] in (["plan"], ["serve-command"]) or (
+        argv[:1] == ["explain"] and any(a.startswith("deployment=") for a in argv)
+    ):
+        from ._deploy_cli import main as deploy_main
+
+        sys.exit(deploy_main(argv))
     if argv[:1] == ["explain"]:
         from ..memory.explain import main as explain_main
 
