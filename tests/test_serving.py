@@ -50,7 +50,7 @@ def test_a_plan_is_compiled_at_start_up_with_the_cells_budget_as_the_fraction() 
 
 def test_an_rbln_program_is_served_precompiled_from_its_artifact() -> None:
     c = replace(cell("qwen3_8b.atom_max_x4.b0.5"), backend="rbln")
-    serving = serving_for(c, ok(14, 8_438_939_648, produced="program"))
+    serving = serving_for(c, ok(14, 8_438_939_648, produced="rbln"))
     assert serving is not None and serving["precompiled"] and serving["exact"]
     assert (
         serving["model"] == "artifacts/qwen3_8b.atom_max_x4.b0.5" and "gpu_memory_utilization" not in serving["flags"]

@@ -55,7 +55,7 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
     if result is None or not result.ok or cell.spec is None:
         return None
     att = cell.spec.attention
-    precompiled = cell.backend == "rbln" and result.produced == "program"
+    precompiled = result.produced == "rbln"  # an optimum-rbln compiled model (the rbln backend's cells)
     flags: dict[str, Any] = {
         "max_num_seqs": att.batch_size,
         "max_model_len": att.max_seq_len,
