@@ -173,7 +173,8 @@ def check_flags(argv: list[str], record: dict[str, Any], entry: dict[str, Any]) 
     assert int(flags["--max-model-len"]) == record["max_seq_len"]
     assert int(flags["--block-size"]) == (record.get("kvcache_block_size") or record["kvcache_partition_len"])
     assert int(flags["--max-num-batched-tokens"]) == record["prefill_chunk_size"]
-    assert int(flags["--rbln-num-devices-per-local-rank"]) == record["num_devices"]
+    # optimum-rbln writes num_devices only when set (None: one device)
+    assert int(flags["--rbln-num-devices-per-local-rank"]) == (record.get("num_devices") or 1)
     assert flags["--dtype"] == record.get("dtype", flags["--dtype"])  # optimum-rbln's own file may not say
     assert record["kvcache_num_blocks"] == entry["kvcache_num_blocks"] == entry["serving"]["kvcache_num_blocks"]
     if entry["serving"]["precompiled"]:
