@@ -268,3 +268,76 @@ def test_explain_plot_rejects_another_format(warm_cache: Path, capsys: pytest.Ca
 
 def test_budget_labels_keep_the_type() -> None:
     assert [budget_label(b) for b in (None, 0.3, 1, 1.0, "10GB")] == ["null", "0.3", "1", "1.0", "10GB"]
+
+
+# -- the page in a real browser ------------------------------------------------------------------------
+
+CHROMIUM_FLAGS = (  # headless, and no network: every request would go to a closed local port
+    "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-pings",
+    "--disable-default-apps", "--dns-prefetch-disable", "--proxy-server=http://127.0.0.1:9",
+)
+
+
+@pytest.mark.slow
+def test_the_page_renders_in_headless_chromium(build: Path, page: str, tmp_path: Path) -> None:
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium); .ci/run installs it")
+    shot = tmp_path / "page.png"
+    proc = subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2400",
+         f"--screenshot={shot}", (build / "report" / "index.html").resolve().as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert shot.is_file(), f"no screenshot (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
+    img = PIL.open(shot).convert("RGB")
+    assert img.size == (1280, 2400)
+    gray = img.convert("L")
+    dark = sum(gray.histogram()[:128]) / (img.size[0] * img.size[1])
+    assert dark > 0.005, f"the page looks blank ({dark:.2%} dark pixels)"  # text, tables and plot lines
+    colors = img.getcolors(1 << 24) or []
+    grid = {(0xC8, 0xE6, 0xC9), (0xFF, 0xE0, 0xA3), (0xFF, 0xCD, 0xD2)}  # full pool, cut, failed squares
+    assert grid <= {c for _, c in colors}, "the matrix grid's colors are not on the page"
+    assert len(colors) > 200  # anti-aliased text and the embedded figures, not a flat page
+
+
+def synthetic(n_budgets: int) -> list[dict[str, Any]]:
+    """Manifest-shaped entries of one model on one device over ``n_budgets`` budgets: the first third
+    fails below the floor, the rest is cut, the last is the full pool."""
+    out = []
+    for i in range(1, n_budgets + 1):
+        budget = round(i / n_budgets, 4)
+        blocks = None if i <= n_budgets // 3 else (40 if i == n_budgets else 20)
+        out.append({
+            "cell": f"m.d.b{budget}", "memory_budget": budget, "budget_bytes": i * 2**30, "compile_key": "k" * 64,
+            "inputs": {"model": "m", "device": "d", "npu": "RBLN-CR03", "num_devices": 1, "build_options": {},
+                       "kvcache_num_blocks": 0},
+            "status": "failed" if blocks is None else "ok", "kvcache_num_blocks": blocks, "num_full_blocks": 40,
+            "num_min_blocks": 9, "error_kind": "insufficient_memory" if blocks is None else None,
+            "error": "Insufficient memory ..." if blocks is None else None,
+            "budget_for_floor": {"blocks": 9, "bytes": 123 * 2**30, "fraction": 0.8786, "reason": None},
+        })
+    return out
+
+
+@pytest.mark.parametrize("budgets, picture", [pytest.param(6, False, id="table"), pytest.param(60, True, id="wide")])
+def test_a_wide_grid_is_a_picture_and_failures_are_grouped(budgets: int, picture: bool) -> None:
+    from rbln_build.reporting._data import BuildView
+    from rbln_build.reporting._page import _failures, _grid
+
+    entries = synthetic(budgets)
+    view = BuildView("0" * 64, entries, [], {})
+    grid = _grid(view)
+    assert ("<img" in grid and "<details><summary>the grid as a table (60 columns)" in grid) is picture
+    for e in entries:
+        assert f'title="{e["cell"]}: ' in grid
+    if picture:
+        img = PIL.open(io.BytesIO(base64.b64decode(PNG_SRC.search(grid).group(1))))  # type: ignore[union-attr]
+        assert img.size[0] == 1000
+    failures = _failures(view)
+    failed = budgets // 3
+    assert f"{failed} cells: {failed} failed (insufficient_memory)." in failures
+    assert failures.count("<tr>") == 2  # the header and one row for the compile's one kind
+    more = f"and {failed - 1} more, budgets {entries[0]['memory_budget']} .. {entries[failed - 1]['memory_budget']}"
+    assert more in failures and "memory_budget &ge; 0.8786" in failures

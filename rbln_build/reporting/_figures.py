@@ -68,6 +68,13 @@ OUTCOME_COLORS = {
     "unexpected_success": "#ad1457",
     "expected_failure": "#7f7f7f",
 }
+GRID_COLORS = {  # the page's table colors (light, with black text on them)
+    "full_pool": "#c8e6c9",
+    "cut": "#ffe0a3",
+    "failed": "#ffcdd2",
+    "unexpected_success": "#f8bbd0",
+    "expected_failure": "#e0e0e0",
+}
 PART_COLORS = {"weights": "#4e79a7", "workspace": "#f28e2b", "runtime_buffers": "#76b7b2",
                "other": "#bab0ac", "kv": "#59a14f"}
 PART_LABELS = {"weights": "weights", "workspace": "workspace", "runtime_buffers": "runtime buffers",
@@ -191,6 +198,15 @@ def zoom_limit(curve: BlocksCurve) -> int | None:
     return None
 
 
+def _legend_entries(axes: Sequence[Any]) -> tuple[list[Any], list[str]]:
+    """Every labelled artist of ``axes``, once per label, in drawing order."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    return list(handles.values()), list(handles)
+
+
 def curve_figure(curve: BlocksCurve, points: Sequence[Point], title: str) -> Figure:
     zoom = zoom_limit(curve)
     with style():
@@ -200,7 +216,7 @@ def curve_figure(curve: BlocksCurve, points: Sequence[Point], title: str) -> Fig
         if zoom:
             draw_curve(axes[1], curve, points, zoom, "zoom: where the steps are")
         fig.suptitle(f"blocks vs budget: {title}", x=0.01, ha="left", fontsize=9.5)
-        fig.legend(*axes[-1].get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+        fig.legend(*_legend_entries(axes), loc="outside right upper", fontsize=7)
     return fig
 
 
@@ -284,4 +300,28 @@ def explain_figure(
         draw_dram(right, cases, curve.num_chiplets, curve.available_bytes, "where the DRAM goes (device 0)")
         right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
         fig.suptitle(title, x=0.01, ha="left", fontsize=10)
+    return fig
+
+
+def grid_figure(rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[Sequence[str | None]],
+                title: str) -> Figure:
+    """The matrix grid as a picture, for budget axes too long for a table: one colored square per
+    cell (white: no such cell), rows top to bottom, columns in budget order."""
+    from matplotlib.colors import ListedColormap
+
+    names = list(GRID_COLORS)
+    codes = [[0 if o is None else 1 + names.index(o) for o in row] for row in outcomes]
+    with style():
+        fig = _new_figure(10.0, 1.2 + 0.28 * len(rows))
+        ax = fig.subplots()
+        cmap = ListedColormap(["#ffffff"] + [GRID_COLORS[n] for n in names])
+        ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(names), aspect="auto", interpolation="nearest")
+        ax.set_yticks(range(len(rows)), rows, fontsize=7)
+        step = max(1, len(columns) // 12)
+        ax.set_xticks(range(0, len(columns), step), [columns[i] for i in range(0, len(columns), step)],
+                      fontsize=7, rotation=45, ha="right")
+        ax.set_xlabel("memory_budget (in budget order)")
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
     return fig

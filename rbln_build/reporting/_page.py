@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from html import escape
 from typing import Any, Iterable
 
@@ -18,11 +19,12 @@ from .. import __version__
 from ..errors import EstimateError
 from ._curve import blocks_curve, dram_stacks
 from ._data import FAILED_STATUSES, BuildView, Group, budget_label, outcome
-from ._figures import OUTCOME_COLORS, DramCase, Point, curve_figure, dram_figure, render
+from ._figures import DramCase, Point, curve_figure, dram_figure, grid_figure, render
 
 __all__ = ["render_page", "group_figures", "MAX_DRAM_CASES"]
 
 MAX_DRAM_CASES = 8  # bar groups per DRAM figure; a long budget axis shows an even spread of its cells
+MAX_GRID_COLUMNS = 24  # wider grids are drawn as a picture (the table follows, folded)
 OUTCOME_TEXT = {
     "full_pool": "at the full pool",
     "cut": "cut below the full pool",
@@ -181,17 +183,56 @@ def _grid(view: BuildView) -> str:
                 tip = f"{e['cell']}: {OUTCOME_TEXT[o]}" + (f" ({e['error_kind']})" if e.get("error_kind") else "")
                 row.append(f'<td class="{o}" title="{escape(tip)}">{text}</td>')
             body.append(row)
-        out.append(f"<h3>{escape(device)}: {n} x {escape(npu)}</h3>" + _table(header, body, "grid"))
+        title = f"{escape(device)}: {n} x {escape(npu)}"
+        table = _table(header, body, "grid")
+        if len(order) > MAX_GRID_COLUMNS:
+            picture = grid_figure(
+                [re.sub("<[^>]+>", "", r[0]) for r in body], [c[1] for c in order],
+                [[None if c not in by_col else outcome(by_col[c]) for c in order] for _, by_col in sorted(rows.items())],
+                f"{device}: {n} x {npu}, {len(cells)} cells over {len(order)} budgets",
+            )
+            table = (_png(render(picture), f"grid of {device}")
+                     + f"<details><summary>the grid as a table ({len(order)} columns)</summary>{table}</details>")
+        out.append(f"<h3>{title}</h3>" + table)
     return "".join(out)
 
 
 def _failures(view: BuildView) -> str:
+    """Counts by kind, then one row per compile and kind (its cells share the message's shape and
+    the budget that fixes them), then every id, folded."""
     bad = [e for e in view.entries if e["status"] in (*FAILED_STATUSES, "expected_failure")]
     if not bad:
         return "<p>No cell failed.</p>"
-    rows = [[f"<code>{escape(e['cell'])}</code>", OUTCOME_TEXT[e["status"]], escape(e.get("error_kind") or "-"),
-             f'<td class="msg">{escape(e.get("error") or "-")}</td>', _fix(e)] for e in bad]
-    return _table(["cell", "status", "kind", "message", "budget that would fix it"], rows)
+    groups: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
+    for e in bad:
+        key = (e["status"], e["inputs"]["model"], e["inputs"]["device"], str(e.get("compile_key")),
+               e.get("error_kind") or "-")
+        groups.setdefault(key, []).append(e)
+    kinds: dict[tuple[str, str], int] = {}
+    for (status, *_, kind), members in groups.items():
+        kinds[(status, kind)] = kinds.get((status, kind), 0) + len(members)
+    summary = ", ".join(f"{n:,} {OUTCOME_TEXT[s]} ({escape(k)})" for (s, k), n in sorted(kinds.items()))
+    rows = []
+    for (status, *_, kind), members in sorted(groups.items()):
+        members.sort(key=lambda e: (e["budget_bytes"] is None, e["budget_bytes"] or 0, e["cell"]))
+        first, last = members[0], members[-1]
+        which = f"<code>{escape(first['cell'])}</code>"
+        if len(members) > 1:
+            which += (f"<br>and {len(members) - 1:,} more, budgets {escape(budget_label(first['memory_budget']))}"
+                      f" .. {escape(budget_label(last['memory_budget']))}")
+        rows.append([which, SHORT_TEXT[status], escape(kind), f'<td class="msg">{escape(first.get("error") or "-")}</td>',
+                     _fix(first)])
+    ids = ", ".join(f"<code>{escape(e['cell'])}</code>" for e in bad)
+    return (f"<p>{len(bad):,} cells: {summary}.</p>"
+            + _table(["cells", "status", "kind", "message (the first cell's)", "budget that would fix it"], rows)
+            + f"<details><summary>every failed cell ({len(bad):,})</summary><p>{ids}</p></details>")
+
+
+def _members(cells: list[dict[str, Any]]) -> str:
+    if len(cells) <= 8:
+        return "cells: " + ", ".join(f"<code>{escape(e['cell'])}</code>" for e in cells)
+    first, last = budget_label(cells[0]["memory_budget"]), budget_label(cells[-1]["memory_budget"])
+    return f"{len(cells):,} cells, budgets {escape(first)} .. {escape(last)} (listed under Cells)"
 
 
 def _groups(view: BuildView) -> str:
@@ -202,8 +243,7 @@ def _groups(view: BuildView) -> str:
             f'<h3 id="{escape(g.slug)}">{escape(g.model)} on {escape(g.device)}: {g.num_devices} x {escape(g.npu)}</h3>'
             f"<p class=muted>{escape(str(a.get('attn_impl')))}, batch_size {a.get('batch_size')}, max_seq_len "
             f"{a.get('max_seq_len')}, block {a.get('kvcache_block_size')}; compile <code>{g.compile_key[:12]}</code>"
-            f" ({escape(g.backend)}, {escape(g.produced or '-')}); cells: "
-            + ", ".join(f"<code>{escape(e['cell'])}</code>" for e in g.cells) + "</p>"
+            f" ({escape(g.backend)}, {escape(g.produced or '-')}); " + _members(g.cells) + "</p>"
         )
         problem = g.problem
         if problem is None:
