@@ -53,13 +53,19 @@ def run_events(mode: str, history: Path, tty: bool) -> str:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env.update(TERM="xterm", COLUMNS="160")
     if not tty:
-        proc = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(history)], capture_output=True, text=True,
-                              env=env, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT, mode, str(history)], capture_output=True, text=True, env=env, timeout=60
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stderr
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, mode, str(history)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=slave, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, mode, str(history)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -182,3 +188,42 @@ def test_failures_are_summarized_by_kind_with_a_count_and_an_example() -> None:
         "  unexpected_success        1  e.g. y.d.b0.3: expected to fail ... but it built",
     ]
     assert failure_summary(entries[-2:]) == []
+
+
+def test_a_real_build_logs_plain_lines_and_a_rebuild_counts_what_was_up_to_date(tmp_path: Path) -> None:
+    """The wiring in the doit tasks: through a pipe, one plain line per compile and cell; under a
+    pseudo-terminal, a no-op rebuild's status line counts every compile and cell as done (doit's
+    up-to-date skips reach the display through its reporter)."""
+    from memory_helpers import _CACHE, inventory
+
+    for name in ("qwen3_8b", "llama3_2_1b"):
+        inventory(name)
+    (tmp_path / "inv").mkdir()
+    os.symlink(_CACHE, tmp_path / "inv" / "inventory")
+    args = [sys.executable, "-m", "rbln_build.build.cli", "matrix=plans", f"build_dir={tmp_path / 'build'}"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_BUILD_CACHE=str(tmp_path / "inv"), TERM="xterm")
+    env.pop("CI", None)
+    first = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert not CONTROL.search(first.stderr.replace("\n", ""))
+    lines = first.stderr.splitlines()
+    assert lines[:2] == ["[compile 1/4] llama3_2_1b for RBLN-CA x4 (torch) ...", lines[1]] and re.fullmatch(
+        r"\[compile 1/4\] .*: plan in \d+\.\ds", lines[1]
+    )
+    assert "[cell 8/8] qwen3_8b.rebel100.b0.5: 40 blocks (full 40, floor 9), plan" in lines
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=600) == 0
+    live = b"".join(chunks).decode("utf-8", "replace")
+    assert "\r\x1b[2Kcompiles 4/4 | cells 8/8" in live and "[cell " not in live and "compiled " not in live

@@ -37,8 +37,12 @@ PNG_SRC = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 def rbln(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", *args], cwd=cwd, capture_output=True, text=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", **(extra_env or {})), timeout=600,
+        [sys.executable, "-m", "rbln_build.build.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", **(extra_env or {})),
+        timeout=600,
     )
 
 
@@ -48,8 +52,11 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("qwen3_8b", "llama3_2_1b"):  # shared with the other tests of this process
         inventory(name)
     shutil.copytree(_CACHE, work / "inventories" / "inventory")
-    proc = rbln(["matrix=plans", "matrix.budgets=[0.2,0.3,0.5]", f"build_dir={work / 'build'}"], cwd=work,
-                extra_env={"RBLN_BUILD_CACHE": str(work / "inventories")})
+    proc = rbln(
+        ["matrix=plans", "matrix.budgets=[0.2,0.3,0.5]", f"build_dir={work / 'build'}"],
+        cwd=work,
+        extra_env={"RBLN_BUILD_CACHE": str(work / "inventories")},
+    )
     assert proc.returncode == 1, proc.stderr  # the 0.2 cells fail below the floor
     return work / "build"
 
@@ -76,12 +83,14 @@ def test_the_failure_summary_groups_by_kind_before_the_ids(build: Path, tmp_path
     proc = rbln(["matrix=plans", "matrix.budgets=[0.2,0.3,0.5]", f"build_dir={copy}"], cwd=tmp_path)
     assert proc.returncode == 1
     err = proc.stderr
-    assert "2 failed cell(s) by kind:\n  insufficient_memory       2  e.g. qwen3_8b.atom_max_x4.b0.2: Insufficient" in err
+    assert (
+        "2 failed cell(s) by kind:\n  insufficient_memory       2  e.g. qwen3_8b.atom_max_x4.b0.2: Insufficient" in err
+    )
     assert err.index("failed cell(s) by kind") < err.index("2 failed cell(s): qwen3_8b.atom_max_x4.b0.2, ")
 
 
 def test_the_page_names_every_cell_and_its_status(build: Path, page: str) -> None:
-    for cid, e in cells(build).items():
+    for cid in cells(build):
         assert f"<code>{cid}</code>" in page, cid
         assert f'title="{cid}: ' in page, cid  # its square in the grid
     for heading in ("The matrix at a glance", "Failures", "Blocks vs budget", "Cells", "Compile keys and inputs"):
@@ -107,7 +116,7 @@ def test_the_images_decode(build: Path, page: str) -> None:
 
 def _step_value(xs: list[int], ys: list[int], x: int) -> int:
     value = ys[0]
-    for xi, yi in zip(xs, ys):
+    for xi, yi in zip(xs, ys, strict=True):
         if xi <= x:
             value = yi
     return value
@@ -156,14 +165,21 @@ def test_two_runs_give_identical_bytes_wherever_the_build_is(build: Path, page: 
     elsewhere = tmp_path / "another" / "place"
     shutil.copytree(build, elsewhere, symlinks=True)
     shutil.rmtree(elsewhere / "report")
-    code = ("import sys; from rbln_build.reporting import main; assert main(sys.argv[1:]) == 0\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'hydra', 'doit'))\n"
-            "mine = sorted(m for m in sys.modules if m.startswith(('rbln_build.build', 'rbln_build.memory',"
-            " 'rbln_build.backends')))\n"
-            "assert not heavy and not mine, (heavy[:5], mine)")
+    code = (
+        "import sys; from rbln_build.reporting import main; assert main(sys.argv[1:]) == 0\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'hydra', 'doit'))\n"
+        "mine = sorted(m for m in sys.modules if m.startswith(('rbln_build.build', 'rbln_build.memory',"
+        " 'rbln_build.backends')))\n"
+        "assert not heavy and not mine, (heavy[:5], mine)"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    proc = subprocess.run([sys.executable, "-c", code, f"build_dir={elsewhere}", "--open"], capture_output=True,
-                          text=True, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, f"build_dir={elsewhere}", "--open"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     index = elsewhere / "report" / "index.html"
     assert f"no browser display here; open {index.resolve().as_uri()}" in proc.stdout
@@ -202,10 +218,13 @@ def test_no_manifest_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_without_matplotlib_the_error_names_the_extra(build: Path, tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['matplotlib'] = None\n"  # import matplotlib now raises ImportError
-            "from rbln_build.build.cli import main; sys.argv = ['rbln-build', 'report', sys.argv[1]]; main()")
-    proc = subprocess.run([sys.executable, "-c", code, f"build_dir={build}"], capture_output=True, text=True,
-                          cwd=tmp_path)
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"  # import matplotlib now raises ImportError
+        "from rbln_build.build.cli import main; sys.argv = ['rbln-build', 'report', sys.argv[1]]; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, f"build_dir={build}"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "pip install 'rbln-build[report]'" in proc.stderr
 
@@ -230,7 +249,9 @@ def warm_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_explain_plot_draws_a_png_and_an_svg_identically_twice(warm_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_plot_draws_a_png_and_an_svg_identically_twice(
+    warm_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from rbln_build.memory import explain
 
     for name in ("a.png", "b.png", "a.svg"):
@@ -248,10 +269,20 @@ def test_svg_figures_are_byte_identical() -> None:
     from rbln_build.estimator import AllocationReport
     from rbln_build.reporting._figures import Point, curve_figure, render
 
-    report = AllocationReport.from_json({"alloc": {"prefill": {"weights": [[3 << 30]]}},
-                                         "kv_tensors": {"k": {"can_resize": True, "sizes": [[96 << 20]]}}})
-    attention = {"attn_impl": "flash_attn", "batch_size": 2, "kvcache_block_size": 4096,
-                 "kvcache_partition_len": 4096, "max_seq_len": 16384, "prefill_chunk_size": 128}
+    report = AllocationReport.from_json(
+        {
+            "alloc": {"prefill": {"weights": [[3 << 30]]}},
+            "kv_tensors": {"k": {"can_resize": True, "sizes": [[96 << 20]]}},
+        }
+    )
+    attention = {
+        "attn_impl": "flash_attn",
+        "batch_size": 2,
+        "kvcache_block_size": 4096,
+        "kvcache_partition_len": 4096,
+        "max_seq_len": 16384,
+        "prefill_chunk_size": 128,
+    }
     curve = blocks_curve(report, "RBLN-CA25", 1, attention)
     svgs = {render(curve_figure(curve, [Point("0.5", 8 << 30, 8, "full_pool")], "t"), "svg") for _ in range(2)}
     assert len(svgs) == 1 and b'id="' in svgs.pop()  # ids come from svg.hashsalt, not from random
@@ -273,9 +304,18 @@ def test_budget_labels_keep_the_type() -> None:
 # -- the page in a real browser ------------------------------------------------------------------------
 
 CHROMIUM_FLAGS = (  # headless, and no network: every request would go to a closed local port
-    "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-pings",
-    "--disable-default-apps", "--dns-prefetch-disable", "--proxy-server=http://127.0.0.1:9",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-pings",
+    "--disable-default-apps",
+    "--dns-prefetch-disable",
+    "--proxy-server=http://127.0.0.1:9",
 )
 
 
@@ -286,9 +326,17 @@ def test_the_page_renders_in_headless_chromium(build: Path, page: str, tmp_path:
         pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium); .ci/run installs it")
     shot = tmp_path / "page.png"
     proc = subprocess.run(
-        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2400",
-         f"--screenshot={shot}", (build / "report" / "index.html").resolve().as_uri()],
-        capture_output=True, text=True, timeout=180,
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            (build / "report" / "index.html").resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert shot.is_file(), f"no screenshot (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
     img = PIL.open(shot).convert("RGB")
@@ -309,15 +357,29 @@ def synthetic(n_budgets: int) -> list[dict[str, Any]]:
     for i in range(1, n_budgets + 1):
         budget = round(i / n_budgets, 4)
         blocks = None if i <= n_budgets // 3 else (40 if i == n_budgets else 20)
-        out.append({
-            "cell": f"m.d.b{budget}", "memory_budget": budget, "budget_bytes": i * 2**30, "compile_key": "k" * 64,
-            "inputs": {"model": "m", "device": "d", "npu": "RBLN-CR03", "num_devices": 1, "build_options": {},
-                       "kvcache_num_blocks": 0},
-            "status": "failed" if blocks is None else "ok", "kvcache_num_blocks": blocks, "num_full_blocks": 40,
-            "num_min_blocks": 9, "error_kind": "insufficient_memory" if blocks is None else None,
-            "error": "Insufficient memory ..." if blocks is None else None,
-            "budget_for_floor": {"blocks": 9, "bytes": 123 * 2**30, "fraction": 0.8786, "reason": None},
-        })
+        out.append(
+            {
+                "cell": f"m.d.b{budget}",
+                "memory_budget": budget,
+                "budget_bytes": i * 2**30,
+                "compile_key": "k" * 64,
+                "inputs": {
+                    "model": "m",
+                    "device": "d",
+                    "npu": "RBLN-CR03",
+                    "num_devices": 1,
+                    "build_options": {},
+                    "kvcache_num_blocks": 0,
+                },
+                "status": "failed" if blocks is None else "ok",
+                "kvcache_num_blocks": blocks,
+                "num_full_blocks": 40,
+                "num_min_blocks": 9,
+                "error_kind": "insufficient_memory" if blocks is None else None,
+                "error": "Insufficient memory ..." if blocks is None else None,
+                "budget_for_floor": {"blocks": 9, "bytes": 123 * 2**30, "fraction": 0.8786, "reason": None},
+            }
+        )
     return out
 
 

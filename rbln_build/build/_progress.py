@@ -7,6 +7,7 @@ The build reports events; a ``Progress`` decides how they look::
     progress.compile_started(label)
     progress.compile_finished(label, seconds, ok, detail)   # detail: "program" or the error
     progress.cell_finished(cell_id, text, ok)
+    progress.compile_cached(label) / progress.cell_cached(cell_id)   # up to date: counted, not shown
     progress.warn(message)
     progress.close()                                  # always (try/finally)
 
@@ -32,12 +33,19 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 __all__ = [
-    "HISTORY_FILE", "Progress", "LineProgress", "LiveProgress", "CompileHistory", "make_progress",
-    "failure_summary", "plain",
+    "HISTORY_FILE",
+    "Progress",
+    "LineProgress",
+    "LiveProgress",
+    "CompileHistory",
+    "make_progress",
+    "failure_summary",
+    "plain",
 ]
 
 HISTORY_FILE = "progress-history.json"
@@ -81,7 +89,7 @@ class CompileHistory:
 
     def record(self, label: str, seconds: float) -> None:
         key = similar(label)
-        self.seconds[key] = (self.seconds.get(key, []) + [round(seconds, 3)])[-self.KEEP:]
+        self.seconds[key] = (self.seconds.get(key, []) + [round(seconds, 3)])[-self.KEEP :]
         if self.path is None:
             return
         body = json.dumps({"schema": 1, "compiles": dict(sorted(self.seconds.items()))}, indent=1) + "\n"
@@ -131,6 +139,15 @@ class Progress:
         self.cells_done += 1
         self.failed += 0 if ok else 1
 
+    def compile_cached(self, label: str) -> None:
+        """A planned compile that was up to date: done without running."""
+        self.compiles_done += 1
+        if label in self.pending:
+            self.pending.remove(label)
+
+    def cell_cached(self, cell_id: str) -> None:
+        self.cells_done += 1
+
     def warn(self, message: str) -> None:
         pass
 
@@ -171,11 +188,12 @@ class LineProgress(Progress):
 
     def compile_started(self, label: str) -> None:
         super().compile_started(label)
-        self._line(f"[compile {self._of(self.compiles_started, self.compiles_total)}] {label} ...")
+        place = self.compiles_done + len(self.running)  # its place in the plan, up-to-date ones counted
+        self._line(f"[compile {self._of(place, self.compiles_total)}] {label} ...")
 
     def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "") -> None:
         super().compile_finished(label, seconds, ok, detail)
-        what = f"{detail or 'done'} in {seconds:.1f}s" if ok else f"FAILED: {detail}"
+        what = f"{detail or 'done'} in {seconds:.1f}s" if ok else f"FAILED after {seconds:.1f}s: {detail}"
         self._line(f"[compile {self._of(self.compiles_done, self.compiles_total)}] {label}: {what}")
 
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
@@ -197,7 +215,10 @@ class LiveProgress(Progress):
     CLEAR = "\r\x1b[2K"
 
     def __init__(
-        self, out: TextIO, history: CompileHistory | None = None, tick_s: float = 0.5,
+        self,
+        out: TextIO,
+        history: CompileHistory | None = None,
+        tick_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(history, clock)
@@ -249,11 +270,24 @@ class LiveProgress(Progress):
 
     def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "") -> None:
         super().compile_finished(label, seconds, ok, detail)
-        self._draw(f"compiled {label}: {detail or 'done'} in {seconds:.1f}s" if ok else f"compile FAILED {label}: {detail}")
+        self._draw(
+            f"compiled {label}: {detail or 'done'} in {seconds:.1f}s"
+            if ok
+            else f"compile FAILED {label} after {seconds:.1f}s: {detail}"
+        )
 
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
         super().cell_finished(cell_id, text, ok)
         self._draw(None if ok else f"cell {cell_id}: {text}")
+
+    def compile_cached(self, label: str) -> None:
+        super().compile_cached(label)
+        self._draw()
+
+    def cell_cached(self, cell_id: str) -> None:
+        super().cell_cached(cell_id)
+        if self.cells_done % 50 == 0 or self.cells_done == self.cells_total:  # a no-op rebuild stays cheap
+            self._draw()
 
     def warn(self, message: str) -> None:
         self._draw(f"warning: {message}")
@@ -281,7 +315,9 @@ def make_progress(
     return LineProgress(out, record)
 
 
-def failure_summary(entries: Sequence[Mapping[str, Any]], failing: Sequence[str] = ("failed", "unexpected_success")) -> list[str]:
+def failure_summary(
+    entries: Sequence[Mapping[str, Any]], failing: Sequence[str] = ("failed", "unexpected_success")
+) -> list[str]:
     """Lines grouping the failed manifest entries by error kind, most frequent first: a count and
     the first cell (by id) with its message. Empty when nothing failed."""
     kinds: dict[str, list[Mapping[str, Any]]] = {}
@@ -296,5 +332,7 @@ def failure_summary(entries: Sequence[Mapping[str, Any]], failing: Sequence[str]
     width = max(len(k) for k in kinds)
     for kind, group in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         first = min(group, key=lambda e: e["cell"])
-        lines.append(f"  {kind:<{width}}  {len(group):>6,}  e.g. {first['cell']}: {plain(str(first.get('error') or '-'))}")
+        lines.append(
+            f"  {kind:<{width}}  {len(group):>6,}  e.g. {first['cell']}: {plain(str(first.get('error') or '-'))}"
+        )
     return lines

@@ -68,7 +68,9 @@ def _parse(argv: list[str]) -> tuple[Path, bool]:
                 raise UserError("report: build_dir= is empty; write build_dir=PATH.")
             build_dir = Path(value)
         else:
-            raise UserError(f"report: cannot read argument {arg!r}; usage: rbln-build report [build_dir=PATH] [--open].")
+            raise UserError(
+                f"report: cannot read argument {arg!r}; usage: rbln-build report [build_dir=PATH] [--open]."
+            )
     return build_dir, open_it
 
 
@@ -81,7 +83,9 @@ def main(argv: list[str]) -> int:
         build_dir, open_it = _parse(argv)
         path, cells = write_report(build_dir)
     except RblnBuildError as error:
-        sys.stderr.write(f"rbln-build {error}\n" if str(error).startswith("report:") else f"rbln-build report: {error}\n")
+        sys.stderr.write(
+            f"rbln-build {error}\n" if str(error).startswith("report:") else f"rbln-build report: {error}\n"
+        )
         return 2
     url = path.resolve().as_uri()
     print(f"report: {path} ({cells} cells)")

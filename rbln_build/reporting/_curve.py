@@ -17,14 +17,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EstimateError
-from ..estimator import DRAM_TENSOR_KEY, AllocationReport, Request, Resolution, estimate, kv_bytes_at, min_budget_for_blocks, resolve_npu
+from ..estimator import (
+    DRAM_TENSOR_KEY,
+    AllocationReport,
+    Request,
+    Resolution,
+    estimate,
+    kv_bytes_at,
+    min_budget_for_blocks,
+    resolve_npu,
+)
 
 __all__ = ["BlocksCurve", "ChipletStack", "STACK_PARTS", "blocks_curve", "dram_stacks", "request_for"]
 
 STACK_PARTS = ("weights", "workspace", "runtime_buffers", "other", "kv")  # bottom to top
 _KNOWN_PARTS = {"weights", "workspace", "runtime_buffers"}
 _ATTENTION_KEYS = (
-    "attn_impl", "batch_size", "kvcache_block_size", "kvcache_partition_len", "max_seq_len", "prefill_chunk_size",
+    "attn_impl",
+    "batch_size",
+    "kvcache_block_size",
+    "kvcache_partition_len",
+    "max_seq_len",
+    "prefill_chunk_size",
 )
 
 

@@ -90,7 +90,9 @@ def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
         if not isinstance(cells, dict):
             raise TypeError("'cells' is not an object")
     except (ValueError, KeyError, TypeError) as exc:
-        raise ReportInputError(f"report: {path} is not an rbln-build manifest ({exc}); rebuild it with rbln-build.") from None
+        raise ReportInputError(
+            f"report: {path} is not an rbln-build manifest ({exc}); rebuild it with rbln-build."
+        ) from None
     if version != MANIFEST_SCHEMA:
         raise ReportInputError(
             f"report: {path} has schema_version {version!r}; this rbln-build reads {MANIFEST_SCHEMA}. "

@@ -13,16 +13,25 @@ without it raises ``MissingExtra``.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from ..errors import UserError
 from ._curve import STACK_PARTS, BlocksCurve, ChipletStack
 
 __all__ = [
-    "MissingExtra", "Point", "DramCase", "OUTCOME_COLORS", "curve_figure", "dram_figure", "explain_figure",
-    "render", "style", "require_matplotlib",
+    "MissingExtra",
+    "Point",
+    "DramCase",
+    "OUTCOME_COLORS",
+    "curve_figure",
+    "dram_figure",
+    "explain_figure",
+    "render",
+    "style",
+    "require_matplotlib",
 ]
 
 
@@ -75,10 +84,20 @@ GRID_COLORS = {  # the page's table colors (light, with black text on them)
     "unexpected_success": "#f8bbd0",
     "expected_failure": "#e0e0e0",
 }
-PART_COLORS = {"weights": "#4e79a7", "workspace": "#f28e2b", "runtime_buffers": "#76b7b2",
-               "other": "#bab0ac", "kv": "#59a14f"}
-PART_LABELS = {"weights": "weights", "workspace": "workspace", "runtime_buffers": "runtime buffers",
-               "other": "other", "kv": "KV cache"}
+PART_COLORS = {
+    "weights": "#4e79a7",
+    "workspace": "#f28e2b",
+    "runtime_buffers": "#76b7b2",
+    "other": "#bab0ac",
+    "kv": "#59a14f",
+}
+PART_LABELS = {
+    "weights": "weights",
+    "workspace": "workspace",
+    "runtime_buffers": "runtime buffers",
+    "other": "other",
+    "kv": "KV cache",
+}
 GiB, MiB = 2**30, 2**20
 
 
@@ -106,7 +125,8 @@ class DramCase:
 def style() -> Iterator[None]:
     with matplotlib.rc_context():
         matplotlib.rcdefaults()
-        matplotlib.rcParams.update(FIXED_RC)
+        params: Any = matplotlib.rcParams  # typed for literal keys only
+        params.update(FIXED_RC)
         yield
 
 
@@ -163,10 +183,13 @@ def draw_curve(
     else:
         ax.step(xs, ys, where="post", color="#1f4e9c", lw=1.8, label="kvcache_num_blocks")
         if curve.floor_bytes is not None and curve.floor_bytes > 0:
-            ax.axvspan(0, min(curve.floor_bytes, xmax), color="#c62828", alpha=0.07, lw=0,
-                       label="below the floor: error")
-    for value, blocks, name, ls in ((curve.floor_bytes, curve.num_min_blocks, "floor", ":"),
-                                    (curve.full_bytes, curve.num_full_blocks, "full pool", "--")):
+            ax.axvspan(
+                0, min(curve.floor_bytes, xmax), color="#c62828", alpha=0.07, lw=0, label="below the floor: error"
+            )
+    for value, blocks, name, ls in (
+        (curve.floor_bytes, curve.num_min_blocks, "floor", ":"),
+        (curve.full_bytes, curve.num_full_blocks, "full pool", "--"),
+    ):
         if value is not None and value <= xmax:
             ax.axvline(value, color="#555555", ls=ls, lw=1, label=f"{name}: {blocks} blocks from {_size(value)}")
     for outcome in OUTCOME_COLORS:
@@ -175,10 +198,17 @@ def draw_curve(
             continue
         py = [curve.fitting_at(p.budget_bytes) if p.blocks is None else p.blocks for p in mine]
         marker = "x" if outcome in ("failed", "expected_failure") else "o"
-        ax.scatter([p.budget_bytes for p in mine], py, marker=marker, s=36, zorder=3,
-                   color=OUTCOME_COLORS[outcome], label=f"{what}: {outcome.replace('_', ' ')}")
+        ax.scatter(
+            [p.budget_bytes for p in mine],
+            py,
+            marker=marker,
+            s=36,
+            zorder=3,
+            color=OUTCOME_COLORS[outcome],
+            label=f"{what}: {outcome.replace('_', ' ')}",
+        )
         if len(points) <= 12:
-            for p, y in zip(mine, py):
+            for p, y in zip(mine, py, strict=True):
                 ax.annotate(p.label, (p.budget_bytes, y), textcoords="offset points", xytext=(4, -9), fontsize=6.5)
     unit = _bytes_axis(ax.xaxis, xmax)
     ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
@@ -202,7 +232,7 @@ def _legend_entries(axes: Sequence[Any]) -> tuple[list[Any], list[str]]:
     """Every labelled artist of ``axes``, once per label, in drawing order."""
     handles: dict[str, Any] = {}
     for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
     return list(handles.values()), list(handles)
 
@@ -226,8 +256,11 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
     tops = [s.total for c in cases for s in c.stacks] or [1]
     budgets = [c.budget_bytes // num_chiplets for c in cases if c.budget_bytes is not None]
     top = max(tops)
-    scale_top = max([top] + [b for b in budgets if b <= 4 * top] +
-                    ([per_chiplet_available] if per_chiplet_available <= 4 * top else []))
+    scale_top = max(
+        [top]
+        + [b for b in budgets if b <= 4 * top]
+        + ([per_chiplet_available] if per_chiplet_available <= 4 * top else [])
+    )
     x, ticks, tick_labels, group_mid = 0.0, [], [], []
     seen: set[str] = set()
     for case in cases:
@@ -238,37 +271,72 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
                 value = stack.parts.get(part, 0)
                 if value:
                     key = part + ("-short" if case.short and part == "kv" else "")
-                    label = None if key in seen else PART_LABELS[part] + (" at the floor (does not fit)" if key != part else "")
+                    label = (
+                        None
+                        if key in seen
+                        else PART_LABELS[part] + (" at the floor (does not fit)" if key != part else "")
+                    )
                     seen.add(key)
-                    ax.bar(x, value, bottom=bottom, width=0.7, color=PART_COLORS[part], label=label,
-                           hatch="//" if case.short and part == "kv" else None, edgecolor="white", lw=0.3)
+                    ax.bar(
+                        x,
+                        value,
+                        bottom=bottom,
+                        width=0.7,
+                        color=PART_COLORS[part],
+                        label=label,
+                        hatch="//" if case.short and part == "kv" else None,
+                        edgecolor="white",
+                        lw=0.3,
+                    )
                     bottom += value
             ticks.append(x)
-            tick_labels.append(f"n{stack.node}c{stack.chiplet}" if len(case.stacks) > num_chiplets else f"c{stack.chiplet}")
+            tick_labels.append(
+                f"n{stack.node}c{stack.chiplet}" if len(case.stacks) > num_chiplets else f"c{stack.chiplet}"
+            )
             x += 1
         group_mid.append(((first + x - 1) / 2, case))
         if case.budget_bytes is not None:
             line = case.budget_bytes // num_chiplets
             shown = min(line, scale_top * 1.12)
-            ax.plot([first - 0.45, x - 0.55], [shown, shown], color="black", lw=1.4,
-                    ls="-" if line == shown else ":", label="budget per chiplet" if "budget" not in seen else None)
+            ax.plot(
+                [first - 0.45, x - 0.55],
+                [shown, shown],
+                color="black",
+                lw=1.4,
+                ls="-" if line == shown else ":",
+                label="budget per chiplet" if "budget" not in seen else None,
+            )
             seen.add("budget")
             if line != shown:
-                ax.annotate(f"budget {_size(line)} ↑", ((first + x - 1) / 2, shown), ha="center",
-                            va="bottom", fontsize=6.5)
+                ax.annotate(
+                    f"budget {_size(line)} ↑", ((first + x - 1) / 2, shown), ha="center", va="bottom", fontsize=6.5
+                )
         x += 0.8
     if per_chiplet_available <= scale_top * 1.12:
-        ax.axhline(per_chiplet_available, color="#c62828", ls="--", lw=1,
-                   label=f"available per chiplet ({_size(per_chiplet_available)})")
+        ax.axhline(
+            per_chiplet_available,
+            color="#c62828",
+            ls="--",
+            lw=1,
+            label=f"available per chiplet ({_size(per_chiplet_available)})",
+        )
     else:
         note = f"available per chiplet: {_size(per_chiplet_available)} (far above the bars)"
         title = f"{title}; {note}" if title else note
     ax.set_ylim(0, scale_top * 1.22)
     ax.set_xticks(ticks, tick_labels, fontsize=6.5)
     for mid, case in group_mid:
-        ax.annotate(case.label, (mid, 0), xycoords=("data", "axes fraction"), xytext=(0, -22),
-                    textcoords="offset points", ha="center", va="top", fontsize=7,
-                    color=OUTCOME_COLORS["failed"] if case.short else "black")
+        ax.annotate(
+            case.label,
+            (mid, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -22),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=7,
+            color=OUTCOME_COLORS["failed"] if case.short else "black",
+        )
     unit = _bytes_axis(ax.yaxis, scale_top * 1.22)
     ax.set_ylabel(f"DRAM per chiplet ({unit})")
     ax.set_title(title, loc="left", fontsize=8)
@@ -285,17 +353,20 @@ def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: i
     return fig
 
 
-def explain_figure(
-    curve: BlocksCurve, points: Sequence[Point], cases: Sequence[DramCase], title: str
-) -> Figure:
+def explain_figure(curve: BlocksCurve, points: Sequence[Point], cases: Sequence[DramCase], title: str) -> Figure:
     """``explain --plot``: the curve (zoomed when the steps sit in a sliver of the device) and the stacks."""
     zoom = zoom_limit(curve)
     with style():
         fig = _new_figure(12.0, 4.0)
         left, right = fig.subplots(1, 2)
-        draw_curve(left, curve, points, zoom or curve.available_bytes,
-                   "blocks vs budget" + (f" (zoomed; the device has {_size(curve.available_bytes)})" if zoom else ""),
-                   what="budgets")
+        draw_curve(
+            left,
+            curve,
+            points,
+            zoom or curve.available_bytes,
+            "blocks vs budget" + (f" (zoomed; the device has {_size(curve.available_bytes)})" if zoom else ""),
+            what="budgets",
+        )
         left.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
         draw_dram(right, cases, curve.num_chiplets, curve.available_bytes, "where the DRAM goes (device 0)")
         right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
@@ -303,8 +374,9 @@ def explain_figure(
     return fig
 
 
-def grid_figure(rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[Sequence[str | None]],
-                title: str) -> Figure:
+def grid_figure(
+    rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[Sequence[str | None]], title: str
+) -> Figure:
     """The matrix grid as a picture, for budget axes too long for a table: one colored square per
     cell (white: no such cell), rows top to bottom, columns in budget order."""
     from matplotlib.colors import ListedColormap
@@ -318,8 +390,13 @@ def grid_figure(rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[
         ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(names), aspect="auto", interpolation="nearest")
         ax.set_yticks(range(len(rows)), rows, fontsize=7)
         step = max(1, len(columns) // 12)
-        ax.set_xticks(range(0, len(columns), step), [columns[i] for i in range(0, len(columns), step)],
-                      fontsize=7, rotation=45, ha="right")
+        ax.set_xticks(
+            range(0, len(columns), step),
+            [columns[i] for i in range(0, len(columns), step)],
+            fontsize=7,
+            rotation=45,
+            ha="right",
+        )
         ax.set_xlabel("memory_budget (in budget order)")
         for spine in ax.spines.values():
             spine.set_visible(False)

@@ -12,8 +12,9 @@ import base64
 import json
 import math
 import re
+from collections.abc import Iterable
 from html import escape
-from typing import Any, Iterable
+from typing import Any
 
 from .. import __version__
 from ..errors import EstimateError
@@ -32,8 +33,13 @@ OUTCOME_TEXT = {
     "unexpected_success": "unexpected success",
     "expected_failure": "expected failure",
 }
-SHORT_TEXT = {"full_pool": "full pool", "cut": "cut", "failed": "failed", "unexpected_success": "unexpected success",
-              "expected_failure": "expected failure"}
+SHORT_TEXT = {
+    "full_pool": "full pool",
+    "cut": "cut",
+    "failed": "failed",
+    "unexpected_success": "unexpected success",
+    "expected_failure": "expected failure",
+}
 CSS = """
 body{font:14px/1.45 "DejaVu Sans",Verdana,sans-serif;margin:24px auto;max-width:1280px;color:#1d1d1d;padding:0 16px}
 h1{font-size:24px;margin:0 0 4px} h2{font-size:19px;margin:30px 0 8px;border-bottom:1px solid #ddd}
@@ -66,7 +72,7 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") 
     """Cells are HTML already (escaped by the caller); a cell starting with '<td' is used as is."""
     head = "".join(f"<th>{h}</th>" for h in header)
     body = "".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in r) + "</tr>\n" for r in rows)
-    return f'<table{f" class={cls!r}" if cls else ""}><tr>{head}</tr>\n{body}</table>\n'
+    return f"<table{f' class={cls!r}' if cls else ''}><tr>{head}</tr>\n{body}</table>\n"
 
 
 def _png(data: bytes, alt: str) -> str:
@@ -82,8 +88,10 @@ def _fix(entry: dict[str, Any]) -> str:
         return "-"
     if floor.get("bytes") is None:
         return escape(floor.get("reason") or "no budget fits")
-    return (f"memory_budget &ge; {_ceil4(floor['fraction'])} ({_num(floor['bytes'])} B per device) "
-            f"for the floor of {floor['blocks']} blocks")
+    return (
+        f"memory_budget &ge; {_ceil4(floor['fraction'])} ({_num(floor['bytes'])} B per device) "
+        f"for the floor of {floor['blocks']} blocks"
+    )
 
 
 # -- figures ------------------------------------------------------------------------------------------
@@ -114,14 +122,16 @@ def group_figures(group: Group) -> tuple[bytes, bytes]:
             blocks, short = curve.num_min_blocks, True
         stacks = dram_stacks(group.report, blocks)
         nodes = {s.node for s in stacks}
-        if all(tuple(s.parts.items()) == tuple(t.parts.items()) for s in stacks for t in stacks
-               if s.chiplet == t.chiplet):
+        if all(
+            tuple(s.parts.items()) == tuple(t.parts.items()) for s in stacks for t in stacks if s.chiplet == t.chiplet
+        ):
             stacks = [s for s in stacks if s.node == min(nodes)]
         label = f"{budget_label(e['memory_budget'])}\n" + (f"fails (floor {blocks})" if short else f"{blocks} blocks")
         cases.append(DramCase(label, e["budget_bytes"], tuple(stacks), short))
     shown = "each device (identical)" if group.num_devices > 1 else "the device"
-    dram_png = render(dram_figure(cases, curve.num_chiplets, curve.available_bytes,
-                                  f"where the DRAM goes, per chiplet of {shown}"))
+    dram_png = render(
+        dram_figure(cases, curve.num_chiplets, curve.available_bytes, f"where the DRAM goes, per chiplet of {shown}")
+    )
     return curve_png, dram_png
 
 
@@ -134,10 +144,18 @@ def _summary(view: BuildView) -> str:
         counts[outcome(e)] = counts.get(outcome(e), 0) + 1
     parts = ", ".join(f"{counts[k]} {OUTCOME_TEXT[k]}" for k in OUTCOME_TEXT if counts.get(k))
     backends = sorted({g.backend for g in view.groups})
-    toolchains = sorted({json.dumps(m["toolchain"], sort_keys=True) for m in view.compile_meta.values()
-                         if isinstance(m.get("toolchain"), dict)})
-    tool = ("; ".join(escape(t) for t in toolchains) if toolchains else
-            "not recorded in this build's compile entries (the compile keys below hash the toolchain versions)")
+    toolchains = sorted(
+        {
+            json.dumps(m["toolchain"], sort_keys=True)
+            for m in view.compile_meta.values()
+            if isinstance(m.get("toolchain"), dict)
+        }
+    )
+    tool = (
+        "; ".join(escape(t) for t in toolchains)
+        if toolchains
+        else "not recorded in this build's compile entries (the compile keys below hash the toolchain versions)"
+    )
     legend = "".join(f'<span class="swatch {k}"></span>{OUTCOME_TEXT[k]}' for k in OUTCOME_TEXT)
     return (
         f"<p>{len(view.entries)} cells: {parts or 'none'}.<br>"
@@ -174,10 +192,10 @@ def _grid(view: BuildView) -> str:
                 label += f" <span class=muted>{escape(opts)}" + (f" n={explicit}" if explicit else "") + "</span>"
             row = [label]
             for c in order:
-                e = by_col.get(c)
-                if e is None:
+                if c not in by_col:
                     row.append('<td class="none"></td>')
                     continue
+                e = by_col[c]
                 o, blocks = outcome(e), e["kvcache_num_blocks"]
                 text = {"full_pool": f"{blocks}", "cut": f"{blocks} / {e['num_full_blocks']}"}.get(o, "&#10007;")
                 tip = f"{e['cell']}: {OUTCOME_TEXT[o]}" + (f" ({e['error_kind']})" if e.get("error_kind") else "")
@@ -187,12 +205,18 @@ def _grid(view: BuildView) -> str:
         table = _table(header, body, "grid")
         if len(order) > MAX_GRID_COLUMNS:
             picture = grid_figure(
-                [re.sub("<[^>]+>", "", r[0]) for r in body], [c[1] for c in order],
-                [[None if c not in by_col else outcome(by_col[c]) for c in order] for _, by_col in sorted(rows.items())],
+                [re.sub("<[^>]+>", "", r[0]) for r in body],
+                [c[1] for c in order],
+                [
+                    [None if c not in by_col else outcome(by_col[c]) for c in order]
+                    for _, by_col in sorted(rows.items())
+                ],
                 f"{device}: {n} x {npu}, {len(cells)} cells over {len(order)} budgets",
             )
-            table = (_png(render(picture), f"grid of {device}")
-                     + f"<details><summary>the grid as a table ({len(order)} columns)</summary>{table}</details>")
+            table = (
+                _png(render(picture), f"grid of {device}")
+                + f"<details><summary>the grid as a table ({len(order)} columns)</summary>{table}</details>"
+            )
         out.append(f"<h3>{title}</h3>" + table)
     return "".join(out)
 
@@ -205,8 +229,13 @@ def _failures(view: BuildView) -> str:
         return "<p>No cell failed.</p>"
     groups: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
     for e in bad:
-        key = (e["status"], e["inputs"]["model"], e["inputs"]["device"], str(e.get("compile_key")),
-               e.get("error_kind") or "-")
+        key = (
+            e["status"],
+            e["inputs"]["model"],
+            e["inputs"]["device"],
+            str(e.get("compile_key")),
+            e.get("error_kind") or "-",
+        )
         groups.setdefault(key, []).append(e)
     kinds: dict[tuple[str, str], int] = {}
     for (status, *_, kind), members in groups.items():
@@ -218,14 +247,25 @@ def _failures(view: BuildView) -> str:
         first, last = members[0], members[-1]
         which = f"<code>{escape(first['cell'])}</code>"
         if len(members) > 1:
-            which += (f"<br>and {len(members) - 1:,} more, budgets {escape(budget_label(first['memory_budget']))}"
-                      f" .. {escape(budget_label(last['memory_budget']))}")
-        rows.append([which, SHORT_TEXT[status], escape(kind), f'<td class="msg">{escape(first.get("error") or "-")}</td>',
-                     _fix(first)])
+            which += (
+                f"<br>and {len(members) - 1:,} more, budgets {escape(budget_label(first['memory_budget']))}"
+                f" .. {escape(budget_label(last['memory_budget']))}"
+            )
+        rows.append(
+            [
+                which,
+                SHORT_TEXT[status],
+                escape(kind),
+                f'<td class="msg">{escape(first.get("error") or "-")}</td>',
+                _fix(first),
+            ]
+        )
     ids = ", ".join(f"<code>{escape(e['cell'])}</code>" for e in bad)
-    return (f"<p>{len(bad):,} cells: {summary}.</p>"
-            + _table(["cells", "status", "kind", "message (the first cell's)", "budget that would fix it"], rows)
-            + f"<details><summary>every failed cell ({len(bad):,})</summary><p>{ids}</p></details>")
+    return (
+        f"<p>{len(bad):,} cells: {summary}.</p>"
+        + _table(["cells", "status", "kind", "message (the first cell's)", "budget that would fix it"], rows)
+        + f"<details><summary>every failed cell ({len(bad):,})</summary><p>{ids}</p></details>"
+    )
 
 
 def _members(cells: list[dict[str, Any]]) -> str:
@@ -252,7 +292,9 @@ def _groups(view: BuildView) -> str:
             except EstimateError as exc:
                 problem = f"the compile entry's report does not fit these cells: {exc}"
             else:
-                out.append(_png(curve_png, f"blocks vs budget, {g.slug}") + _png(dram_png, f"DRAM per chiplet, {g.slug}"))
+                out.append(
+                    _png(curve_png, f"blocks vs budget, {g.slug}") + _png(dram_png, f"DRAM per chiplet, {g.slug}")
+                )
         if problem is not None:
             out.append(f'<p class="note">No figures: {escape(problem)}</p>')
     return "".join(out)
@@ -263,16 +305,43 @@ def _cells(view: BuildView) -> str:
     for e in view.entries:
         floor, full = e.get("budget_for_floor") or {}, e.get("budget_for_full_pool") or {}
         art = (e.get("artifact") or {}).get("content_hash") or "-"
-        rows.append([
-            f"<code>{escape(e['cell'])}</code>", f'<td class="{outcome(e)}">{SHORT_TEXT[outcome(e)]}</td>',
-            escape(budget_label(e["memory_budget"])), f'<td class="num">{_num(e["budget_bytes"])}</td>',
-            *(f'<td class="num">{_num(e[k])}</td>' for k in ("kvcache_num_blocks", "num_full_blocks", "num_min_blocks")),
-            f'<td class="num">{_num(floor.get("bytes"))}</td>', f'<td class="num">{_num(full.get("bytes"))}</td>',
-            escape(e.get("produced") or "-"), f"<code>{escape(str(e.get('compile_key'))[:12])}</code>",
-            f"<code>{escape(e['cell_key'][:12])}</code>", f"<code>{escape(art[:19])}</code>",
-        ])
-    return _table(["cell", "status", "budget", "budget bytes", "blocks", "full", "floor", "floor needs (B)",
-                   "full pool needs (B)", "produced", "compile", "cell key", "artifact"], rows, "cells")
+        rows.append(
+            [
+                f"<code>{escape(e['cell'])}</code>",
+                f'<td class="{outcome(e)}">{SHORT_TEXT[outcome(e)]}</td>',
+                escape(budget_label(e["memory_budget"])),
+                f'<td class="num">{_num(e["budget_bytes"])}</td>',
+                *(
+                    f'<td class="num">{_num(e[k])}</td>'
+                    for k in ("kvcache_num_blocks", "num_full_blocks", "num_min_blocks")
+                ),
+                f'<td class="num">{_num(floor.get("bytes"))}</td>',
+                f'<td class="num">{_num(full.get("bytes"))}</td>',
+                escape(e.get("produced") or "-"),
+                f"<code>{escape(str(e.get('compile_key'))[:12])}</code>",
+                f"<code>{escape(e['cell_key'][:12])}</code>",
+                f"<code>{escape(art[:19])}</code>",
+            ]
+        )
+    return _table(
+        [
+            "cell",
+            "status",
+            "budget",
+            "budget bytes",
+            "blocks",
+            "full",
+            "floor",
+            "floor needs (B)",
+            "full pool needs (B)",
+            "produced",
+            "compile",
+            "cell key",
+            "artifact",
+        ],
+        rows,
+        "cells",
+    )
 
 
 def _inputs(view: BuildView) -> str:
@@ -283,25 +352,39 @@ def _inputs(view: BuildView) -> str:
     rows = []
     for key in sorted(seen):
         i = seen[key]
-        rows.append([f"<code>{key}</code>", escape(i["recipe"]), f"<code>{escape(i['recipe_hash'][:16])}</code>",
-                     f"{i['num_devices']} x {escape(i['npu'])}", escape(i["backend"]),
-                     f"<code>{escape(json.dumps(i['attention'], sort_keys=True))}</code>"])
+        rows.append(
+            [
+                f"<code>{key}</code>",
+                escape(i["recipe"]),
+                f"<code>{escape(i['recipe_hash'][:16])}</code>",
+                f"{i['num_devices']} x {escape(i['npu'])}",
+                escape(i["backend"]),
+                f"<code>{escape(json.dumps(i['attention'], sort_keys=True))}</code>",
+            ]
+        )
     return _table(["compile key", "recipe", "recipe hash", "devices", "backend", "attention"], rows)
 
 
 def render_page(view: BuildView) -> bytes:
     body = (
-        "<h1>rbln-build report</h1>" + _summary(view)
+        "<h1>rbln-build report</h1>"
+        + _summary(view)
         + "<h2>The matrix at a glance</h2><p class=muted>Each cell shows its kvcache_num_blocks (cut cells: "
-          "blocks / full pool); hover for the cell id.</p>" + _grid(view)
-        + "<h2>Failures</h2>" + _failures(view)
+        "blocks / full pool); hover for the cell id.</p>"
+        + _grid(view)
+        + "<h2>Failures</h2>"
+        + _failures(view)
         + "<h2>Blocks vs budget, and where the DRAM goes</h2><p class=muted>Budgets are bytes per device. The "
-          "curve is exact: each step is the smallest budget at which one more block fits (rbln_build.estimator). "
-          "Bars show each chiplet at the cell's resolved count (a failed cell: at the floor, hatched).</p>"
+        "curve is exact: each step is the smallest budget at which one more block fits (rbln_build.estimator). "
+        "Bars show each chiplet at the cell's resolved count (a failed cell: at the floor, hatched).</p>"
         + _groups(view)
-        + "<h2>Cells</h2>" + _cells(view)
-        + "<h2>Compile keys and inputs</h2>" + _inputs(view)
+        + "<h2>Cells</h2>"
+        + _cells(view)
+        + "<h2>Compile keys and inputs</h2>"
+        + _inputs(view)
     )
-    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>rbln-build report</title>'
-            f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>rbln-build report</title>'
+        f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
+    )
     return page.encode("utf-8")

@@ -37,10 +37,18 @@ def plot_explanation(data: dict[str, Any], report: AllocationReport, path: Path)
         short = blocks is None
         count = curve.num_min_blocks if short else blocks
         stacks = tuple(s for s in dram_stacks(report, count) if s.node == 0)
-        cases.append(DramCase(f"{label}\n" + (f"fails (floor {count})" if short else f"{count} blocks"), row["budget_bytes"],
-                              stacks, short))
-    title = (f"{data['model']} on {data['device']}: {data['num_devices']} x {data['npu']}; "
-             f"full pool {curve.num_full_blocks} blocks, floor {curve.num_min_blocks} (model-based estimate)")
+        cases.append(
+            DramCase(
+                f"{label}\n" + (f"fails (floor {count})" if short else f"{count} blocks"),
+                row["budget_bytes"],
+                stacks,
+                short,
+            )
+        )
+    title = (
+        f"{data['model']} on {data['device']}: {data['num_devices']} x {data['npu']}; "
+        f"full pool {curve.num_full_blocks} blocks, floor {curve.num_min_blocks} (model-based estimate)"
+    )
     try:
         write_file(Path(path), render(explain_figure(curve, points, cases, title), fmt))
     except OSError as exc:
