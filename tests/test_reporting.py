@@ -403,3 +403,14 @@ def test_a_wide_grid_is_a_picture_and_failures_are_grouped(budgets: int, picture
     assert failures.count("<tr>") == 2  # the header and one row for the compile's one kind
     more = f"and {failed - 1} more, budgets {entries[0]['memory_budget']} .. {entries[failed - 1]['memory_budget']}"
     assert more in failures and "memory_budget &ge; 0.8786" in failures
+
+
+def test_a_manifest_from_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
+    for text, says in [
+        ('{"schema_version": 2, "cells": {}}', "has schema_version 2; this rbln-build reads 1"),
+        ('{"schema_version": 1, "cells": {"a": {"cell": "a"}}}', "has a cell entry without the fields"),
+        ("[1, 2", "is not an rbln-build manifest"),
+    ]:
+        (tmp_path / "manifest.json").write_text(text)
+        proc = rbln(["report", f"build_dir={tmp_path}"], cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and says in proc.stderr, proc.stderr

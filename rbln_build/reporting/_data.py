@@ -120,7 +120,55 @@ def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, All
 def load_build(build_dir: Path) -> BuildView:
     build_dir = Path(build_dir)
     data, manifest = _read_manifest(build_dir)
-    entries = [manifest["cells"][cid] for cid in sorted(manifest["cells"])]
+    try:
+        return _view(build_dir, data, manifest)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ReportInputError(
+            f"report: {build_dir / 'manifest.json'} has a cell entry without the fields this rbln-build reads "
+            f"({type(exc).__name__}: {exc}); rebuild it with this version."
+        ) from None
+
+
+_ENTRY_FIELDS = (
+    "cell",
+    "status",
+    "inputs",
+    "memory_budget",
+    "budget_bytes",
+    "kvcache_num_blocks",
+    "num_full_blocks",
+    "num_min_blocks",
+    "compile_key",
+    "cell_key",
+)
+_INPUT_FIELDS = (
+    "model",
+    "recipe",
+    "recipe_hash",
+    "device",
+    "npu",
+    "num_devices",
+    "backend",
+    "build_options",
+    "attention",
+    "kvcache_num_blocks",
+)
+
+
+def _check_entry(cid: str, entry: Any) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise KeyError(f"cell {cid!r} is not an object")
+    missing = [k for k in _ENTRY_FIELDS if k not in entry]
+    missing += [
+        f"inputs.{k}" for k in _INPUT_FIELDS if not isinstance(entry.get("inputs"), dict) or k not in entry["inputs"]
+    ]
+    if missing:
+        raise KeyError(f"cell {cid!r} lacks {', '.join(missing)}")
+    return entry
+
+
+def _view(build_dir: Path, data: bytes, manifest: dict[str, Any]) -> BuildView:
+    entries = [_check_entry(cid, manifest["cells"][cid]) for cid in sorted(manifest["cells"])]
     groups: dict[tuple[str, str], Group] = {}
     for e in entries:
         if e.get("compile_key") is None:

@@ -44,8 +44,8 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise MissingExtra(
-            "rbln-build report and explain --plot draw their figures with matplotlib, which is not installed "
-            "here. Install the optional extra: pip install 'rbln-build[report]' (or pip install matplotlib)."
+            "matplotlib is not installed here, and `rbln-build report` and `explain --plot` draw their figures "
+            "with it. Install the optional extra: pip install 'rbln-build[report]' (or pip install matplotlib)."
         ) from None
 
 
