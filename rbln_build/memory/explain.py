@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -301,8 +302,14 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``rbln-build explain ARGS`` (``argv`` excludes the ``explain`` word)."""
+PlotFn = Callable[[dict[str, Any], Any, Path], None]
+
+
+def main(argv: list[str], plot_with: PlotFn | None = None) -> int:
+    """Entry point of ``rbln-build explain ARGS`` (``argv`` excludes the ``explain`` word).
+
+    ``plot_with(data, report, path)`` draws ``--plot FILE``; the caller passes it (the CLI passes
+    ``rbln_build.reporting.plot_explanation``), since drawing lives in a layer above this one."""
     if any(a in ("-h", "--help", "help") for a in argv):
         sys.stdout.write(_usage())
         return 0
@@ -323,9 +330,9 @@ def main(argv: list[str]) -> int:
             budgets = tuple(_parse_budget(b) for b in opts["budgets"].split(","))
         data, report = explain_with_report(opts["model"], opts["device"], budgets, overrides)
         if plot is not None:
-            from ..reporting import plot_explanation  # matplotlib only when asked for
-
-            plot_explanation(data, report, plot)
+            if plot_with is None:
+                raise _UsageError("explain: --plot is not available from this entry point; use rbln-build explain.")
+            plot_with(data, report, plot)
     except UserError as error:
         sys.stderr.write(f"{error}\n")
         return 2

@@ -14,9 +14,9 @@ import math
 import re
 from collections.abc import Iterable
 from html import escape
+from importlib import metadata
 from typing import Any
 
-from .. import __version__
 from ..errors import EstimateError
 from ._curve import blocks_curve, dram_stacks
 from ._data import FAILED_STATUSES, BuildView, Group, budget_label, outcome
@@ -53,6 +53,13 @@ table.grid td{text-align:center;min-width:64px;font-weight:600} table.grid td.no
 img{max-width:100%;display:block;margin:4px 0} .note{background:#fff8e1;padding:6px 10px;border-left:4px solid #e69f00}
 td.msg{max-width:640px;font-size:12px} table.cells{font-size:12px} table.cells td{white-space:nowrap}
 """
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rbln-build")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
 
 
 def _num(n: int | None) -> str:
@@ -160,7 +167,7 @@ def _summary(view: BuildView) -> str:
     return (
         f"<p>{len(view.entries)} cells: {parts or 'none'}.<br>"
         f"manifest.json sha256 <code>{view.manifest_sha256}</code><br>"
-        f"rbln-build {escape(__version__)}; backends: {escape(', '.join(backends) or '-')}; toolchain: {tool}</p>"
+        f"rbln-build {escape(_version())}; backends: {escape(', '.join(backends) or '-')}; toolchain: {tool}</p>"
         f"<p class=muted>Legend:{legend}</p>"
     )
 
