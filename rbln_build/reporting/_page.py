@@ -269,7 +269,7 @@ def _failures(view: BuildView) -> str:
         )
     ids = ", ".join(f"<code>{escape(e['cell'])}</code>" for e in bad)
     return (
-        f"<p>{len(bad):,} cells: {summary}.</p>"
+        f"<p>{len(bad):,} cell{'' if len(bad) == 1 else 's'}: {summary}.</p>"
         + _table(["cells", "status", "kind", "message (the first cell's)", "budget that would fix it"], rows)
         + f"<details><summary>every failed cell ({len(bad):,})</summary><p>{ids}</p></details>"
     )
