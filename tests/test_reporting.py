@@ -408,3 +408,23 @@ def test_a_manifest_from_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
         (tmp_path / "manifest.json").write_text(text)
         proc = rbln(["report", f"build_dir={tmp_path}"], cwd=tmp_path)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and says in proc.stderr, proc.stderr
+
+
+def test_explain_works_without_matplotlib_until_asked_to_plot(warm_cache: Path) -> None:
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from rbln_build.build.cli import main; sys.argv = ['rbln-build', 'explain', *sys.argv[1:]]; main()"
+    )
+    env = dict(os.environ, RBLN_BUILD_CACHE=str(warm_cache), HF_HUB_OFFLINE="1")
+    table = subprocess.run(
+        [sys.executable, "-c", code, "model=qwen3_8b", "device=rebel100"], capture_output=True, text=True, env=env
+    )
+    assert table.returncode == 0 and "0.3      45,097,156,608  21" in table.stdout, table.stderr
+    plot = subprocess.run(
+        [sys.executable, "-c", code, "model=qwen3_8b", "device=rebel100", "--plot", str(warm_cache / "q.png")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert plot.returncode == 2 and "Traceback" not in plot.stderr
+    assert "pip install 'rbln-build[report]'" in plot.stderr and not (warm_cache / "q.png").exists()

@@ -2,7 +2,9 @@
 
     _data      read a build directory: manifest.json and each compile entry's AllocationReport
     _curve     the exact blocks-vs-budget step curve and the per-chiplet DRAM stacks (estimator only)
-    _figures   matplotlib (Agg) figures, byte-identical from run to run
+    _figures   matplotlib (Agg) figures, byte-identical from run to run; the curve
+    _bars      the DRAM bars per chiplet and the matrix grid as a picture
+    _compose   the figures of one compile (the report's pair, explain's picture)
     _page      the self-contained index.html
     _plot      ``explain --plot FILE``
     _cli       ``rbln-build report [build_dir=PATH] [--open]``

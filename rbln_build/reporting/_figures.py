@@ -19,19 +19,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
-from ._curve import STACK_PARTS, BlocksCurve, ChipletStack
+from ._curve import BlocksCurve
 
 __all__ = [
+    "GRID_COLORS",
     "MissingExtra",
-    "Point",
-    "DramCase",
     "OUTCOME_COLORS",
+    "PART_COLORS",
+    "PART_LABELS",
+    "Point",
+    "bytes_axis",
     "curve_figure",
-    "dram_figure",
-    "explain_figure",
+    "draw_curve",
+    "new_figure",
     "render",
-    "style",
     "require_matplotlib",
+    "size_label",
+    "style",
+    "zoom_limit",
 ]
 
 
@@ -111,16 +116,6 @@ class Point:
     outcome: str  # a key of OUTCOME_COLORS
 
 
-@dataclass(frozen=True)
-class DramCase:
-    """One bar group: the chiplets' stacks at one block count, against one budget."""
-
-    label: str
-    budget_bytes: int | None  # per device (None: no budget line)
-    stacks: tuple[ChipletStack, ...]
-    short: bool = False  # a failed cell: the stacks are at the floor, which does not fit
-
-
 @contextmanager
 def style() -> Iterator[None]:
     with matplotlib.rc_context():
@@ -140,7 +135,7 @@ def render(fig: Figure, fmt: str = "png") -> bytes:
     return buf.getvalue()
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     """A figure on its own Agg canvas; call inside ``style()`` (a figure reads rcParams when made)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -151,7 +146,7 @@ def _unit(top: float) -> tuple[int, str]:
     return (GiB, "GiB") if top >= 2 * GiB else (MiB, "MiB")
 
 
-def _bytes_axis(axis: Any, top: float) -> str:
+def bytes_axis(axis: Any, top: float) -> str:
     """Ticks at round numbers of GiB (or MiB) on an axis whose data are bytes, from 0 to ``top``."""
     unit, name = _unit(top)
     values = MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(0, top / unit)
@@ -160,7 +155,7 @@ def _bytes_axis(axis: Any, top: float) -> str:
     return name
 
 
-def _size(n: int) -> str:
+def size_label(n: int) -> str:
     unit, name = (GiB, "GiB") if n >= GiB else (MiB, "MiB")
     return f"{n / unit:,.2f} {name}"
 
@@ -191,7 +186,7 @@ def draw_curve(
         (curve.full_bytes, curve.num_full_blocks, "full pool", "--"),
     ):
         if value is not None and value <= xmax:
-            ax.axvline(value, color="#555555", ls=ls, lw=1, label=f"{name}: {blocks} blocks from {_size(value)}")
+            ax.axvline(value, color="#555555", ls=ls, lw=1, label=f"{name}: {blocks} blocks from {size_label(value)}")
     for outcome in OUTCOME_COLORS:
         mine = [p for p in points if p.outcome == outcome and p.budget_bytes <= xmax]
         if not mine:
@@ -210,7 +205,7 @@ def draw_curve(
         if len(points) <= 12:
             for p, y in zip(mine, py, strict=True):
                 ax.annotate(p.label, (p.budget_bytes, y), textcoords="offset points", xytext=(4, -9), fontsize=6.5)
-    unit = _bytes_axis(ax.xaxis, xmax)
+    unit = bytes_axis(ax.xaxis, xmax)
     ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
     ax.set_xlim(0, xmax)
     ax.set_ylim(0, curve.num_full_blocks * 1.08 + 0.5)
@@ -240,165 +235,11 @@ def _legend_entries(axes: Sequence[Any]) -> tuple[list[Any], list[str]]:
 def curve_figure(curve: BlocksCurve, points: Sequence[Point], title: str) -> Figure:
     zoom = zoom_limit(curve)
     with style():
-        fig = _new_figure(10.0 if zoom else 7.5, 3.4)
+        fig = new_figure(10.0 if zoom else 7.5, 3.4)
         axes = fig.subplots(1, 2 if zoom else 1, squeeze=False)[0]
         draw_curve(axes[0], curve, points, curve.available_bytes, "the whole device")
         if zoom:
             draw_curve(axes[1], curve, points, zoom, "zoom: where the steps are")
         fig.suptitle(f"blocks vs budget: {title}", x=0.01, ha="left", fontsize=9.5)
         fig.legend(*_legend_entries(axes), loc="outside right upper", fontsize=7)
-    return fig
-
-
-def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> None:
-    """Bar groups, one per case; in each, one stacked bar per (node, chiplet) shown."""
-    per_chiplet_available = available_bytes // num_chiplets
-    tops = [s.total for c in cases for s in c.stacks] or [1]
-    budgets = [c.budget_bytes // num_chiplets for c in cases if c.budget_bytes is not None]
-    top = max(tops)
-    scale_top = max(
-        [top]
-        + [b for b in budgets if b <= 4 * top]
-        + ([per_chiplet_available] if per_chiplet_available <= 4 * top else [])
-    )
-    x, ticks, tick_labels, group_mid = 0.0, [], [], []
-    seen: set[str] = set()
-    for case in cases:
-        first = x
-        for stack in case.stacks:
-            bottom = 0
-            for part in STACK_PARTS:
-                value = stack.parts.get(part, 0)
-                if value:
-                    key = part + ("-short" if case.short and part == "kv" else "")
-                    label = (
-                        None
-                        if key in seen
-                        else PART_LABELS[part] + (" at the floor (does not fit)" if key != part else "")
-                    )
-                    seen.add(key)
-                    ax.bar(
-                        x,
-                        value,
-                        bottom=bottom,
-                        width=0.7,
-                        color=PART_COLORS[part],
-                        label=label,
-                        hatch="//" if case.short and part == "kv" else None,
-                        edgecolor="white",
-                        lw=0.3,
-                    )
-                    bottom += value
-            ticks.append(x)
-            tick_labels.append(
-                f"n{stack.node}c{stack.chiplet}" if len(case.stacks) > num_chiplets else f"c{stack.chiplet}"
-            )
-            x += 1
-        group_mid.append(((first + x - 1) / 2, case))
-        if case.budget_bytes is not None:
-            line = case.budget_bytes // num_chiplets
-            shown = min(line, scale_top * 1.12)
-            ax.plot(
-                [first - 0.45, x - 0.55],
-                [shown, shown],
-                color="black",
-                lw=1.4,
-                ls="-" if line == shown else ":",
-                label="budget per chiplet" if "budget" not in seen else None,
-            )
-            seen.add("budget")
-            if line != shown:
-                ax.annotate(
-                    f"budget {_size(line)} ↑", ((first + x - 1) / 2, shown), ha="center", va="bottom", fontsize=6.5
-                )
-        x += 0.8
-    if per_chiplet_available <= scale_top * 1.12:
-        ax.axhline(
-            per_chiplet_available,
-            color="#c62828",
-            ls="--",
-            lw=1,
-            label=f"available per chiplet ({_size(per_chiplet_available)})",
-        )
-    else:
-        note = f"available per chiplet: {_size(per_chiplet_available)} (far above the bars)"
-        title = f"{title}; {note}" if title else note
-    ax.set_ylim(0, scale_top * 1.22)
-    ax.set_xticks(ticks, tick_labels, fontsize=6.5)
-    for mid, case in group_mid:
-        ax.annotate(
-            case.label,
-            (mid, 0),
-            xycoords=("data", "axes fraction"),
-            xytext=(0, -22),
-            textcoords="offset points",
-            ha="center",
-            va="top",
-            fontsize=7,
-            color=OUTCOME_COLORS["failed"] if case.short else "black",
-        )
-    unit = _bytes_axis(ax.yaxis, scale_top * 1.22)
-    ax.set_ylabel(f"DRAM per chiplet ({unit})")
-    ax.set_title(title, loc="left", fontsize=8)
-
-
-def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> Figure:
-    bars = sum(len(c.stacks) for c in cases)
-    with style():
-        fig = _new_figure(min(12.0, max(7.0, 3.6 + 0.3 * bars + 0.25 * len(cases))), 3.6)
-        ax = fig.subplots()
-        draw_dram(ax, cases, num_chiplets, available_bytes, "")
-        fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
-    return fig
-
-
-def explain_figure(curve: BlocksCurve, points: Sequence[Point], cases: Sequence[DramCase], title: str) -> Figure:
-    """``explain --plot``: the curve (zoomed when the steps sit in a sliver of the device) and the stacks."""
-    zoom = zoom_limit(curve)
-    with style():
-        fig = _new_figure(12.0, 4.0)
-        left, right = fig.subplots(1, 2)
-        draw_curve(
-            left,
-            curve,
-            points,
-            zoom or curve.available_bytes,
-            "blocks vs budget" + (f" (zoomed; the device has {_size(curve.available_bytes)})" if zoom else ""),
-            what="budgets",
-        )
-        left.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
-        draw_dram(right, cases, curve.num_chiplets, curve.available_bytes, "where the DRAM goes (device 0)")
-        right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
-        fig.suptitle(title, x=0.01, ha="left", fontsize=10)
-    return fig
-
-
-def grid_figure(
-    rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[Sequence[str | None]], title: str
-) -> Figure:
-    """The matrix grid as a picture, for budget axes too long for a table: one colored square per
-    cell (white: no such cell), rows top to bottom, columns in budget order."""
-    from matplotlib.colors import ListedColormap
-
-    names = list(GRID_COLORS)
-    codes = [[0 if o is None else 1 + names.index(o) for o in row] for row in outcomes]
-    with style():
-        fig = _new_figure(10.0, 1.2 + 0.28 * len(rows))
-        ax = fig.subplots()
-        cmap = ListedColormap(["#ffffff"] + [GRID_COLORS[n] for n in names])
-        ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(names), aspect="auto", interpolation="nearest")
-        ax.set_yticks(range(len(rows)), rows, fontsize=7)
-        step = max(1, len(columns) // 12)
-        ax.set_xticks(
-            range(0, len(columns), step),
-            [columns[i] for i in range(0, len(columns), step)],
-            fontsize=7,
-            rotation=45,
-            ha="right",
-        )
-        ax.set_xlabel("memory_budget (in budget order)")
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-        fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
     return fig

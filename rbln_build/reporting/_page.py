@@ -18,13 +18,13 @@ from importlib import metadata
 from typing import Any
 
 from ..errors import EstimateError
-from ._curve import blocks_curve, dram_stacks
-from ._data import FAILED_STATUSES, BuildView, Group, budget_label, outcome
-from ._figures import DramCase, Point, curve_figure, dram_figure, grid_figure, render
+from ._bars import grid_figure
+from ._compose import group_figures
+from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
+from ._figures import render
 
-__all__ = ["render_page", "group_figures", "MAX_DRAM_CASES"]
+__all__ = ["render_page"]
 
-MAX_DRAM_CASES = 8  # bar groups per DRAM figure; a long budget axis shows an even spread of its cells
 MAX_GRID_COLUMNS = 24  # wider grids are drawn as a picture (the table follows, folded)
 OUTCOME_TEXT = {
     "full_pool": "at the full pool",
@@ -99,47 +99,6 @@ def _fix(entry: dict[str, Any]) -> str:
         f"memory_budget &ge; {_ceil4(floor['fraction'])} ({_num(floor['bytes'])} B per device) "
         f"for the floor of {floor['blocks']} blocks"
     )
-
-
-# -- figures ------------------------------------------------------------------------------------------
-
-
-def _spread(items: list[Any], limit: int) -> list[Any]:
-    if len(items) <= limit:
-        return items
-    picks = sorted({round(i * (len(items) - 1) / (limit - 1)) for i in range(limit)})
-    return [items[i] for i in picks]
-
-
-def group_figures(group: Group) -> tuple[bytes, bytes]:
-    """(curve PNG, DRAM PNG) of one group. Raises EstimateError if its report does not fit its cells."""
-    assert group.report is not None
-    curve = blocks_curve(group.report, group.npu, group.num_devices, group.attention)
-    points = [
-        Point(budget_label(e["memory_budget"]), e["budget_bytes"], e["kvcache_num_blocks"], outcome(e))
-        for e in group.cells
-        if e["budget_bytes"] is not None and not e["inputs"].get("kvcache_num_blocks")
-    ]
-    title = f"{group.model} on {group.device}: {group.num_devices} x {group.npu}"
-    curve_png = render(curve_figure(curve, points, title))
-    cases = []
-    for e in _spread([e for e in group.cells if e["budget_bytes"] is not None], MAX_DRAM_CASES):
-        blocks, short = e["kvcache_num_blocks"], False
-        if blocks is None:
-            blocks, short = curve.num_min_blocks, True
-        stacks = dram_stacks(group.report, blocks)
-        nodes = {s.node for s in stacks}
-        if all(
-            tuple(s.parts.items()) == tuple(t.parts.items()) for s in stacks for t in stacks if s.chiplet == t.chiplet
-        ):
-            stacks = [s for s in stacks if s.node == min(nodes)]
-        label = f"{budget_label(e['memory_budget'])}\n" + (f"fails (floor {blocks})" if short else f"{blocks} blocks")
-        cases.append(DramCase(label, e["budget_bytes"], tuple(stacks), short))
-    shown = "each device (identical)" if group.num_devices > 1 else "the device"
-    dram_png = render(
-        dram_figure(cases, curve.num_chiplets, curve.available_bytes, f"where the DRAM goes, per chiplet of {shown}")
-    )
-    return curve_png, dram_png
 
 
 # -- sections -----------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """``rbln-build explain --plot FILE``: the blocks-vs-budget curve and the per-chiplet stacks of one
-model on one target, from ``explain``'s own numbers and the memory model's report."""
+model on one target, from ``explain``'s own numbers and the memory model's report. matplotlib is
+imported only when this draws (``rbln_build.reporting`` itself imports it never)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ def plot_explanation(data: dict[str, Any], report: AllocationReport, path: Path)
     from ._cli import write_file
     from ._curve import blocks_curve, dram_stacks
     from ._data import budget_label
-    from ._figures import DramCase, Point, explain_figure, render, require_matplotlib
+    from ._figures import require_matplotlib
 
     require_matplotlib()
+    from ._bars import DramCase
+    from ._compose import explain_figure
+    from ._figures import Point, render
+
     curve = blocks_curve(report, data["npu"], data["num_devices"], data["attention"])
     points, cases = [], []
     for row in data["budgets"]:
