@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from ._matrix import Cell
+from ._progress import HISTORY_FILE, make_progress
 from ._publish import collect, publish, write_summary
 from ._result import CellResult, CompileOutcome
 from ._stages import build_cell, compile_done, compile_once, reusable
@@ -66,6 +67,8 @@ class BuildRun:
         self.progress = progress
         self.out = out or sys.stderr
         self.warnings: list[str] = []
+        # what the run shows: a live status line on a terminal, plain lines otherwise (_progress)
+        self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
         self.store = Store(self.build_dir / "cache", warn=self._warn)
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
         for cell in cells:
@@ -75,13 +78,25 @@ class BuildRun:
         self.redone: set[str] = set()
         self.entries: list[dict[str, Any]] | None = None  # the published manifest entries
 
-    def _say(self, line: str) -> None:
-        if self.progress:
-            print(line, file=self.out, flush=True)
-
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
-        print(f"warning: {message}", file=self.out, flush=True)
+        self.display.warn(message)
+
+    def _reporter(self) -> type:
+        """doit's error-only reporter, also telling the display which tasks were up to date."""
+        from doit.reporter import ErrorOnlyReporter
+
+        display, labels = self.display, {compile_label(c): _label(c) for c in self.compiles.values()}
+
+        class Reporter(ErrorOnlyReporter):  # type: ignore[misc]
+            def skip_uptodate(self, task: Any) -> None:
+                kind, _, name = task.name.partition(":")
+                if kind == "compile" and name in labels:
+                    display.compile_cached(labels[name])
+                elif kind == "cell" and name:
+                    display.cell_cached(name)
+
+        return Reporter
 
     # -- tasks ------------------------------------------------------------------------------------
 
@@ -90,17 +105,17 @@ class BuildRun:
         from doit.tools import config_changed
 
         store = self.store
-        ns: dict[str, Any] = {"DOIT_CONFIG": doit_config(self.build_dir)}
+        ns: dict[str, Any] = {"DOIT_CONFIG": {**doit_config(self.build_dir), "reporter": self._reporter()}}
 
         if self.compiles:
 
             def task_compile() -> Iterator[dict[str, Any]]:
                 """Compile each compile key once (the baseline and its AllocationReport)."""
-                for i, (key, cell) in enumerate(self.compiles.items(), 1):
+                for key, cell in self.compiles.items():
                     yield {
                         "name": compile_label(cell),
                         "doc": f"compile {cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices}",
-                        "actions": [(self._compile, [key, i])],
+                        "actions": [(self._compile, [key])],
                         "uptodate": [config_changed(key), (compile_done, [store, key])],
                         "verbosity": 2,
                     }
@@ -109,11 +124,11 @@ class BuildRun:
 
         def task_cell() -> Iterator[dict[str, Any]]:
             """Resolve each cell's kvcache_num_blocks and finalize its artifact."""
-            for i, cell in enumerate(self.cells, 1):
+            for cell in self.cells:
                 yield {
                     "name": cell.id,
                     "doc": f"cell {cell.id} (budget {cell.memory_budget!r})",
-                    "actions": [(self._cell, [cell, i])],
+                    "actions": [(self._cell, [cell])],
                     "task_dep": [f"compile:{compile_label(cell)}"] if cell.compile_key else [],
                     "uptodate": [config_changed(cell.cell_key), (_reusable, [store, cell])],
                     "verbosity": 2,
@@ -127,21 +142,21 @@ class BuildRun:
         ns["task_manifest"] = task_manifest
         return ns
 
-    def _compile(self, key: str, index: int) -> None:
+    def _compile(self, key: str) -> None:
         cell = self.compiles[key]
         assert cell.spec is not None
-        label = f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
-        self._say(f"[compile {index}/{len(self.compiles)}] {label} ...")
+        label = _label(cell)
+        self.display.compile_started(label)
         started = time.perf_counter()
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
         took = time.perf_counter() - started
         if isinstance(outcome, CompileOutcome):
-            self._say(f"[compile {index}/{len(self.compiles)}] {label}: FAILED after {took:.1f}s: {outcome.error}")
+            self.display.compile_finished(label, took, False, outcome.error or "")
             return
         self.compiled.append(key)
-        self._say(f"[compile {index}/{len(self.compiles)}] {label}: {outcome.meta['produced']} in {took:.1f}s")
+        self.display.compile_finished(label, took, True, outcome.meta["produced"])
 
-    def _cell(self, cell: Cell, index: int) -> None:
+    def _cell(self, cell: Cell) -> None:
         self.redone.add(cell.id)
         result = build_cell(self.store, cell)
         if result.ok:
@@ -149,7 +164,7 @@ class BuildRun:
                     f"{result.produced}")
         else:
             what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
-        self._say(f"[cell {index}/{len(self.cells)}] {cell.id}: {what}")
+        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
 
     def _publish(self) -> None:
         rows = collect(self.store, self.cells)
@@ -166,8 +181,12 @@ class BuildRun:
         scope_inventory_cache(self.build_dir)
         removed = self.store.clean_temporaries()
         if removed:
-            self._say(f"removed {removed} temporary file(s) left by an interrupted build")
-        return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+            self.display.warn(f"removed {removed} temporary file(s) left by an interrupted build")
+        self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        try:
+            return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+        finally:
+            self.display.close()
 
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
@@ -175,6 +194,11 @@ class BuildRun:
             self._publish()
         assert self.entries is not None
         return write_summary(self.build_dir, self.entries, len(self.compiled), self.redone, self.warnings)
+
+
+def _label(cell: Cell) -> str:
+    """A compile as the progress display names it (and matches it with earlier similar compiles)."""
+    return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
 
 
 def _reusable(store: Store, cell: Cell) -> bool:

@@ -5,6 +5,7 @@
     rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
     rbln-build explain model=qwen3_8b device=rebel100
     rbln-build plan deployment=qwen3_8b_llama3_2_1b      (and serve-command, explain deployment=)
+    rbln-build report [build_dir=build] [--open]
     rbln-build --help
 
 Hydra is the composition layer: each Hydra job (one for a run, one per combination for ``-m``)
@@ -122,6 +123,9 @@ def _build(jobs: list[Any]) -> int:
     for problem in records.problems if records is not None else ():
         print(f"deployment: {problem}", file=sys.stderr)
     if summary["failed"]:
+        from ._progress import failure_summary
+
+        print("\n".join(failure_summary(entries)), file=sys.stderr)
         names = summary["failed_cells"]
         more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
@@ -139,8 +143,13 @@ def main() -> None:
         sys.exit(deploy_main(argv))
     if argv[:1] == ["explain"]:
         from ..memory.explain import main as explain_main
+        from ..reporting import plot_explanation  # matplotlib is imported only to draw --plot
 
-        sys.exit(explain_main(argv[1:]))
+        sys.exit(explain_main(argv[1:], plot_with=plot_explanation))
+    if argv[:1] == ["report"]:
+        from ..reporting import main as report_main
+
+        sys.exit(report_main(argv[1:]))
     from ..errors import RblnBuildError
 
     try:
