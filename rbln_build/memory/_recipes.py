@@ -22,15 +22,16 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
+from .._shipped import shipped_dir
 from ..errors import RecipeError
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
 
-DEFAULT_RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (build._project)
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHT_BITS = (16, 8, 4)
@@ -67,6 +68,7 @@ class Recipe:
     weight_bits: int
     build: dict[str, Any] = field(default_factory=dict)
     content_hash: str = ""
+    weights_hash: str | None = None  # the checkpoint's content digest (weights: {path: ...}), else None
 
     @property
     def has_weights(self) -> bool:
@@ -143,18 +145,27 @@ def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
     )
 
 
-def list_recipes(root: Path = DEFAULT_RECIPES_DIR) -> list[str]:
-    return sorted(p.name for p in Path(root).iterdir() if (p / "recipe.yaml").is_file())
+def _roots(root: Path | Sequence[Path]) -> tuple[Path, ...]:
+    return (Path(root),) if isinstance(root, (str, Path)) else tuple(Path(r) for r in root)
 
 
-def load_recipe(name: str, root: Path = DEFAULT_RECIPES_DIR) -> Recipe:
-    root = Path(root)
+def list_recipes(root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR) -> list[str]:
+    return sorted({p.name for r in _roots(root) if r.is_dir() for p in r.iterdir() if (p / "recipe.yaml").is_file()})
+
+
+def load_recipe(name: str, root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR, digest_cache: Path | None = None) -> Recipe:
+    """The recipe ``name`` from the first of ``root`` (one folder, or several searched in order:
+    a project's recipes/ before the shipped ones) that has it. ``digest_cache``: where the weights'
+    stat-keyed digests are kept (``_checkpoint``); None keeps them in memory only."""
+    roots = _roots(root)
+    root = next((r for r in roots if (r / name / "recipe.yaml").is_file()), roots[0])
     directory = root / name
     recipe_file = directory / "recipe.yaml"
     config_file = directory / "config.json"
     if not recipe_file.is_file():
-        known = ", ".join(list_recipes(root)) if root.is_dir() else "(no recipes directory)"
-        raise RecipeError(f"recipe '{name}': {recipe_file} does not exist. Known recipes: {known}.")
+        known = ", ".join(list_recipes(roots)) or "(none)"
+        where = " or ".join(str(r / name / "recipe.yaml") for r in roots)
+        raise RecipeError(f"recipe '{name}': {where} does not exist. Known recipes: {known}.")
     if not config_file.is_file():
         raise RecipeError(f"recipe '{name}': {config_file} does not exist; put the model's HF config.json there.")
     recipe_bytes = recipe_file.read_bytes()
