@@ -106,17 +106,19 @@ def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 _CELL_AXES = ("memory_budget", "kvcache_num_blocks")
 
 
-def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any]) -> dict[str, Any] | None:
-    """For a new cell id: the old entry that differs from it only in budget or block count."""
+def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[str]) -> dict[str, Any] | None:
+    """For a new cell id: the old entry that differs from it only in budget or block count (one that
+    left the matrix first: that is the one this cell replaces)."""
     def rest(i: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in i.items() if k not in _CELL_AXES}
 
     mine = rest(inputs)
-    for entry in old_entries.values():
+    entries = sorted(old_entries.values(), key=lambda e: e.get("cell") in ids)
+    for entry in entries:
         old = entry.get("inputs") or {}
         if rest(old) == mine:
             return entry  # type: ignore[no-any-return]
-    for entry in old_entries.values():  # same model and device: still the best explanation
+    for entry in entries:  # same model and device: still the best explanation
         old = entry.get("inputs") or {}
         if (old.get("model"), old.get("device")) == (inputs["model"], inputs["device"]) and \
                 old.get("build_options") == inputs["build_options"]:
@@ -134,13 +136,14 @@ def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus],
     except (OSError, ValueError, KeyError, TypeError):
         old_entries = {}
     compiles: dict[str, str] = {}
+    ids = {c.id for c in cells}
     out: list[CellStatus] = []
     for cell in cells:
         inputs = cell.inputs()
         old = old_entries.get(cell.id)
         reasons: list[str] = []
         if old is None:
-            pred = _predecessor(inputs, old_entries)
+            pred = _predecessor(inputs, old_entries, ids)
             if pred is None:
                 reasons.append("new cell (not in the manifest)")
             else:
@@ -155,7 +158,6 @@ def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus],
         if not reasons or extra not in reasons:
             reasons.extend([extra] if extra else [])
         out.append(CellStatus(cell.id, state, reasons))
-    ids = {c.id for c in cells}
     return out, sorted(cid for cid in old_entries if cid not in ids)
 
 
