@@ -46,6 +46,11 @@ class Project:
     recipe_dirs: tuple[Path, ...]  # the project's (if it has one), then the shipped recipes/
     marker: Path | None = None  # rbln-build.yaml, or None without a project
 
+    def own_dirs(self) -> tuple[Path, Path]:
+        """The project's own (recipes, conf) folders, whether or not they exist yet."""
+        keys = _read_marker(self.marker) if self.marker is not None else _KEYS
+        return self.root / keys["recipes"], self.root / keys["conf"]
+
     @property
     def primary_conf(self) -> Path:
         return self.conf_dirs[0]

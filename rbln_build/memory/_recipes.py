@@ -195,6 +195,7 @@ def load_recipe(name: str, root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR, di
         raise RecipeError(f"{recipe_file}: quantization.weight_bits is {bits!r}; use 16, 8 or 4.")
     weights = meta.get("weights")
     weights_path: Path | None = None
+    weights_hash: str | None = None
     seed: int | None = None
     if weights is not None:
         if not isinstance(weights, dict) or not (set(weights) <= {"seed", "path"}) or len(weights) != 1:
@@ -210,6 +211,10 @@ def load_recipe(name: str, root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR, di
                     f"{recipe_file}: weights.path {weights['path']!r} is not a directory ({weights_path}); "
                     "point it at a local HF checkpoint or set weights: null."
                 )
+            from ._checkpoint import inspect_checkpoint, weights_digest
+
+            checkpoint = inspect_checkpoint(weights_path, hf_config)
+            weights_hash = weights_digest(checkpoint, digest_cache)
     build = meta.get("build") or {}
     if not isinstance(build, dict):
         raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
@@ -228,6 +233,7 @@ def load_recipe(name: str, root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR, di
         weight_bits=bits,
         build=dict(build),
         content_hash=digest.hexdigest(),
+        weights_hash=weights_hash,
     )
     recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe
