@@ -536,7 +536,8 @@ def compose_settings(overrides: list[str] | None = None, cwd: Path | None = None
         conf_dirs, recipe_dirs, cwd = project.conf_dirs, project.recipe_dirs, project.root
         searchpath = project.searchpath_override()
         overrides = overrides + ([searchpath] if searchpath else [])
+    name = "config" if project is None else project.config_name
     with initialize_config_dir(config_dir=str(conf_dirs[0]), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = compose(name, overrides=overrides, return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)
     return settings_from_config(cfg, choices, cwd=cwd, conf_dirs=conf_dirs, recipe_dirs=recipe_dirs)

@@ -30,11 +30,24 @@ from pathlib import Path
 from .._shipped import shipped_dir
 from ..errors import ConfigError
 
-__all__ = ["Project", "MARKER", "PROJECT_ENV", "find_project", "split_project_arg", "shipped_project"]
+__all__ = ["Project", "MARKER", "PROJECT_ENV", "SHIPPED_ROOT", "find_project", "split_project_arg", "shipped_project"]
 
 MARKER = "rbln-build.yaml"
 PROJECT_ENV = "RBLN_BUILD_PROJECT"
 _KEYS = {"conf": "conf", "recipes": "recipes"}
+SHIPPED_ROOT = "rbln_build_shipped_config"  # the shipped conf/config.yaml, as a ConfigStore entry
+_root_registered = False
+
+
+def register_shipped_root() -> None:
+    global _root_registered
+    if _root_registered:
+        return
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    ConfigStore.instance().store(name=SHIPPED_ROOT, node=OmegaConf.load(shipped_dir("conf") / "config.yaml"))
+    _root_registered = True
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,17 @@ class Project:
     @property
     def primary_conf(self) -> Path:
         return self.conf_dirs[0]
+
+    @property
+    def config_name(self) -> str:
+        """The root config Hydra composes: the project's ``conf/config.yaml`` if it has one, else
+        the shipped one, registered in Hydra's ConfigStore under ``SHIPPED_ROOT`` (Hydra looks the
+        primary config up before it reads ``hydra.searchpath``, so the shipped folder cannot
+        supply it from there)."""
+        if (self.primary_conf / "config.yaml").is_file():
+            return "config"
+        register_shipped_root()
+        return SHIPPED_ROOT
 
     def searchpath_override(self) -> str | None:
         """The Hydra override that appends the shipped configs behind the project's, if needed."""

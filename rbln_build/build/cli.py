@@ -40,7 +40,7 @@ def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tu
     errors: list[BaseException] = []
     called = [False]
 
-    @hydra.main(version_base="1.3", config_path=str(project.primary_conf), config_name="config")
+    @hydra.main(version_base="1.3", config_path=str(project.primary_conf), config_name=project.config_name)
     def job(cfg: Any) -> None:
         called[0] = True
         try:
