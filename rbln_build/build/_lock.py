@@ -39,7 +39,6 @@ _READ_ONLY_DOIT = {"list", "info", "help", "tabcompletion", "dumpdb"}
 def lock_for_doit(build_dir: Path, argv: list[str]) -> "FileLock | None":
     """For dodo.py: take the build lock when doit will run tasks or change its state (``doit``,
     ``doit run``, ``doit <task>``, ``doit forget``, ...), held until the process exits."""
-    command = next((a for a in argv[1:] if not a.startswith("-")), "run")
-    if command in _READ_ONLY_DOIT:
+    if set(argv[1:]) & _READ_ONLY_DOIT:  # a read-only command word anywhere (options may precede it)
         return None
     return acquire_build_lock(build_dir, "doit")
