@@ -15,9 +15,18 @@ from rbln_build.memory import _checkpoint
 from rbln_build.memory._checkpoint import INDEX_FILE, inspect_checkpoint, weights_digest
 from rbln_build.memory._recipes import load_recipe
 
-CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 16, "hidden_size": 8,
-          "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
-          "max_position_embeddings": 128, "tie_word_embeddings": True}
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 16,
+    "hidden_size": 8,
+    "intermediate_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "tie_word_embeddings": True,
+}
 SIZES = {"F32": 4, "F16": 2, "BF16": 2}
 
 
@@ -45,7 +54,9 @@ def checkpoint(root: Path, dtype: str = "F32", sharded: bool = False, vocab: int
         return root
     safetensors(root / "model-00001-of-00002.safetensors", tensors)
     safetensors(root / "model-00002-of-00002.safetensors", layers)
-    weight_map = {n: "model-00001-of-00002.safetensors" for n in tensors} | {n: "model-00002-of-00002.safetensors" for n in layers}
+    weight_map = {n: "model-00001-of-00002.safetensors" for n in tensors} | {
+        n: "model-00002-of-00002.safetensors" for n in layers
+    }
     (root / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return root
 
@@ -54,13 +65,19 @@ def checkpoint(root: Path, dtype: str = "F32", sharded: bool = False, vocab: int
 def test_dtype_and_shards(tmp_path: Path, dtype: str, recipe_dtype: str) -> None:
     ck = inspect_checkpoint(checkpoint(tmp_path / "ck", dtype, sharded=True), CONFIG)
     assert ck.dtype == recipe_dtype
-    assert [f.name for f in ck.files] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", INDEX_FILE]
+    assert [f.name for f in ck.files] == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        INDEX_FILE,
+    ]
 
 
 def test_a_missing_shard_is_named(tmp_path: Path) -> None:
     root = checkpoint(tmp_path / "ck", sharded=True)
     (root / "model-00002-of-00002.safetensors").unlink()
-    with pytest.raises(RecipeError, match=r"model-00002-of-00002.safetensors: listed in model.safetensors.index.json but missing"):
+    with pytest.raises(
+        RecipeError, match=r"model-00002-of-00002.safetensors: listed in model.safetensors.index.json but missing"
+    ):
         inspect_checkpoint(root, CONFIG)
 
 
@@ -68,13 +85,18 @@ def test_a_partial_file_is_named(tmp_path: Path) -> None:
     root = checkpoint(tmp_path / "ck")
     f = root / "model.safetensors"
     f.write_bytes(f.read_bytes()[:-10])
-    with pytest.raises(RecipeError, match=r"model.safetensors: the header describes \d+ bytes but the file has \d+; the file is partial"):
+    with pytest.raises(
+        RecipeError,
+        match=r"model.safetensors: the header describes \d+ bytes but the file has \d+; the file is partial",
+    ):
         inspect_checkpoint(root, CONFIG)
 
 
 def test_a_mismatched_config_is_named(tmp_path: Path) -> None:
     root = checkpoint(tmp_path / "ck", vocab=32)
-    with pytest.raises(RecipeError, match=r"model.safetensors: model.embed_tokens.weight has shape \[32, 8\] but config.json says"):
+    with pytest.raises(
+        RecipeError, match=r"model.safetensors: model.embed_tokens.weight has shape \[32, 8\] but config.json says"
+    ):
         inspect_checkpoint(root, CONFIG)
     with pytest.raises(RecipeError, match="the checkpoint has 2 layers but config.json says num_hidden_layers = 3"):
         inspect_checkpoint(checkpoint(tmp_path / "ck2"), {**CONFIG, "num_hidden_layers": 3})
@@ -108,11 +130,18 @@ def test_recipe_add_writes_a_loadable_recipe_and_never_overwrites(tmp_path: Path
     recipes, conf = tmp_path / "proj" / "recipes", tmp_path / "proj" / "conf"
     written = add_recipe("tiny", ck, recipes, conf)
     assert [p.relative_to(tmp_path / "proj").as_posix() for p in written] == [
-        "recipes/tiny/config.json", "recipes/tiny/recipe.yaml", "conf/model/tiny.yaml"]
+        "recipes/tiny/config.json",
+        "recipes/tiny/recipe.yaml",
+        "conf/model/tiny.yaml",
+    ]
     assert (recipes / "tiny" / "config.json").read_bytes() == (ck / "config.json").read_bytes()
     assert "path: ../../checkpoints/tiny" in (recipes / "tiny" / "recipe.yaml").read_text()  # inside the project
     recipe = load_recipe("tiny", recipes)
-    assert (recipe.dtype, recipe.weights_path, recipe.build) == ("bfloat16", ck.resolve(), {"batch_size": 1, "max_seq_len": 128})
+    assert (recipe.dtype, recipe.weights_path, recipe.build) == (
+        "bfloat16",
+        ck.resolve(),
+        {"batch_size": 1, "max_seq_len": 128},
+    )
     assert recipe.weights_hash is not None and recipe.weights_hash.startswith("sha256:")
     with pytest.raises(ConfigError, match="never overwrites"):
         add_recipe("tiny", ck, recipes, conf)

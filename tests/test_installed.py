@@ -19,9 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def run(cmd: list[str], cwd: Path, code: int = 0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=1200,
-                          env=dict(env or os.environ, HF_HUB_OFFLINE="1"))
+def run(
+    cmd: list[str], cwd: Path, code: int = 0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=1200, env=dict(env or os.environ, HF_HUB_OFFLINE="1")
+    )
     assert proc.returncode == code, f"{cmd}: exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
 
@@ -44,16 +47,45 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     file: the test must not reach a package index, and copying torch would take minutes."""
     base = tmp_path_factory.mktemp("installed")
     src = _sources(base / "src")
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(base / "dist"), str(src)], cwd=base)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(base / "dist"),
+            str(src),
+        ],
+        cwd=base,
+    )
     wheel = next((base / "dist").glob("rbln_build-*.whl"))
     venv.EnvBuilder(with_pip=False, system_site_packages=False).create(base / "venv")
     py = base / "venv" / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (site / "zz_rbln_build_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)], cwd=base)
-    where = run([str(py), "-c", "import rbln_build, rbln_build._shipped as s; print(rbln_build.__file__); print(s.shipped_dir('conf'))"],
-                cwd=base).stdout.split()
+    run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        cwd=base,
+    )
+    where = run(
+        [
+            str(py),
+            "-c",
+            "import rbln_build, rbln_build._shipped as s; print(rbln_build.__file__); print(s.shipped_dir('conf'))",
+        ],
+        cwd=base,
+    ).stdout.split()
     assert where[0].startswith(str(site)) and where[1] == str(site / "rbln_build" / "_data" / "conf")
     return base / "venv" / "bin"
 
@@ -84,8 +116,15 @@ def test_a_checkpoint_from_save_pretrained(tmp_path: Path) -> None:
     from rbln_build.backends.torch._runtime import load_artifact
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     model = LlamaForCausalLM(config).eval()
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt, max_shard_size="100KB")  # sharded: an index and several files
@@ -98,7 +137,9 @@ def test_a_checkpoint_from_save_pretrained(tmp_path: Path) -> None:
     run([*cli, *axes], cwd=proj)
     artifact = load_artifact(proj / "build" / "artifacts" / "tiny.rebel100.b0.5")
     prompt = [5, 6, 7, 8, 9, 10]
-    want = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None)[0, len(prompt):]
+    want = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None)[
+        0, len(prompt) :
+    ]
     assert artifact.generate([prompt], max_new_tokens=12)[0] == want.tolist()
     run([*cli, "status", *axes], cwd=proj)
     shard = sorted(ckpt.glob("model-*.safetensors"))[-1]

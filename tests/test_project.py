@@ -69,14 +69,17 @@ def test_bad_marker_is_a_config_error_naming_it(tmp_path: Path) -> None:
 
 def test_project_files_win_and_shipped_ones_stay_available(tmp_path: Path) -> None:
     recipe = shipped_dir("recipes") / "llama3_2_1b"
-    root = make_project(tmp_path / "p", {
-        # a project device of the shipped name wins; a shipped model and device stay usable
-        "conf/device/rebel100.yaml": "npu: RBLN-CR03\nnum_devices: 2\n",
-        "conf/matrix/mine.yaml": "models: [my_llama, qwen3_8b]\ndevices: [rebel100, atom_max_x4]\nbudgets: [0.5]\n",
-        "conf/model/my_llama.yaml": "recipe: llama3_2_1b\nbatch_size: 2\n",
-        "recipes/llama3_2_1b/config.json": (recipe / "config.json").read_text(),
-        "recipes/llama3_2_1b/recipe.yaml": (recipe / "recipe.yaml").read_text() + "# the project's copy\n",
-    })
+    root = make_project(
+        tmp_path / "p",
+        {
+            # a project device of the shipped name wins; a shipped model and device stay usable
+            "conf/device/rebel100.yaml": "npu: RBLN-CR03\nnum_devices: 2\n",
+            "conf/matrix/mine.yaml": "models: [my_llama, qwen3_8b]\ndevices: [rebel100, atom_max_x4]\nbudgets: [0.5]\n",
+            "conf/model/my_llama.yaml": "recipe: llama3_2_1b\nbatch_size: 2\n",
+            "recipes/llama3_2_1b/config.json": (recipe / "config.json").read_text(),
+            "recipes/llama3_2_1b/recipe.yaml": (recipe / "recipe.yaml").read_text() + "# the project's copy\n",
+        },
+    )
     project = find_project(str(root))
     settings = compose_settings(["matrix=mine"], project=project)
     assert [d.num_devices for d in settings.matrix.devices] == [2, 4]  # project rebel100, shipped atom_max_x4
@@ -106,12 +109,23 @@ def test_init_scaffolds_a_composable_project_and_never_overwrites(tmp_path: Path
     root = tmp_path / "proj"
     written = scaffold(root)
     assert {p.relative_to(root).as_posix() for p in written} == {
-        MARKER, ".gitignore", "conf/config.yaml", "conf/matrix/main.yaml", "conf/device/my_device.yaml",
-        "conf/model/my_llama.yaml", "recipes/my_llama/recipe.yaml", "recipes/my_llama/config.json"}
+        MARKER,
+        ".gitignore",
+        "conf/config.yaml",
+        "conf/matrix/main.yaml",
+        "conf/device/my_device.yaml",
+        "conf/model/my_llama.yaml",
+        "recipes/my_llama/recipe.yaml",
+        "recipes/my_llama/config.json",
+    }
     settings = compose_settings([], project=find_project(str(root)))
     cells = expand(settings, TOOLCHAIN)
-    assert [c.id for c in cells] == ["my_llama.my_device.b0.3", "my_llama.my_device.b0.5",
-                                     "my_llama.rebel100.b0.3", "my_llama.rebel100.b0.5"]
+    assert [c.id for c in cells] == [
+        "my_llama.my_device.b0.3",
+        "my_llama.my_device.b0.5",
+        "my_llama.rebel100.b0.3",
+        "my_llama.rebel100.b0.5",
+    ]
     assert cells[0].recipe.has_weights and cells[0].device.num_devices == 2
     before = {p: p.read_bytes() for p in written}
     (root / "conf" / "matrix" / "main.yaml").write_text("# mine now\n")
@@ -132,6 +146,8 @@ def test_the_manifest_has_no_absolute_path(tmp_path: Path) -> None:
 
     root = make_project(tmp_path / "p", {})
     shutil.copytree(shipped_dir("recipes") / "qwen3_8b", root / "recipes" / "qwen3_8b")
-    cells = expand(compose_settings(["matrix=plans", "matrix.expect_failure=[]"], project=find_project(str(root))), TOOLCHAIN)
+    cells = expand(
+        compose_settings(["matrix=plans", "matrix.expect_failure=[]"], project=find_project(str(root))), TOOLCHAIN
+    )
     text = repr([entry_for(c, None) for c in cells])
     assert str(tmp_path) not in text and str(shipped_dir("recipes")) not in text

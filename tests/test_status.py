@@ -23,8 +23,15 @@ MATRIX = "models: [llama3_2_1b]\ndevices: [rebel100]\nbudgets: [0.3, 0.5]\n"
 
 def rbln(args: list[str], cwd: Path, modules: Path | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
     runner = ["-m", "rbln_build.build.cli"] if modules is None else ["-m", "rbln_cli_imports", str(modules)]
-    return subprocess.run([sys.executable, *runner, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, HF_HUB_OFFLINE="1"), **kw)
+    return subprocess.run(
+        [sys.executable, *runner, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        **kw,
+    )
 
 
 def check(proc: subprocess.CompletedProcess[str], code: int = 0) -> str:
@@ -85,7 +92,9 @@ def test_recipe_bytes_and_build_options_are_named(project: Path) -> None:
     s = status(project, code=1)
     cell = s["llama3_2_1b.rebel100.b0.3"]
     assert cell["state"] == "would compile" and any(r.startswith("recipe bytes changed") for r in cell["reasons"])
-    (recipes / "llama3_2_1b" / "recipe.yaml").write_bytes((shipped_dir("recipes") / "llama3_2_1b" / "recipe.yaml").read_bytes())
+    (recipes / "llama3_2_1b" / "recipe.yaml").write_bytes(
+        (shipped_dir("recipes") / "llama3_2_1b" / "recipe.yaml").read_bytes()
+    )
     (project / "conf" / "model").mkdir()
     (project / "conf" / "model" / "llama3_2_1b.yaml").write_text("recipe: llama3_2_1b\nbatch_size: 2\n")
     cell = status(project, code=1)["llama3_2_1b.rebel100.b0.3"]
@@ -95,7 +104,9 @@ def test_recipe_bytes_and_build_options_are_named(project: Path) -> None:
 
 def test_a_damaged_artifact_is_named_and_left_in_place(project: Path) -> None:
     m = json.loads((project / "build" / "manifest.json").read_text())
-    art = (project / "build" / m["cells"]["llama3_2_1b.rebel100.b0.5"]["artifact"]["path"] / "rbln_config.json").resolve()
+    art = (
+        project / "build" / m["cells"]["llama3_2_1b.rebel100.b0.5"]["artifact"]["path"] / "rbln_config.json"
+    ).resolve()
     art.write_text(art.read_text().replace('"kvcache_num_blocks"', '"kvcache_num_blocks" ', 1))
     cell = status(project, code=1)["llama3_2_1b.rebel100.b0.5"]
     assert cell == {"cell": "llama3_2_1b.rebel100.b0.5", "state": "would finalize", "reasons": ["artifact damaged"]}
@@ -105,10 +116,22 @@ def test_a_damaged_artifact_is_named_and_left_in_place(project: Path) -> None:
 
 
 def test_changed_inputs_names_toolchain_and_code() -> None:
-    old = {"recipe": "r", "recipe_hash": "a", "weights_hash": "w1", "build_options": {"batch_size": 1},
-           "memory_budget": 1, "toolchain": {"torch": "2.13.0"}, "code": {"backend": "x", "estimator": "e"}}
-    new = dict(old, weights_hash="w2", memory_budget=1.0, toolchain={"torch": "2.14.0"},
-               code={"backend": "y", "estimator": "e"})
+    old = {
+        "recipe": "r",
+        "recipe_hash": "a",
+        "weights_hash": "w1",
+        "build_options": {"batch_size": 1},
+        "memory_budget": 1,
+        "toolchain": {"torch": "2.13.0"},
+        "code": {"backend": "x", "estimator": "e"},
+    }
+    new = dict(
+        old,
+        weights_hash="w2",
+        memory_budget=1.0,
+        toolchain={"torch": "2.14.0"},
+        code={"backend": "y", "estimator": "e"},
+    )
     assert changed_inputs(old, new) == [
         "weights changed (recipe r's checkpoint)",
         "budget changed: 1 -> 1.0",  # one byte is not 100%
@@ -118,19 +141,33 @@ def test_changed_inputs_names_toolchain_and_code() -> None:
 
 
 def _entry(blocks: int | None, **kw: Any) -> dict[str, Any]:
-    return {"kvcache_num_blocks": blocks, "memory_budget": 0.3, "budget_bytes": 10, "num_min_blocks": 9,
-            "num_full_blocks": 40, "status": "ok", "compile_key": "k" * 64, "inputs": {"toolchain": {"torch": "1"}}} | kw
+    return {
+        "kvcache_num_blocks": blocks,
+        "memory_budget": 0.3,
+        "budget_bytes": 10,
+        "num_min_blocks": 9,
+        "num_full_blocks": 40,
+        "status": "ok",
+        "compile_key": "k" * 64,
+        "inputs": {"toolchain": {"torch": "1"}},
+    } | kw
 
 
 def test_diff_reports_and_exits_on_count_changes(project: Path, tmp_path: Path) -> None:
     same = diff_manifests({"a": _entry(21)}, {"a": _entry(21)})
     assert same == {"added": [], "removed": [], "changed": {}, "counts_changed": False}
-    d = diff_manifests({"a": _entry(21), "b": _entry(5)},
-                       {"a": _entry(21, compile_key="j" * 64, inputs={"toolchain": {"torch": "2"}}), "c": _entry(7)})
+    d = diff_manifests(
+        {"a": _entry(21), "b": _entry(5)},
+        {"a": _entry(21, compile_key="j" * 64, inputs={"toolchain": {"torch": "2"}}), "c": _entry(7)},
+    )
     assert d["added"] == ["c"] and d["removed"] == ["b"] and d["counts_changed"]
     assert d["changed"] == {"a": {"compile_key": ["k" * 64, "j" * 64], "toolchain": [{"torch": "1"}, {"torch": "2"}]}}
     budget = diff_manifests({"a": _entry(21)}, {"a": _entry(14, memory_budget=0.5, budget_bytes=20)})
-    assert budget["changed"]["a"] == {"kvcache_num_blocks": [21, 14], "memory_budget": [0.3, 0.5], "budget_bytes": [10, 20]}
+    assert budget["changed"]["a"] == {
+        "kvcache_num_blocks": [21, 14],
+        "memory_budget": [0.3, 0.5],
+        "budget_bytes": [10, 20],
+    }
     old = tmp_path / "old.json"
     shutil.copyfile(project / "build" / "manifest.json", old)
     assert "no differences" in check(rbln(["diff", str(old), str(project / "build" / "manifest.json")], cwd=tmp_path))
@@ -139,7 +176,8 @@ def test_diff_reports_and_exits_on_count_changes(project: Path, tmp_path: Path) 
     text = check(rbln(["diff", str(old), str(new)], cwd=tmp_path), 1)
     assert "llama3_2_1b.rebel100.b0.4" in text and "added" in text and "removed" in text
     assert json.loads(check(rbln(["diff", "--json", str(old), str(new)], cwd=tmp_path), 1))["removed"] == [
-        "llama3_2_1b.rebel100.b0.5"]
+        "llama3_2_1b.rebel100.b0.5"
+    ]
     proc = rbln(["diff", str(old), str(tmp_path / "missing.json")], cwd=tmp_path)
     assert proc.returncode == 2 and "missing.json: cannot read it" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -154,8 +192,9 @@ def test_gc_removes_only_what_nothing_references(project: Path, tmp_path: Path) 
     dry = check(rbln(["gc", "--dry-run", "matrix.budgets=[0.3,0.4]"], cwd=project))
     assert "would remove link      artifacts/llama3_2_1b.rebel100.b0.5" in dry and "dry run" in dry
     assert sorted(p for p in build.rglob("*")) == files_before
-    kept = json.loads(check(rbln(["gc", "--json", "--dry-run", "--keep", str(release), "matrix.budgets=[0.3,0.4]"],
-                                 cwd=project)))
+    kept = json.loads(
+        check(rbln(["gc", "--json", "--dry-run", "--keep", str(release), "matrix.budgets=[0.3,0.4]"], cwd=project))
+    )
     assert kept["removed"] == []  # the release manifest keeps its cache entries and its artifacts/ links
     out = json.loads(check(rbln(["gc", "--json", "matrix.budgets=[0.3,0.4]"], cwd=project)))
     kinds = sorted(r["kind"] for r in out["removed"])
@@ -182,8 +221,14 @@ def test_gc_and_doit_wait_for_the_build_lock(project: Path, command: list[str]) 
         else:
             dodo = Path(__file__).resolve().parents[1] / "dodo.py"
             args = [sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(project), "run"]  # -d: the project
-        proc = subprocess.Popen(args, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        proc = subprocess.Popen(
+            args,
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        )
         try:
             waited = ""
             deadline = time.monotonic() + 120

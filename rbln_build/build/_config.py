@@ -20,16 +20,17 @@ Groups (``conf/<group>/<option>.yaml``)::
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..estimator._budget import check_budget
-from ..errors import ConfigError, EstimateError
 from .._shipped import shipped_dir
+from ..errors import ConfigError, EstimateError
+from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
 
 __all__ = [

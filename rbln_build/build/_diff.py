@@ -71,26 +71,38 @@ def _show(value: Any) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
     if isinstance(value, str) and len(value) == 64:
         return value[:12]  # a key
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
+    return (
+        f"{value:,}"
+        if isinstance(value, int) and not isinstance(value, bool)
+        else repr(value)
+        if isinstance(value, float)
+        else str(value)
+    )
 
 
 def render(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
     labels = dict(FIELDS) | {"toolchain": "toolchain"}
     rows = [("cell", "change", "old", "new")]
     for cid in d["added"]:
-        rows.append((cid, "added", "", f"{_show(new[cid].get('kvcache_num_blocks'))} blocks ({new[cid].get('status')})"))
+        rows.append(
+            (cid, "added", "", f"{_show(new[cid].get('kvcache_num_blocks'))} blocks ({new[cid].get('status')})")
+        )
     for cid in d["removed"]:
-        rows.append((cid, "removed", f"{_show(old[cid].get('kvcache_num_blocks'))} blocks ({old[cid].get('status')})", ""))
+        rows.append(
+            (cid, "removed", f"{_show(old[cid].get('kvcache_num_blocks'))} blocks ({old[cid].get('status')})", "")
+        )
     for cid, fields in d["changed"].items():
         for name, (a, b) in fields.items():
             rows.append((cid, labels[name], _show(a), _show(b)))
     if len(rows) == 1:
         return "no differences: the same cells with the same counts, budgets, keys and toolchain."
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append(f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed; "
-                 + ("resolved counts changed: review before release." if d["counts_changed"] else "no resolved count changed."))
+    lines.append(
+        f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed; "
+        + ("resolved counts changed: review before release." if d["counts_changed"] else "no resolved count changed.")
+    )
     return "\n".join(lines)
 
 

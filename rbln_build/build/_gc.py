@@ -76,7 +76,9 @@ def _manifest_cells(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a readable rbln-build manifest ({exc}); gc removes nothing without it.") from None
+        raise ConfigError(
+            f"{path}: not a readable rbln-build manifest ({exc}); gc removes nothing without it."
+        ) from None
 
 
 def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[tuple[str, Path, int]], list[str]]:
@@ -126,9 +128,9 @@ def _remove(path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from .cli import compose
     from ._lock import acquire_build_lock
     from ._matrix import expand_all
+    from .cli import compose
 
     dry = "--dry-run" in argv
     as_json = "--json" in argv
@@ -164,9 +166,20 @@ def main(argv: list[str]) -> int:
         lock.release()
     freed = sum(n for _w, _p, n in rows)
     if as_json:
-        print(json.dumps({"dry_run": dry, "bytes": freed, "notes": notes,
-                          "removed": [{"kind": w, "path": p.relative_to(build_dir).as_posix(), "bytes": n}
-                                      for w, p, n in rows]}, indent=2, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "dry_run": dry,
+                    "bytes": freed,
+                    "notes": notes,
+                    "removed": [
+                        {"kind": w, "path": p.relative_to(build_dir).as_posix(), "bytes": n} for w, p, n in rows
+                    ],
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
         return 0
     verb = "would remove" if dry else "removed"
     for what, path, n in rows:

@@ -147,8 +147,10 @@ def scaffold(root: Path) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv) or len(argv) > 1:
-        print("usage: rbln-build init [DIR]   scaffold an rbln-build project in DIR (default: the current folder)",
-              file=sys.stderr if len(argv) > 1 else sys.stdout)
+        print(
+            "usage: rbln-build init [DIR]   scaffold an rbln-build project in DIR (default: the current folder)",
+            file=sys.stderr if len(argv) > 1 else sys.stdout,
+        )
         return 0 if len(argv) <= 1 else 2
     root = Path(argv[0] if argv else ".")
     if root.exists() and not root.is_dir():

@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ def backend_code_version(backend: str) -> str:
 RESOLVE_MODULE = f"{_PACKAGE_NAME}.estimator"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _key_code_versions(backend: str) -> tuple[tuple[str, str], ...]:
     return (("backend", backend_code_version(backend)), ("estimator", code_version(RESOLVE_MODULE)))
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["LOCK_FILE", "acquire_build_lock", "lock_for_doit"]
 
 
-def acquire_build_lock(build_dir: Path, who: str = "rbln-build") -> "FileLock":
+def acquire_build_lock(build_dir: Path, who: str = "rbln-build") -> FileLock:
     """Take the lock (waiting, with a message, if another run holds it); the caller releases it."""
     from filelock import FileLock, Timeout
 
@@ -36,7 +36,7 @@ def acquire_build_lock(build_dir: Path, who: str = "rbln-build") -> "FileLock":
 _READ_ONLY_DOIT = {"list", "info", "help", "tabcompletion", "dumpdb"}
 
 
-def lock_for_doit(build_dir: Path, argv: list[str]) -> "FileLock | None":
+def lock_for_doit(build_dir: Path, argv: list[str]) -> FileLock | None:
     """For dodo.py: take the build lock when doit will run tasks or change its state (``doit``,
     ``doit run``, ``doit <task>``, ``doit forget``, ...), held until the process exits."""
     if set(argv[1:]) & _READ_ONLY_DOIT:  # a read-only command word anywhere (options may precede it)

@@ -30,8 +30,14 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _MAX_DEFAULT_SEQ = 8192
 
 
-def add_recipe(name: str, source: Path, recipes_dir: Path, conf_dir: Path | None, max_seq_len: int | None = None,
-               batch_size: int = 1) -> list[Path]:
+def add_recipe(
+    name: str,
+    source: Path,
+    recipes_dir: Path,
+    conf_dir: Path | None,
+    max_seq_len: int | None = None,
+    batch_size: int = 1,
+) -> list[Path]:
     from ..memory._checkpoint import inspect_checkpoint
 
     if not _NAME.fullmatch(name):
@@ -39,7 +45,9 @@ def add_recipe(name: str, source: Path, recipes_dir: Path, conf_dir: Path | None
     source = source.resolve()
     config_file = source / "config.json"
     if not config_file.is_file():
-        raise RecipeError(f"{config_file}: missing; a Hugging Face checkpoint folder has config.json beside its weights.")
+        raise RecipeError(
+            f"{config_file}: missing; a Hugging Face checkpoint folder has config.json beside its weights."
+        )
     config_bytes = config_file.read_bytes()
     try:
         config = json.loads(config_bytes)
@@ -52,7 +60,9 @@ def add_recipe(name: str, source: Path, recipes_dir: Path, conf_dir: Path | None
         targets.append(conf_dir / "model" / f"{name}.yaml")
     existing = [str(t) for t in targets if t.exists()]
     if existing:
-        raise ConfigError(f"{', '.join(existing)} already exist(s); rbln-build never overwrites a recipe. Choose another NAME.")
+        raise ConfigError(
+            f"{', '.join(existing)} already exist(s); rbln-build never overwrites a recipe. Choose another NAME."
+        )
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     seq = max_seq_len or min(int(text.get("max_position_embeddings") or _MAX_DEFAULT_SEQ), _MAX_DEFAULT_SEQ)
     project_root = recipes_dir.resolve().parent
@@ -97,11 +107,24 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add = sub.add_parser("add", help="write a recipe for a local HF checkpoint (no hub access)")
     add.add_argument("name", metavar="NAME", help="the recipe's name (its folder under recipes/)")
-    add.add_argument("--from", dest="source", required=True, type=Path, metavar="CHECKPOINT",
-                     help="a local HF checkpoint folder (config.json + *.safetensors)")
-    add.add_argument("--to", type=Path, default=None, metavar="RECIPES_DIR",
-                     help="the recipes folder (default: the project's recipes/)")
-    add.add_argument("--max-seq-len", type=int, default=None, help="build default (default: the config's, at most 8192)")
+    add.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        type=Path,
+        metavar="CHECKPOINT",
+        help="a local HF checkpoint folder (config.json + *.safetensors)",
+    )
+    add.add_argument(
+        "--to",
+        type=Path,
+        default=None,
+        metavar="RECIPES_DIR",
+        help="the recipes folder (default: the project's recipes/)",
+    )
+    add.add_argument(
+        "--max-seq-len", type=int, default=None, help="build default (default: the config's, at most 8192)"
+    )
     add.add_argument("--batch-size", type=int, default=1, help="build default (default 1)")
     opts = parser.parse_args(rest)
     project = find_project(chosen)
@@ -110,8 +133,10 @@ def main(argv: list[str]) -> int:
     elif project.marker is not None:
         recipes_dir, conf_dir = project.own_dirs()
     else:
-        raise ConfigError("no rbln-build project here (no rbln-build.yaml in this folder or above); run "
-                          "`rbln-build init` first, or give --to RECIPES_DIR.")
+        raise ConfigError(
+            "no rbln-build project here (no rbln-build.yaml in this folder or above); run "
+            "`rbln-build init` first, or give --to RECIPES_DIR."
+        )
     for path in add_recipe(opts.name, opts.source, recipes_dir, conf_dir, opts.max_seq_len, opts.batch_size):
         print(f"created {path}")
     print(f"Build it: rbln-build model={opts.name}   (or add {opts.name} to matrix.models)")

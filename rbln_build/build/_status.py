@@ -84,9 +84,15 @@ def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             out.append(f"build option {key} changed: {_show(old_opts.get(key))} -> {_show(new_opts.get(key))}")
     if not any(o.startswith("build option") for o in out) and old.get("attention") != new.get("attention"):
         out.append("build option changed (resolved attention options)")
-    for key, label in (("memory_budget", "budget"), ("kvcache_num_blocks", "kvcache_num_blocks"),
-                       ("device", "device"), ("npu", "npu"), ("num_devices", "num_devices"),
-                       ("backend", "backend"), ("recipe", "recipe")):
+    for key, label in (
+        ("memory_budget", "budget"),
+        ("kvcache_num_blocks", "kvcache_num_blocks"),
+        ("device", "device"),
+        ("npu", "npu"),
+        ("num_devices", "num_devices"),
+        ("backend", "backend"),
+        ("recipe", "recipe"),
+    ):
         if old.get(key) != new.get(key) or type(old.get(key)) is not type(new.get(key)):
             out.append(f"{label} changed: {_show(old.get(key))} -> {_show(new.get(key))}")
     old_tc, new_tc = old.get("toolchain"), new.get("toolchain") or {}
@@ -109,6 +115,7 @@ _CELL_AXES = ("memory_budget", "kvcache_num_blocks")
 def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[str]) -> dict[str, Any] | None:
     """For a new cell id: the old entry that differs from it only in budget or block count (one that
     left the matrix first: that is the one this cell replaces)."""
+
     def rest(i: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in i.items() if k not in _CELL_AXES}
 
@@ -120,8 +127,9 @@ def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[s
             return entry  # type: ignore[no-any-return]
     for entry in entries:  # same model and device: still the best explanation
         old = entry.get("inputs") or {}
-        if (old.get("model"), old.get("device")) == (inputs["model"], inputs["device"]) and \
-                old.get("build_options") == inputs["build_options"]:
+        if (old.get("model"), old.get("device")) == (inputs["model"], inputs["device"]) and old.get(
+            "build_options"
+        ) == inputs["build_options"]:
             return entry  # type: ignore[no-any-return]
     return None
 
@@ -161,8 +169,9 @@ def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus],
     return out, sorted(cid for cid in old_entries if cid not in ids)
 
 
-def _state(store: Store, cell: Cell, compiles: dict[str, str], old: dict[str, Any] | None,
-           entry_for: Any) -> tuple[str, str]:
+def _state(
+    store: Store, cell: Cell, compiles: dict[str, str], old: dict[str, Any] | None, entry_for: Any
+) -> tuple[str, str]:
     if cell.compile_key is not None:
         if cell.compile_key not in compiles:
             compiles[cell.compile_key] = entry_state(store, "compile", cell.compile_key)[0]
@@ -171,7 +180,10 @@ def _state(store: Store, cell: Cell, compiles: dict[str, str], old: dict[str, An
             failure = store.load_record("failures", cell.compile_key) if compiled == "missing" else None
             if failure is None or failure.get("retry", True):
                 what = "no compile entry in the cache" if compiled == "missing" else "the compile entry is damaged"
-                return COMPILE, what if failure is None else f"the compile failed before and is retried: {failure.get('error')}"
+                return (
+                    COMPILE,
+                    what if failure is None else f"the compile failed before and is retried: {failure.get('error')}",
+                )
     try:
         body = store.load_record("results", cell.cell_key)
         result = None if body is None else CellResult.from_json(body)
@@ -180,7 +192,8 @@ def _state(store: Store, cell: Cell, compiles: dict[str, str], old: dict[str, An
     if result is None or result.retry:
         return RESOLVE, "no stored result for this cell key" if result is None else f"retried: {result.error}"
     if result.ok:
-        state = entry_state(store, "artifacts", result.artifact_key)[0] if is_key(result.artifact_key) else "damaged"
+        key = result.artifact_key
+        state = entry_state(store, "artifacts", key)[0] if key is not None and is_key(key) else "damaged"
         if state != "ok":
             return FINALIZE, f"artifact {state}"
         link = store.root.parent / "artifacts" / cell.id
@@ -197,7 +210,9 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path) -> s
     for s in statuses:
         lines.append(f"{s.cell.ljust(width)}  {s.state.ljust(16)}  {'; '.join(s.reasons)}".rstrip())
     for cid in removed:
-        lines.append(f"{cid.ljust(width)}  {'removed'.ljust(16)}  no longer in the matrix (`rbln-build gc` removes its link)")
+        lines.append(
+            f"{cid.ljust(width)}  {'removed'.ljust(16)}  no longer in the matrix (`rbln-build gc` removes its link)"
+        )
     counts: dict[str, int] = {}
     for s in statuses:
         counts[s.state] = counts.get(s.state, 0) + 1
@@ -207,8 +222,8 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path) -> s
 
 
 def main(argv: list[str]) -> int:
-    from .cli import compose
     from ._matrix import expand_all
+    from .cli import compose
 
     as_json = "--json" in argv
     args = [a for a in argv if a != "--json"]
@@ -219,8 +234,13 @@ def main(argv: list[str]) -> int:
     statuses, removed = cell_statuses(build_dir, cells)
     clean = not removed and all(s.state == UP_TO_DATE for s in statuses)
     if as_json:
-        print(json.dumps({"up_to_date": clean, "cells": [s.to_json() for s in statuses], "removed": removed},
-                         indent=2, sort_keys=True))
+        print(
+            json.dumps(
+                {"up_to_date": clean, "cells": [s.to_json() for s in statuses], "removed": removed},
+                indent=2,
+                sort_keys=True,
+            )
+        )
     else:
         print(render(statuses, removed, build_dir))
     sys.stdout.flush()

@@ -51,8 +51,10 @@ def _header(path: Path) -> dict[str, Any]:
                 raise RecipeError(f"{path}: {size} bytes, too short for a safetensors file; the copy is partial.")
             (n,) = struct.unpack("<Q", raw)
             if n > _MAX_HEADER or 8 + n > size:
-                raise RecipeError(f"{path}: header of {n} bytes does not fit in the {size}-byte file; "
-                                  "the file is partial or not safetensors.")
+                raise RecipeError(
+                    f"{path}: header of {n} bytes does not fit in the {size}-byte file; "
+                    "the file is partial or not safetensors."
+                )
             header = json.loads(f.read(n))
     except OSError as exc:
         raise RecipeError(f"{path}: cannot read it ({exc.strerror}).") from None
@@ -69,8 +71,10 @@ def _header(path: Path) -> dict[str, Any]:
         except (KeyError, TypeError, ValueError, IndexError):
             raise RecipeError(f"{path}: tensor {name!r} has no valid data_offsets in the header.") from None
     if 8 + n + end != size:
-        raise RecipeError(f"{path}: the header describes {8 + n + end} bytes but the file has {size}; "
-                          "the file is partial (an interrupted copy?) or damaged. Copy it again.")
+        raise RecipeError(
+            f"{path}: the header describes {8 + n + end} bytes but the file has {size}; "
+            "the file is partial (an interrupted copy?) or damaged. Copy it again."
+        )
     return header
 
 
@@ -84,12 +88,16 @@ def _weight_files(directory: Path) -> list[Path]:
             raise RecipeError(f"{index}: not a valid safetensors index ({exc}); it needs a 'weight_map'.") from None
         for name in names:
             if "/" in name or "\\" in name or not (directory / name).is_file():
-                raise RecipeError(f"{directory / name}: listed in {index.name} but missing; the checkpoint is incomplete.")
+                raise RecipeError(
+                    f"{directory / name}: listed in {index.name} but missing; the checkpoint is incomplete."
+                )
         return [directory / n for n in names]
     files = sorted(directory.glob("*.safetensors"))
     if not files:
-        raise RecipeError(f"{directory}: no *.safetensors files (and no {INDEX_FILE}); point weights.path at a "
-                          "local HF checkpoint saved with safetensors.")
+        raise RecipeError(
+            f"{directory}: no *.safetensors files (and no {INDEX_FILE}); point weights.path at a "
+            "local HF checkpoint saved with safetensors."
+        )
     return files
 
 
@@ -114,28 +122,36 @@ def inspect_checkpoint(directory: Path, config: dict[str, Any] | None = None) ->
     floats = sorted({DTYPES[d] for d, _s, _f in tensors.values() if d in DTYPES})
     others = sorted({d for d, _s, _f in tensors.values() if d not in DTYPES})
     if len(floats) != 1 or others:
-        raise RecipeError(f"{directory}: weights in {', '.join(floats + others) or 'no dtype'}; rbln-build reads "
-                          "checkpoints in one of bfloat16, float16 or float32.")
+        raise RecipeError(
+            f"{directory}: weights in {', '.join(floats + others) or 'no dtype'}; rbln-build reads "
+            "checkpoints in one of bfloat16, float16 or float32."
+        )
     if config is not None:
         _check_against(directory, tensors, config)
     extra = [index] if index.is_file() else []
     return Checkpoint(directory, tuple(sorted(files + extra)), tensors, floats[0])
 
 
-def _check_against(directory: Path, tensors: dict[str, tuple[str, tuple[int, ...], str]], config: dict[str, Any]) -> None:
-    c = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+def _check_against(
+    directory: Path, tensors: dict[str, tuple[str, tuple[int, ...], str]], config: dict[str, Any]
+) -> None:
+    c: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
     embed = [n for n in tensors if n.endswith("embed_tokens.weight")]
     if not embed:
         raise RecipeError(f"{directory}: no '*embed_tokens.weight' tensor in the checkpoint; is it a decoder-only LM?")
     _dtype, shape, file = tensors[embed[0]]
     want = (c.get("vocab_size"), c.get("hidden_size"))
     if shape != want:
-        raise RecipeError(f"{directory / file}: {embed[0]} has shape {list(shape)} but config.json says "
-                          f"vocab_size x hidden_size = {list(want)}; the weights and config.json do not belong together.")
+        raise RecipeError(
+            f"{directory / file}: {embed[0]} has shape {list(shape)} but config.json says "
+            f"vocab_size x hidden_size = {list(want)}; the weights and config.json do not belong together."
+        )
     layers = {m.group(1) for m in map(_LAYER.search, tensors) if m is not None}
     if layers and len(layers) != c.get("num_hidden_layers"):
-        raise RecipeError(f"{directory}: the checkpoint has {len(layers)} layers but config.json says "
-                          f"num_hidden_layers = {c.get('num_hidden_layers')}; the weights and config.json do not belong together.")
+        raise RecipeError(
+            f"{directory}: the checkpoint has {len(layers)} layers but config.json says "
+            f"num_hidden_layers = {c.get('num_hidden_layers')}; the weights and config.json do not belong together."
+        )
 
 
 _memory_cache: dict[str, dict[str, Any]] = {}
