@@ -1,6 +1,6 @@
 """Ship the repository's conf/ and recipes/ inside the wheel as rbln_build/_data/{conf,recipes}.
 
-They stay at the repository root, where a clone's user edits them; ``rbln_build._shipped`` finds
+They stay at the repository root, where a clone's user edits them; ``rbln_build.memory._shipped`` finds
 the packaged copy in an installed wheel and the root folders in a clone or an editable install.
 Everything else is in pyproject.toml.
 """

@@ -82,7 +82,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [
             str(py),
             "-c",
-            "import rbln_build, rbln_build._shipped as s; print(rbln_build.__file__); print(s.shipped_dir('conf'))",
+            "import rbln_build, rbln_build.memory._shipped as s; print(rbln_build.__file__); print(s.shipped_dir('conf'))",
         ],
         cwd=base,
     ).stdout.split()

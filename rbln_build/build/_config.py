@@ -28,10 +28,10 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .._shipped import shipped_dir
 from ..errors import ConfigError, EstimateError
 from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
+from ..memory._shipped import shipped_dir
 
 __all__ = [
     "AttnImpl",

@@ -18,8 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .._shipped import shipped_dir
 from ..errors import ConfigError
+from ..memory._shipped import shipped_dir
 from ._project import MARKER
 
 __all__ = ["scaffold", "main"]

@@ -27,8 +27,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._shipped import shipped_dir
 from ..errors import ConfigError
+from ..memory._shipped import shipped_dir
 
 __all__ = ["Project", "MARKER", "PROJECT_ENV", "SHIPPED_ROOT", "find_project", "split_project_arg", "shipped_project"]
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from .._shipped import shipped_dir
 from ..errors import RecipeError
+from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
 

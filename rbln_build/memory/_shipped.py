@@ -14,7 +14,7 @@ from pathlib import Path
 __all__ = ["shipped_dir", "SHIPPED_NAMES"]
 
 SHIPPED_NAMES = ("conf", "recipes")
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # rbln_build/
 
 
 def shipped_dir(name: str) -> Path:
