@@ -154,7 +154,9 @@ def list_recipes(root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR) -> list[str]
     return sorted({p.name for r in _roots(root) if r.is_dir() for p in r.iterdir() if (p / "recipe.yaml").is_file()})
 
 
-def load_recipe(name: str, root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR, digest_cache: Path | None = None) -> Recipe:
+def load_recipe(
+    name: str, root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR, digest_cache: Path | None = None
+) -> Recipe:
     """The recipe ``name`` from the first of ``root`` (one folder, or several searched in order:
     a project's recipes/ before the shipped ones) that has it. ``digest_cache``: where the weights'
     stat-keyed digests are kept (``_checkpoint``); None keeps them in memory only."""
