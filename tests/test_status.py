@@ -243,3 +243,12 @@ def test_gc_and_doit_wait_for_the_build_lock(project: Path, command: list[str]) 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
+
+
+def test_a_damaged_result_record_is_a_re_resolve_and_is_not_removed(project: Path) -> None:
+    m = json.loads((project / "build" / "manifest.json").read_text())
+    record = project / "build" / "cache" / "results" / f"{m['cells']['llama3_2_1b.rebel100.b0.3']['cell_key']}.json"
+    record.write_text(record.read_text().replace('"kvcache_num_blocks":32', '"kvcache_num_blocks":31'))
+    cell = status(project, code=1)["llama3_2_1b.rebel100.b0.3"]
+    assert cell["state"] == "would re-resolve" and cell["reasons"] == ["no stored result for this cell key"]
+    assert record.is_file()  # status reads the Store without changing it

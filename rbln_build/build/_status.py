@@ -32,7 +32,7 @@ from typing import Any
 
 from ._matrix import Cell
 from ._result import CellResult
-from ._store import ENTRY_FILE, FILES_DIR, Store, _meta_hash, _stats, content_hash, is_key
+from ._store import ENTRY_FILE, FILES_DIR, Store, _meta_hash, _result_hash, _stats, content_hash, is_key
 
 __all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main"]
 
@@ -65,6 +65,18 @@ def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] 
     if _stats(files) == record.get("stat") and record.get("meta_hash") == _meta_hash(meta):
         return "ok", meta
     return ("ok", meta) if content_hash(files, meta) == recorded else ("damaged", None)
+
+
+def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
+    """A record's body if it is there and intact, read-only (Store.load_record removes a damaged one)."""
+    try:
+        record = json.loads(store.record_path(kind, key).read_bytes())
+        body = record["result"]
+        if record["key"] != key or record["content_hash"] != _result_hash(body):
+            return None
+        return body  # type: ignore[no-any-return]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
 
 
 def _show(value: Any) -> str:
@@ -177,7 +189,7 @@ def _state(
             compiles[cell.compile_key] = entry_state(store, "compile", cell.compile_key)[0]
         compiled = compiles[cell.compile_key]
         if compiled != "ok":
-            failure = store.load_record("failures", cell.compile_key) if compiled == "missing" else None
+            failure = read_record(store, "failures", cell.compile_key) if compiled == "missing" else None
             if failure is None or failure.get("retry", True):
                 what = "no compile entry in the cache" if compiled == "missing" else "the compile entry is damaged"
                 return (
@@ -185,7 +197,7 @@ def _state(
                     what if failure is None else f"the compile failed before and is retried: {failure.get('error')}",
                 )
     try:
-        body = store.load_record("results", cell.cell_key)
+        body = read_record(store, "results", cell.cell_key)
         result = None if body is None else CellResult.from_json(body)
     except (OSError, TypeError, ValueError):
         result = None
