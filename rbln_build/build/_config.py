@@ -509,7 +509,7 @@ def settings_from_config(
                 "deployment: a deployment builds exactly its planned cells; model=, device= and budget= do not "
                 "apply to it (set them in conf/deployment/<name>.yaml)."
             )
-        deployment = deployment_from_config(str(choices.get("deployment")), cfg.deployment)
+        deployment = deployment_from_config(str(choices.get("deployment")), cfg.deployment, conf_dirs)
     build_dir = Path(str(cfg.build_dir))
     if cfg.recipes_dir is not None:
         explicit = Path(str(cfg.recipes_dir))
