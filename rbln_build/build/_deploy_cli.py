@@ -45,9 +45,11 @@ def _compose(overrides: list[str]) -> Any:
     from omegaconf.errors import OmegaConfBaseException
 
     from ._config import compose_settings
+    from ._project import find_project, split_project_arg
 
+    chosen, overrides = split_project_arg(overrides)
     try:
-        settings = compose_settings(overrides)
+        settings = compose_settings(overrides, project=find_project(chosen))
     except (HydraException, OmegaConfBaseException) as exc:
         cause = exc.__cause__
         detail = "" if cause is None or str(cause) in str(exc) else f"\n{str(cause).strip()}"

@@ -176,17 +176,19 @@ def _positive(where: str, value: Any, minimum: int = 1) -> int | None:
     return value  # type: ignore[no-any-return]
 
 
-def deployment_from_config(name: str, node: Any) -> Deployment:
-    """The composed ``deployment`` node -> a frozen Deployment. Raises ConfigError naming the key."""
+def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deployment:
+    """The composed ``deployment`` node -> a frozen Deployment. Raises ConfigError naming the key.
+    ``conf_dirs``: the config folders searched for models and devices (a project's, then the shipped)."""
+    dirs = {} if conf_dirs is None else {"conf_dir": conf_dirs}
     cfg = _checked(name, node)
-    device = _device(str(cfg.device), load_group_option("device", str(cfg.device), "deployment.device"))
+    device = _device(str(cfg.device), load_group_option("device", str(cfg.device), "deployment.device", **dirs))
     if not cfg.models:
         raise ConfigError(f"deployment.models ({name}): an empty list deploys nothing; list at least one model.")
     port = cfg.serve.port
     models: list[DeploymentModel] = []
     for i, m in enumerate(cfg.models):
         where = f"deployment.models[{i}]"
-        model = _model(str(m.model), load_group_option("model", str(m.model), f"{where}.model"))
+        model = _model(str(m.model), load_group_option("model", str(m.model), f"{where}.model", **dirs))
         label = str(m.name) if m.name is not None else model.name
         if not _NAME.fullmatch(label):
             raise ConfigError(f"{where}.name: {label!r} must be letters, digits, '_' or '-' (it names cells).")

@@ -221,7 +221,9 @@ def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
 
     if overrides is None:
         overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
-    settings = compose_settings(overrides)
+    from ._project import find_project
+
+    settings = compose_settings(overrides, project=find_project())
     build_dir, cells = expand_all([settings])
     build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
     return BuildRun(build_dir, cells, progress=settings.progress).namespace()

@@ -27,11 +27,13 @@ from typing import Any
 
 __all__ = ["main"]
 
-def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
+def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tuple[list[Any], list[BaseException], bool]:
+    """Compose ``args`` (Hydra overrides and flags) over ``project``'s configs: one BuildSettings
+    per Hydra job. The project's conf/ is the primary config folder; the shipped one follows."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
-    from ._config import CONF_DIR, register_configs, settings_from_config
+    from ._config import register_configs, settings_from_config
     from ..errors import RblnBuildError
 
     register_configs()
@@ -39,15 +41,17 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
     errors: list[BaseException] = []
     called = [False]
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    @hydra.main(version_base="1.3", config_path=str(project.primary_conf), config_name=project.config_name)
     def job(cfg: Any) -> None:
         called[0] = True
         try:
-            jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices)))
+            jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices), cwd=project.root,
+                                             conf_dirs=project.conf_dirs, recipe_dirs=project.recipe_dirs))
         except RblnBuildError as exc:
             errors.append(exc)
 
-    sys.argv[0] = "rbln-build"
+    searchpath = project.searchpath_override()
+    sys.argv = [prog, *args, *([searchpath] if searchpath else [])]
     try:
         job()
     except SystemExit as exc:  # Hydra printed a composition error: a configuration error, exit 2
@@ -133,6 +137,29 @@ def _build(jobs: list[Any]) -> int:
     return 1 if code or (records is not None and records.problems) else 0
 
 
+def compose(args: list[str], prog: str = "rbln-build") -> list[Any] | None:
+    """The project (``--project``, RBLN_BUILD_PROJECT or found from the current directory) and the
+    composed jobs; None when Hydra only printed something (--help, --cfg). Raises RblnBuildError."""
+    from ._project import find_project, split_project_arg
+
+    chosen, rest = split_project_arg(args)
+    project = find_project(chosen)
+    jobs, errors, called = _compose_jobs(project, rest, prog)
+    if errors:
+        raise errors[0]
+    return jobs if called else None
+
+
+# Subcommands that are not a build: name -> "module:function" (function(argv) -> exit status).
+SUBCOMMANDS = {
+    "status": "rbln_build.build._status:main",
+    "init": "rbln_build.build._init:main",
+    "diff": "rbln_build.build._diff:main",
+    "gc": "rbln_build.build._gc:main",
+    "recipe": "rbln_build.build._recipe_add:main",
+}
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] in (["plan"], ["serve-command"]) or (
@@ -152,11 +179,18 @@ def main() -> None:
         sys.exit(report_main(argv[1:]))
     from ..errors import RblnBuildError
 
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        module, func = SUBCOMMANDS[argv[0]].split(":")
+        try:
+            sys.exit(getattr(importlib.import_module(module), func)(argv[1:]))
+        except RblnBuildError as exc:
+            print(f"rbln-build {argv[0]}: {exc}", file=sys.stderr)
+            sys.exit(2)
     try:
-        jobs, errors, called = _compose_jobs()
-        if errors:
-            raise errors[0]
-        if not called:  # --help, --cfg, --info: Hydra printed what was asked
+        jobs = compose(argv)
+        if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             sys.exit(0)
         code = _build(jobs)
     except RblnBuildError as exc:
