@@ -1,9 +1,8 @@
-"""``python -m rbln_build.explain``: the same as ``rbln-build explain`` (rbln_build.memory.explain)."""
+"""``python -m rbln_build.explain``: the same as ``rbln-build explain`` (rbln_build.build._explain_cli)."""
 
 import sys
 
-from .memory.explain import main
-from .reporting import plot_explanation
+from .build._explain_cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:], plot_with=plot_explanation))
+    sys.exit(main(sys.argv[1:]))

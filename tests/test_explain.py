@@ -11,7 +11,7 @@ import sys
 import pytest
 from memory_helpers import _CACHE, inventory
 
-from rbln_build.memory import explain
+from rbln_build.build._explain_cli import main as explain_main
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,7 @@ def warm_cache(tmp_path, monkeypatch):
 
 
 def run(capsys, *argv):
-    code = explain.main(list(argv))
+    code = explain_main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -70,8 +70,8 @@ def test_help(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        pytest.param(["model=nope", "device=rebel100"], "unknown model 'nope'. Known models: gemma3_1b", id="model"),
-        pytest.param(["model=qwen3_8b", "device=nope"], "Known devices: atom_max, atom_max_x4, rebel100", id="device"),
+        pytest.param(["model=nope", "device=rebel100"], "explain model=: unknown model 'nope'; known: gemma3_1b", id="model"),
+        pytest.param(["model=qwen3_8b", "device=nope"], "known: atom_max, atom_max_x4, rebel100", id="device"),
         pytest.param(["device=rebel100"], "missing model=", id="missing"),
         pytest.param(["model=qwen3_8b", "device=rebel100", "colour=red"], "unknown option 'colour'", id="key"),
         pytest.param(["model=qwen3_8b", "device=rebel100", "batch_size=two"], "is not an integer", id="int"),
@@ -83,6 +83,19 @@ def test_errors_exit_2_without_traceback(capsys, argv, message):
     assert code == 2 and out == "" and message in err and "Traceback" not in err
 
 
+def test_a_model_configs_build_options_apply_as_in_a_build(capsys, tmp_path, monkeypatch):
+    # model= names a conf/model file (here a project's), whose build options apply before explain's own
+    (tmp_path / "rbln-build.yaml").write_text("{}\n")
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "qwen3_8b_bs1.yaml").write_text("recipe: qwen3_8b\nbatch_size: 1\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "model=qwen3_8b_bs1", "device=rebel100", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["attention"]["batch_size"] == 1 and data["num_full_blocks"] == 5
+    code, out, _ = run(capsys, "model=qwen3_8b_bs1", "device=rebel100", "batch_size=2", "--json")
+    assert code == 0 and json.loads(out)["attention"]["batch_size"] == 2  # the command line wins
+
+
 @pytest.mark.integration
 def test_module_entry_point_subprocess(warm_cache):
     env = {**os.environ, "RBLN_BUILD_CACHE": str(warm_cache), "HF_HUB_OFFLINE": "1"}
@@ -92,7 +105,7 @@ def test_module_entry_point_subprocess(warm_cache):
     assert json.loads(ok.stdout)["model"] == "tiny_qwen3"
     bad = subprocess.run([sys.executable, "-m", "rbln_build.explain", "model=x", "device=rebel100"],
                          capture_output=True, text=True, env=env)
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "Known models" in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "unknown model" in bad.stderr
 
 
 @pytest.mark.integration

@@ -169,10 +169,9 @@ def main() -> None:
 
         sys.exit(deploy_main(argv))
     if argv[:1] == ["explain"]:
-        from ..memory.explain import main as explain_main
-        from ..reporting import plot_explanation  # matplotlib is imported only to draw --plot
+        from ._explain_cli import main as explain_main
 
-        sys.exit(explain_main(argv[1:], plot_with=plot_explanation))
+        sys.exit(explain_main(argv[1:]))
     if argv[:1] == ["report"]:
         from ..reporting import main as report_main
 

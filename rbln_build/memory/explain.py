@@ -41,7 +41,8 @@ buffers per chiplet, KV-cache bytes per block, the full pool and the floor, the 
 needs, and the kvcache_num_blocks the estimator resolves at a few memory budgets.
 
 required:
-  model=NAME                 a recipe under recipes/ ({models})
+  model=NAME                 a model config under conf/model/, as in a build ({models});
+                             its build options apply, then the options below
   device=NAME                a device target under conf/device/ ({devices})
 
 options (defaults: the recipe's build section, then optimum-rbln's defaults for the NPU):
@@ -137,24 +138,39 @@ def explain(
     return explain_with_report(model, device, budgets, overrides)[0]
 
 
+# (model name, device name) -> (recipe, NPU name, number of devices, the model config's build options)
+Resolver = Callable[[str, str], "tuple[Recipe, str, int, dict[str, Any]]"]
+
+
+def _by_name(model: str, device: str) -> tuple[Recipe, str, int, dict[str, Any]]:
+    """Without configs: ``model`` is a recipe name and ``device`` a shipped conf/device file."""
+    if model not in list_recipes():
+        raise _UsageError(f"explain: unknown model '{model}'. Known models: {', '.join(list_recipes())}.")
+    npu_name, num_devices = load_device(device)
+    return load_recipe(model), npu_name, num_devices, {}
+
+
 def explain_with_report(
     model: str,
     device: str,
     budgets: tuple[object, ...] = DEFAULT_BUDGETS,
     overrides: dict[str, Any] | None = None,
+    resolve: Resolver | None = None,
 ) -> tuple[dict[str, Any], Any]:
-    """``explain``'s value and the AllocationReport it was computed from (for ``--plot``)."""
+    """``explain``'s value and the AllocationReport it was computed from (for ``--plot``).
+
+    ``resolve`` turns the names into a recipe and a device. The CLI passes the build's own config
+    loader (``model=`` is a conf/model file whose build options apply, as in a build; ``device=`` is
+    checked against the device schema; a project's configs come first)."""
     from ..estimator import Request, estimate
     from ..estimator._npu import resolve_npu
     from ._model import ACTIVATION_LIVE_SETS, build_report
     from ._spec import CompileSpec
 
-    if model not in list_recipes():
-        raise _UsageError(f"explain: unknown model '{model}'. Known models: {', '.join(list_recipes())}.")
-    recipe = load_recipe(model)
-    npu_name, num_devices = load_device(device)
+    recipe, npu_name, num_devices, model_options = (resolve or _by_name)(model, device)
     npu = resolve_npu(npu_name)
     opts = {k: recipe.build.get(k) for k in _BUILD_KEYS}
+    opts.update({k: v for k, v in model_options.items() if k in _BUILD_KEYS and v is not None})
     opts.update({k: v for k, v in (overrides or {}).items() if v is not None})
     if opts["batch_size"] is None or opts["max_seq_len"] is None:
         raise _UsageError(f"explain: recipe '{model}' has no build.batch_size/max_seq_len; pass them as options.")
@@ -305,7 +321,7 @@ def render(data: dict[str, Any]) -> str:
 PlotFn = Callable[[dict[str, Any], Any, Path], None]
 
 
-def main(argv: list[str], plot_with: PlotFn | None = None) -> int:
+def main(argv: list[str], plot_with: PlotFn | None = None, resolve: Resolver | None = None) -> int:
     """Entry point of ``rbln-build explain ARGS`` (``argv`` excludes the ``explain`` word).
 
     ``plot_with(data, report, path)`` draws ``--plot FILE``; the caller passes it (the CLI passes
@@ -328,7 +344,7 @@ def main(argv: list[str], plot_with: PlotFn | None = None) -> int:
         budgets = DEFAULT_BUDGETS
         if "budgets" in opts:
             budgets = tuple(_parse_budget(b) for b in opts["budgets"].split(","))
-        data, report = explain_with_report(opts["model"], opts["device"], budgets, overrides)
+        data, report = explain_with_report(opts["model"], opts["device"], budgets, overrides, resolve)
         if plot is not None:
             if plot_with is None:
                 raise _UsageError("explain: --plot is not available from this entry point; use rbln-build explain.")
