@@ -30,6 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ..estimator._budget import check_budget
 from ..errors import ConfigError, EstimateError
 from ..memory._recipes import DEFAULT_RECIPES_DIR
+from ._scale import CacheConf, ExecutorConf, Scale, scale_from_config
 
 __all__ = [
     "AttnImpl",
@@ -145,6 +146,9 @@ class BuildConf:
     build_dir: str = "build"  # relative to the current directory
     recipes_dir: Optional[str] = None  # null: the repository's recipes/
     progress: bool = True  # one line per compile and per cell
+    jobs: Optional[int] = None  # worker processes for compiles (null: the cores); see _scale
+    executor: ExecutorConf = field(default_factory=ExecutorConf)  # conf/executor/: local or ray
+    cache: CacheConf = field(default_factory=CacheConf)  # cache.remote: a shared second level
 
 
 _registered = False
@@ -242,6 +246,7 @@ class BuildSettings:
     build_dir: Path
     recipes_dir: Path
     progress: bool
+    scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.build._scale)
 
 
 def list_group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
@@ -481,6 +486,7 @@ def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = N
         build_dir=(build_dir if build_dir.is_absolute() else cwd / build_dir),
         recipes_dir=(recipes_dir if recipes_dir.is_absolute() else cwd / recipes_dir),
         progress=bool(cfg.progress),
+        scale=scale_from_config(cfg),
     )
 
 

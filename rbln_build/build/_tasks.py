@@ -25,10 +25,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from ._executors import Parallel, StoreRef
 from ._matrix import Cell
 from ._publish import collect, publish, write_summary
 from ._result import CompileOutcome
 from ._stages import build_cell, compile_done, compile_once, reusable
+from ._scale import Scale
 from ._store import Store
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
@@ -56,13 +58,16 @@ class BuildRun:
     """One run over a list of cells into one build directory: the doit tasks and what the run did
     (for its progress lines and summary only; no stage reads it)."""
 
-    def __init__(self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None) -> None:
+    def __init__(self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None,
+                 scale: Scale | None = None) -> None:
         self.build_dir = Path(build_dir)
         self.cells = cells
         self.progress = progress
         self.out = out or sys.stderr
         self.warnings: list[str] = []
-        self.store = Store(self.build_dir / "cache", warn=self._warn)
+        self.scale = scale or Scale()
+        self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
+        self.store: Store = self.ref.open(self._warn)
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
         for cell in cells:
             if cell.compile_key is not None:
@@ -70,6 +75,7 @@ class BuildRun:
         self.compiled: list[str] = []
         self.redone: set[str] = set()
         self.entries: list[dict[str, Any]] | None = None  # the published manifest entries
+        self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
 
     def _say(self, line: str) -> None:
         if self.progress:
@@ -124,6 +130,11 @@ class BuildRun:
         return ns
 
     def _compile(self, key: str, index: int) -> None:
+        done = None if self.parallel is None else self.parallel.compile_results.get(key)
+        if done is not None:  # compiled ahead of doit (its line is printed)
+            if done.fresh:
+                self.compiled.append(key)
+            return
         cell = self.compiles[key]
         assert cell.spec is not None
         label = f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
@@ -139,6 +150,8 @@ class BuildRun:
 
     def _cell(self, cell: Cell, index: int) -> None:
         self.redone.add(cell.id)
+        if self.parallel is not None and cell.id in self.parallel.cell_results:
+            return  # built ahead of doit (its line is printed)
         result = build_cell(self.store, cell)
         if result.ok:
             what = (f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
@@ -162,6 +175,8 @@ class BuildRun:
         removed = self.store.clean_temporaries()
         if removed:
             self._say(f"removed {removed} temporary file(s) left by an interrupted build")
+        self.parallel = Parallel(self.store, self.ref, self.scale, self.compiles, self.cells, self._say, self._warn)
+        self.parallel.run()
         return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
 
     def summary(self) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def _build(jobs: list[Any]) -> int:
         print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        build = BuildRun(build_dir, cells, progress=progress)
+        build = BuildRun(build_dir, cells, progress=progress, scale=jobs[0].scale)
         code = build.run()
         summary = build.summary()
         entries = build.entries or []
@@ -137,6 +137,9 @@ def main() -> None:
     except RblnBuildError as exc:
         print(f"rbln-build: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
+        print("rbln-build: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)
+        sys.exit(130)
     sys.exit(code)
 
 
