@@ -128,10 +128,41 @@ class Compiler(Protocol):
     def close(self, cancel: bool) -> None: ...
 
 
-def _worker_init() -> None:
+def _interrupt(*_: Any) -> None:
+    # Unwind once: a second signal (Ctrl-C reaches the worker, then the scheduler's SIGTERM) must not
+    # break into the `finally` blocks that are removing the Store's temporary folders.
+    signal.signal(signal.SIGINT, _ignore)  # not SIG_IGN: a signal already pending would raise OSError
+    signal.signal(signal.SIGTERM, _ignore)
+    raise KeyboardInterrupt
+
+
+def _ignore(*_: Any) -> None:
+    pass
+
+
+def _worker_init(parent: int) -> None:
     # SIGTERM (the scheduler stopping its workers) unwinds like Ctrl-C, so `finally` blocks remove
-    # the Store's temporary folders; SIGINT already does.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # the Store's temporary folders.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    # A build killed outright (SIGKILL) takes its workers with it, as a one-process build would die:
+    # what they leave is a .tmp-* folder that the next run removes. Linux: the kernel does it.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        import threading
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class LocalPool:
@@ -142,7 +173,7 @@ class LocalPool:
         self.jobs = jobs
         self.description = f"{jobs} worker process(es)"
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_worker_init)
+                                         initializer=_worker_init, initargs=(os.getpid(),))
 
     def submit_compile(self, key: str, spec: "CompileSpec", backend: str) -> "Future[CompileDone]":
         return self._pool.submit(compile_job, self.ref, key, spec, backend)
@@ -159,11 +190,12 @@ class LocalPool:
         for p in processes:
             if p.is_alive():
                 p.terminate()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 5  # a worker stuck in C code for longer is killed outright
         for p in processes:
             p.join(max(0.1, deadline - time.monotonic()))
             if p.is_alive():
                 p.kill()
+                p.join(5)
 
 
 class InlineCells:
@@ -233,6 +265,9 @@ class Parallel:
             compiler.close(cancel=True)
             if cell_runner is not compiler:
                 cell_runner.close(cancel=True)
+            # The workers are gone; what a killed one was writing is a .tmp-* folder of our own (the
+            # build lock is ours), never a half entry. Remove it now rather than at the next run.
+            self.store.clean_temporaries()
             raise
         compiler.close(cancel=False)
         if cell_runner is not compiler:

@@ -135,6 +135,8 @@ class BuildRun:
             if done.fresh:
                 self.compiled.append(key)
             return
+        if compile_done(self.store, key):  # in the Store already (doit's state did not know): nothing to do
+            return
         cell = self.compiles[key]
         assert cell.spec is not None
         label = f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
