@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
@@ -177,6 +178,9 @@ class BuildRun:
         removed = self.store.clean_temporaries()
         if removed:
             self._say(f"removed {removed} temporary file(s) left by an interrupted build")
+        probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
+        if probe is not None and not probe():
+            self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
         self.parallel = Parallel(self.store, self.ref, self.scale, self.compiles, self.cells, self._say, self._warn)
         self.parallel.run()
         return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
