@@ -292,7 +292,7 @@ class Parallel:
             done = worker_died(key, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip())
         for message in done.warnings:
             self.warn(message)
-        if done.error is not None and done.where == "-":
+        if done.error is not None and self.store.load_record("failures", key) is None:
             outcome = CompileOutcome(compile_key=key, error=done.error, error_kind=done.error_kind or "build_failed",
                                      retry=done.retry)
             try:

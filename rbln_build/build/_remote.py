@@ -39,7 +39,7 @@ from ..errors import CacheError
 from ._keys import canonical_json
 from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _tmp_name, content_hash
 
-__all__ = ["RemoteStore", "REMOTE_KINDS"]
+__all__ = ["RemoteStore", "REMOTE_KINDS", "pack_entry", "install_packed"]
 
 REMOTE_KINDS = ("compile", "artifacts")
 _TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
@@ -141,17 +141,10 @@ class RemoteStore(Store):
                 if actual != blob:
                     self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under")
                     return None
-                meta = _unpack(packed, tmp, key)
-                if meta is None or content_hash(tmp / FILES_DIR, meta) != recorded:
+                entry = _install(self, kind, key, packed, tmp, recorded)
+                if entry is None:
                     self._reject(kind, key, blob, f"its files do not match the recorded content hash {recorded}")
                     return None
-
-                def fill(files: Path) -> dict[str, Any]:
-                    files.rmdir()
-                    shutil.move(str(tmp / FILES_DIR), str(files))
-                    return meta  # type: ignore[return-value]
-
-                entry = Store.put(self, kind, key, fill)  # locally only: it is on the remote already
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.with_name(tmp.name + ".tar").unlink(missing_ok=True)
@@ -204,6 +197,43 @@ class RemoteStore(Store):
             raise
         except Exception as exc:
             self._unreachable(exc)
+
+
+def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | None:
+    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded``, make it the
+    local entry (never uploaded again: it came from elsewhere). None when it does not verify."""
+    meta = _unpack(packed, tmp, key)
+    if meta is None or content_hash(tmp / FILES_DIR, meta) != recorded:
+        return None
+
+    def fill(files: Path) -> dict[str, Any]:
+        files.rmdir()
+        shutil.move(str(tmp / FILES_DIR), str(files))
+        return meta  # type: ignore[return-value]
+
+    return Store.put(store, kind, key, fill)
+
+
+def pack_entry(entry: Entry, path: Path) -> bytes:
+    """The entry as tar bytes (what a Ray task sends back to the driver)."""
+    _pack(entry, path)
+    try:
+        return path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def install_packed(store: Store, kind: str, key: str, data: bytes, recorded: str | None) -> bool:
+    """Install an entry sent as tar bytes into ``store`` after verifying its content hash."""
+    tmp = _tmp_name(store.entry_path(kind, key))
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    packed = tmp.with_name(tmp.name + ".tar")
+    try:
+        packed.write_bytes(data)
+        return _install(store, kind, key, packed, tmp, recorded) is not None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        packed.unlink(missing_ok=True)
 
 
 def _makedirs(fs: Any, path: str) -> None:

@@ -14,6 +14,7 @@ never live here: fsspec and s3fs read them from the environment (``AWS_ACCESS_KE
 from __future__ import annotations
 
 import enum
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -98,6 +99,10 @@ def scale_from_config(cfg: Any) -> Scale:
     address = str(ex.address).strip()
     if not address:
         raise ConfigError("executor.address: empty; use local, auto or a cluster address such as 10.0.0.5:6379.")
+    kind = _value(ex, "kind")
+    if kind == "ray":
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("executor=ray: Ray is not installed; install it with: pip install 'rbln-build[ray]'")
     remote = cfg.cache.remote
     if remote is not None:
         remote = str(remote).rstrip("/")
@@ -106,6 +111,10 @@ def scale_from_config(cfg: Any) -> Scale:
             raise ConfigError(
                 f"cache.remote: expected an fsspec URL ({', '.join(s + '://...' for s in REMOTE_SCHEMES)}), got {remote!r}."
             )
+        if importlib.util.find_spec("fsspec") is None:
+            raise ConfigError("cache.remote: a remote cache needs fsspec; install it with: pip install 'rbln-build[remote]'")
+        if match.group(1) == "s3" and importlib.util.find_spec("s3fs") is None:
+            raise ConfigError("cache.remote: an s3:// cache needs s3fs; install it with: pip install 'rbln-build[remote]'")
         if re.search(r"://[^/]*@", remote):
             raise ConfigError(
                 "cache.remote: the URL holds credentials; give them through the environment "
@@ -113,7 +122,7 @@ def scale_from_config(cfg: Any) -> Scale:
             )
     return Scale(
         jobs=jobs,
-        executor=_value(ex, "kind"),
+        executor=kind,
         address=address,
         num_cpus=None if num_cpus is None else float(num_cpus),
         resources=tuple(sorted((str(k), float(v)) for k, v in resources.items())),
