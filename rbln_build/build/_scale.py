@@ -81,6 +81,13 @@ def _value(node: Any, key: str) -> Any:
     return value
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def scale_from_config(cfg: Any) -> Scale:
     """``jobs``, ``executor.*`` and ``cache.*`` of the composed config, checked. Raises ConfigError."""
     jobs = cfg.get("jobs")
@@ -101,7 +108,7 @@ def scale_from_config(cfg: Any) -> Scale:
         raise ConfigError("executor.address: empty; use local, auto or a cluster address such as 10.0.0.5:6379.")
     kind = _value(ex, "kind")
     if kind == "ray":
-        if importlib.util.find_spec("ray") is None:
+        if not _installed("ray"):
             raise ConfigError("executor=ray: Ray is not installed; install it with: pip install 'rbln-build[ray]'")
     remote = cfg.cache.remote
     if remote is not None:
@@ -111,9 +118,9 @@ def scale_from_config(cfg: Any) -> Scale:
             raise ConfigError(
                 f"cache.remote: expected an fsspec URL ({', '.join(s + '://...' for s in REMOTE_SCHEMES)}), got {remote!r}."
             )
-        if importlib.util.find_spec("fsspec") is None:
+        if not _installed("fsspec"):
             raise ConfigError("cache.remote: a remote cache needs fsspec; install it with: pip install 'rbln-build[remote]'")
-        if match.group(1) == "s3" and importlib.util.find_spec("s3fs") is None:
+        if match.group(1) == "s3" and not _installed("s3fs"):
             raise ConfigError("cache.remote: an s3:// cache needs s3fs; install it with: pip install 'rbln-build[remote]'")
         if re.search(r"://[^/]*@", remote):
             raise ConfigError(
