@@ -60,13 +60,14 @@ class BuildRun:
     (for its progress lines and summary only; no stage reads it)."""
 
     def __init__(self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None,
-                 scale: Scale | None = None) -> None:
+                 scale: Scale | None = None, publish: bool = True) -> None:
         self.build_dir = Path(build_dir)
         self.cells = cells
         self.progress = progress
         self.out = out or sys.stderr
         self.warnings: list[str] = []
         self.scale = scale or Scale()
+        self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
         self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
         self.store: Store = self.ref.open(self._warn)
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
@@ -164,6 +165,8 @@ class BuildRun:
         self._say(f"[cell {index}/{len(self.cells)}] {cell.id}: {what}")
 
     def _publish(self) -> None:
+        if not self.publish:
+            return
         self.entries = publish(self.build_dir, collect(self.store, self.cells))
 
     # -- a whole run ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    from . import _sweep
     from ._config import CONF_DIR, register_configs, settings_from_config
     from ..errors import RblnBuildError
 
@@ -39,6 +40,14 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def job(cfg: Any) -> None:
+        if _sweep.in_worker():  # a launcher runs this job in its own process: it builds its cells there
+            hc = HydraConfig.get()
+            try:
+                settings, error = settings_from_config(cfg, dict(hc.runtime.choices)), None
+            except RblnBuildError as exc:
+                settings, error = None, exc
+            _sweep.run_job(hc.job.num, list(hc.overrides.task), settings, error)
+            return
         called[0] = True
         try:
             jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices)))
@@ -46,12 +55,20 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
             errors.append(exc)
 
     sys.argv[0] = "rbln-build"
+    sweep = _sweep.begin()
     try:
         job()
     except SystemExit as exc:  # Hydra printed a composition error: a configuration error, exit 2
         if exc.code not in (0, None):
             raise SystemExit(2) from None
         raise
+    finally:
+        elsewhere = _sweep.finish(sweep)
+    if elsewhere:  # the launcher ran the jobs in other processes; they built, this merges
+        return elsewhere, errors, True
+    argv = sys.argv[1:]
+    if not called[0] and {"-m", "--multirun"} & set(argv) and not {"-h", "--help", "--hydra-help", "-c", "--cfg", "--info", "-i"} & set(argv):
+        raise _sweep.no_report_error(argv)
     return jobs, errors, called[0]
 
 
