@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ MATRIX = [
 
 
 def run(label: str, work: Path, *overrides: str, env: dict[str, str] | None = None) -> dict[str, object]:
-    build = work / label.replace(" ", "_").replace("=", "")
+    build = work / re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")  # a plain Hydra override value
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "rbln_build.build.cli", *MATRIX, f"build_dir={build}", *overrides],
                           cwd=work, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})

@@ -203,6 +203,7 @@ class InlineCells:
 
     def __init__(self, ref: StoreRef) -> None:
         self.ref = ref
+        self.description = "this process"
 
     def submit_cell(self, cell: "Cell") -> "Future[CellDone]":
         fut: Future[CellDone] = Future()
@@ -236,7 +237,7 @@ class Parallel:
         workers = self.scale.workers(max(len(keys), 1))
         if (not keys and not todo) or (self.scale.executor == "local" and workers <= 1):
             return  # nothing to do, or one worker: doit runs the stages in this process, in order
-        compiler, cell_runner = self._runners(workers)
+        compiler, cell_runner = self._runners(workers, bool(keys))
         self.say(f"[parallel] {len(keys)} compile key(s) and {len(todo)} cell(s) on {compiler.description}")
         index = {k: i for i, k in enumerate(self.compiles, 1)}
         cell_index = {c.id: i for i, c in enumerate(self.cells, 1)}
@@ -273,13 +274,16 @@ class Parallel:
         if cell_runner is not compiler:
             cell_runner.close(cancel=False)
 
-    def _runners(self, workers: int) -> tuple[Any, Any]:
-        if self.scale.executor == "ray":
+    def _runners(self, workers: int, compiles: bool) -> tuple[Any, Any]:
+        if self.scale.executor == "ray" and compiles:  # cells alone never start or join a cluster
             from ._ray import RayCompiler
 
             compiler = RayCompiler(self.ref, self.scale)
             cells = LocalPool(self.ref, self.scale.jobs) if (self.scale.jobs or 1) > 1 else InlineCells(self.ref)
             return compiler, cells
+        if self.scale.executor == "ray" and (self.scale.jobs or 1) <= 1:
+            inline = InlineCells(self.ref)
+            return inline, inline
         pool = LocalPool(self.ref, workers)
         return pool, pool
 

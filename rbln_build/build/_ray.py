@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ._executors import CompileDone, StoreRef, compile_job
 from ._result import CompileOutcome
+from ._store import Store
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
@@ -119,7 +120,8 @@ class RayCompiler:
                 from ._remote import install_packed
 
                 store = self.ref.open(lambda _msg: None)
-                if store.lookup("compile", key) is None and not install_packed(store, "compile", key, packed, recorded):
+                local = Store.lookup(store, "compile", key)  # this level only: the bytes are here
+                if local is None and not install_packed(store, "compile", key, packed, recorded):
                     done = CompileDone(key, None, False, done.elapsed_s, done.where,
                                        "the entry a Ray worker sent back fails its content hash; the next run retries it",
                                        "build_failed", True, done.warnings)
