@@ -42,15 +42,24 @@ MATRIX = [
 def run(label: str, work: Path, *overrides: str, env: dict[str, str] | None = None) -> dict[str, object]:
     build = work / re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")  # a plain Hydra override value
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "rbln_build.build.cli", *MATRIX, f"build_dir={build}", *overrides],
-                          cwd=work, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "rbln_build.build.cli", *MATRIX, f"build_dir={build}", *overrides],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
     took = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"{label}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
     summary = json.loads((build / "summary.json").read_text())
     print(f"  {label:<34} {took:7.1f} s   compiled {summary['compiled']}", flush=True)
-    return {"label": label, "wall_s": round(took, 2), "compiled": summary["compiled"],
-            "manifest": (build / "manifest.json").read_bytes().decode()}
+    return {
+        "label": label,
+        "wall_s": round(took, 2),
+        "compiled": summary["compiled"],
+        "manifest": (build / "manifest.json").read_bytes().decode(),
+    }
 
 
 def main() -> None:
@@ -59,14 +68,23 @@ def main() -> None:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray run")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rbln-bench-parallel-"))
-    ray_env = {"RAY_TMPDIR": str(work / "ray"), "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    ray_env = {
+        "RAY_TMPDIR": str(work / "ray"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
     (work / "ray").mkdir()
-    print(f"8 compile keys, 8 cells (torch.export of two tiny models); {os.cpu_count()} cores; "
-          f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"8 compile keys, 8 cells (torch.export of two tiny models); {os.cpu_count()} cores; "
+        f"load average before: {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     try:
         rows = [run("jobs=1", work, "jobs=1"), run("jobs=2", work, "jobs=2")]
         if not args.no_ray:
-            rows.append(run("executor=ray (local cluster)", work, "executor=ray", "executor.address=local", env=ray_env))
+            rows.append(
+                run("executor=ray (local cluster)", work, "executor=ray", "executor.address=local", env=ray_env)
+            )
         remote = f"cache.remote=file://{work / 'remote'}"
         rows.append(run("cold, filling cache.remote", work, "jobs=2", remote))
         rows.append(run("fresh build dir, from cache.remote", work, "jobs=2", remote))
@@ -78,9 +96,11 @@ def main() -> None:
         print(f"manifests identical across all runs: {len(manifests) == 1}")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
         if args.out:
-            result = {"machine": {"cores": os.cpu_count(), "python": platform.python_version()},
-                      "identical_manifests": len(manifests) == 1,
-                      "runs": [{k: v for k, v in r.items() if k != "manifest"} for r in rows]}
+            result = {
+                "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+                "identical_manifests": len(manifests) == 1,
+                "runs": [{k: v for k, v in r.items() if k != "manifest"} for r in rows],
+            }
             args.out.write_text(json.dumps(result, indent=2) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)

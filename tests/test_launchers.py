@@ -8,14 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_cli import check_ok, plans_build, rbln, summary  # noqa: F401 (a fixture)
 
 SWEEP = ["-m", "matrix=plans", "budget=0.3,0.5"]
 
 
 def test_joblib_launcher_builds_every_job_and_merges_the_basic_launchers_manifest(
-    plans_build: Path, tmp_path: Path  # noqa: F811
+    plans_build: Path,
+    tmp_path: Path,  # noqa: F811
 ) -> None:
     out = tmp_path / "build"
     proc = rbln([*SWEEP, "hydra/launcher=joblib", f"build_dir={out}"], cwd=tmp_path)
@@ -36,8 +36,9 @@ def test_a_launcher_whose_jobs_never_report_back_is_an_error(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_a_joblib_job_with_a_bad_value_fails_the_sweep_with_the_jobs_error(tmp_path: Path) -> None:
-    proc = rbln(["-m", "matrix=plans", "budget=0.3,bogus", "hydra/launcher=joblib", f"build_dir={tmp_path / 'b'}"],
-                cwd=tmp_path)
+    proc = rbln(
+        ["-m", "matrix=plans", "budget=0.3,bogus", "hydra/launcher=joblib", f"build_dir={tmp_path / 'b'}"], cwd=tmp_path
+    )
     check_ok(proc, 2)
     assert "rbln-build: sweep job 1 (matrix=plans budget=bogus" in proc.stderr
     assert "memory_budget 'bogus' is not a valid byte size" in proc.stderr

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from test_cli import PLANS, check_ok, manifest, rbln, summary
 
 SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"
@@ -49,7 +48,9 @@ def test_jobs_2_builds_what_jobs_1_builds_byte_for_byte(tmp_path: Path) -> None:
     lines = proc.stderr.splitlines()
     assert "[parallel] 4 compile key(s) and 8 cell(s) on 2 worker process(es)" in lines
     assert [ln for ln in lines if not LINE.fullmatch(ln)] == []  # whole lines only, none interleaved
-    assert sorted(ln.split("]")[0] for ln in lines if ln.startswith("[compile")) == [f"[compile {i}/4" for i in range(1, 5)]
+    assert sorted(ln.split("]")[0] for ln in lines if ln.startswith("[compile")) == [
+        f"[compile {i}/4" for i in range(1, 5)
+    ]
     again = rbln([*PLANS, "jobs=2", f"build_dir={two}"], cwd=tmp_path)  # a no-op starts no worker
     check_ok(again)
     assert "[parallel]" not in again.stderr and summary(two)["skipped"] == 7
@@ -59,9 +60,15 @@ def test_ctrl_c_stops_the_workers_keeps_whole_entries_and_the_next_run_resumes(t
     build = tmp_path / "build"
     # The RBLN-CR compiles linger; the RBLN-CA ones finish. Ctrl-C comes once both CA keys are in.
     env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_FAMILY="RBLN-CR")
-    proc = subprocess.Popen([sys.executable, "-m", "rbln_build.build.cli", *PLANS, SLOW, "jobs=2", f"build_dir={build}"],
-                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group, as a terminal's job is
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.build.cli", *PLANS, SLOW, "jobs=2", f"build_dir={build}"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group, as a terminal's job is
     assert proc.stderr is not None
     seen: list[str] = []
     deadline = time.time() + 300
@@ -89,7 +96,8 @@ def test_ctrl_c_stops_the_workers_keeps_whole_entries_and_the_next_run_resumes(t
     check_ok(again)
     assert summary(build)["compiled"] == 2  # only the interrupted keys
     assert sorted(p.name for p in (build / "cache" / "compile").iterdir()) == sorted(
-        {*done, *(e["compile_key"] for e in manifest(build)["cells"].values())})
+        {*done, *(e["compile_key"] for e in manifest(build)["cells"].values())}
+    )
 
 
 @pytest.mark.parametrize(

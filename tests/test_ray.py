@@ -6,17 +6,16 @@ process of the test). Without Ray, executor=ray is a configuration error naming 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from test_cli import PLANS, check_ok, manifest, plans_build, rbln, summary  # noqa: F401 (a fixture)
 
 SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"
@@ -24,24 +23,32 @@ SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"
 # the GCS on 127.0.0.1, no usage statistics. The subprocesses (builds, Ray nodes) inherit them.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 os.environ.update(LOOPBACK_ENV)
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning",
-                                        "ignore::ResourceWarning", "ignore::UserWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning", "ignore::PendingDeprecationWarning", "ignore::ResourceWarning", "ignore::UserWarning"
+)
 
 
 def test_executor_ray_without_ray_is_a_configuration_error_naming_the_extra(tmp_path: Path) -> None:
-    block = ("import sys\n"
-             "class NoRay:\n"
-             "    def find_spec(self, name, path=None, target=None):\n"
-             "        if name == 'ray' or name.startswith('ray.'):\n"
-             "            raise ModuleNotFoundError(name)\n"
-             "sys.meta_path.insert(0, NoRay())\n"
-             "from rbln_build.build.cli import main\n"
-             "sys.argv[1:] = sys.argv[1:]\n"
-             "main()\n")
+    block = (
+        "import sys\n"
+        "class NoRay:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ray' or name.startswith('ray.'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoRay())\n"
+        "from rbln_build.build.cli import main\n"
+        "sys.argv[1:] = sys.argv[1:]\n"
+        "main()\n"
+    )
     script = tmp_path / "noray.py"
     script.write_text(block)
-    proc = subprocess.run([sys.executable, str(script), *PLANS, "executor=ray", f"build_dir={tmp_path / 'b'}"],
-                          cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    proc = subprocess.run(
+        [sys.executable, str(script), *PLANS, "executor=ray", f"build_dir={tmp_path / 'b'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
     check_ok(proc, 2)
     assert "executor=ray: Ray is not installed; install it with: pip install 'rbln-build[ray]'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -76,8 +83,11 @@ def loopback_only() -> list[str]:
 
 
 @pytest.mark.slow
-def test_ray_local_cluster_builds_the_manifest_of_a_local_build(plans_build: Path, tmp_path: Path,  # noqa: F811
-                                                                 ray_env: dict[str, str]) -> None:
+def test_ray_local_cluster_builds_the_manifest_of_a_local_build(
+    plans_build: Path,
+    tmp_path: Path,  # noqa: F811
+    ray_env: dict[str, str],
+) -> None:
     out = tmp_path / "build"
     proc = rbln([*PLANS, "executor=ray", "executor.address=local", f"build_dir={out}"], cwd=tmp_path, env=ray_env)
     check_ok(proc)
@@ -104,13 +114,25 @@ def two_nodes(ray_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.Monke
         cluster.shutdown()
 
 
-def _kill_mid_compile(tmp_path: Path, cluster: Any, name: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def _kill_mid_compile(
+    tmp_path: Path, cluster: Any, name: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """A build on the cluster whose first compile lingers; its worker is SIGKILLed mid-compile."""
     once = tmp_path / "once"
     once.unlink(missing_ok=True)  # the next compile to start lingers (and writes its pid there)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    args = [sys.executable, "-m", "rbln_build.build.cli", *PLANS, SLOW, "executor=ray",
-            f"executor.address={cluster.address}", "+executor.resources.rbln_sdk=1", f"build_dir={tmp_path / name}", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "rbln_build.build.cli",
+        *PLANS,
+        SLOW,
+        "executor=ray",
+        f"executor.address={cluster.address}",
+        "+executor.resources.rbln_sdk=1",
+        f"build_dir={tmp_path / name}",
+        *extra,
+    ]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not (once.exists() and once.read_text()) and time.time() < deadline and proc.poll() is None:
@@ -127,7 +149,9 @@ def test_two_node_cluster_retries_a_killed_worker_and_fails_a_key_only_when_retr
     tmp_path: Path, two_nodes: Any
 ) -> None:
     reference = tmp_path / "reference"
-    check_ok(rbln([*PLANS, SLOW, "jobs=1", f"build_dir={reference}"], cwd=tmp_path, env={"RBLN_TEST_BACKEND_SLEEP_S": "0"}))
+    check_ok(
+        rbln([*PLANS, SLOW, "jobs=1", f"build_dir={reference}"], cwd=tmp_path, env={"RBLN_TEST_BACKEND_SLEEP_S": "0"})
+    )
     proc, bad = _kill_mid_compile(tmp_path, two_nodes, "retried")
     check_ok(proc)
     assert bad == []

@@ -6,23 +6,24 @@ rebuilt and re-uploaded; an unreachable remote warns once (or fails with cache.r
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
-import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from test_cli import PLANS, check_ok, rbln, summary
 
 pytest.importorskip("fsspec")
 
 
-def build(tmp_path: Path, name: str, remote: str, *extra: str, env: dict[str, str] | None = None
-          ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def build(
+    tmp_path: Path, name: str, remote: str, *extra: str, env: dict[str, str] | None = None
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = tmp_path / name
     proc = rbln([*PLANS, "jobs=1", f"build_dir={out}", f"cache.remote={remote}", *extra], cwd=tmp_path, env=env)
     return out, proc
@@ -43,7 +44,7 @@ def flip(data: bytes, how: str) -> bytes:
     if how == "truncate":
         return data[: len(data) // 2]
     middle = len(data) // 2
-    return data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1:]
+    return data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1 :]
 
 
 def test_a_second_build_dir_compiles_nothing(seeded: tuple[Path, Path], tmp_path: Path) -> None:
@@ -83,9 +84,22 @@ def test_a_damaged_remote_entry_is_reported_rebuilt_and_uploaded_again(
 def test_two_build_dirs_compiling_at_once_leave_one_consistent_entry_per_key(tmp_path: Path) -> None:
     remote = f"file://{tmp_path / 'remote'}"
     procs = [
-        subprocess.Popen([sys.executable, "-m", "rbln_build.build.cli", *PLANS, "jobs=1", f"build_dir={tmp_path / n}",
-                          f"cache.remote={remote}"], cwd=tmp_path, env=dict(os.environ, HF_HUB_OFFLINE="1"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rbln_build.build.cli",
+                *PLANS,
+                "jobs=1",
+                f"build_dir={tmp_path / n}",
+                f"cache.remote={remote}",
+            ],
+            cwd=tmp_path,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for n in ("a", "b")
     ]
     for p in procs:
@@ -117,8 +131,12 @@ def s3(tmp_path: Path) -> Iterator[tuple[dict[str, str], Any, Any]]:
     port = _free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     import s3fs

@@ -27,11 +27,12 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._result import CellResult, CompileOutcome
 from ._stages import build_cell, compile_done, compile_once, reusable
@@ -42,8 +43,17 @@ if TYPE_CHECKING:
     from ._matrix import Cell
     from ._scale import Scale
 
-__all__ = ["StoreRef", "CompileDone", "CellDone", "Compiler", "LocalPool", "Parallel", "compile_job", "cell_job",
-           "worker_died"]
+__all__ = [
+    "StoreRef",
+    "CompileDone",
+    "CellDone",
+    "Compiler",
+    "LocalPool",
+    "Parallel",
+    "compile_job",
+    "cell_job",
+    "worker_died",
+]
 
 
 @dataclass(frozen=True)
@@ -88,7 +98,7 @@ def _where() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def compile_job(ref: StoreRef, key: str, spec: "CompileSpec", backend: str) -> CompileDone:
+def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> CompileDone:
     """Compile one key into the Store at ``ref`` (any process). Failures are values, not raises."""
     started = time.perf_counter()
     warnings: list[str] = []
@@ -97,13 +107,14 @@ def compile_job(ref: StoreRef, key: str, spec: "CompileSpec", backend: str) -> C
     outcome = cached if cached is not None else compile_once(store, key, spec, backend)
     took = time.perf_counter() - started
     if isinstance(outcome, CompileOutcome):
-        return CompileDone(key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry,
-                           tuple(warnings))
+        return CompileDone(
+            key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry, tuple(warnings)
+        )
     assert isinstance(outcome, Entry)
     return CompileDone(key, outcome.meta["produced"], cached is None, took, _where(), warnings=tuple(warnings))
 
 
-def cell_job(ref: StoreRef, cell: "Cell") -> CellDone:
+def cell_job(ref: StoreRef, cell: Cell) -> CellDone:
     started = time.perf_counter()
     warnings: list[str] = []
     result = build_cell(ref.open(warnings.append), cell)
@@ -111,8 +122,16 @@ def cell_job(ref: StoreRef, cell: "Cell") -> CellDone:
 
 
 def worker_died(key: str, why: str) -> CompileDone:
-    return CompileDone(key, None, False, 0.0, "-", f"the worker compiling this key died ({why}); the next run retries it",
-                       "build_failed", True)
+    return CompileDone(
+        key,
+        None,
+        False,
+        0.0,
+        "-",
+        f"the worker compiling this key died ({why}); the next run retries it",
+        "build_failed",
+        True,
+    )
 
 
 # -- where the work runs ---------------------------------------------------------------------------
@@ -123,7 +142,7 @@ class Compiler(Protocol):
 
     description: str
 
-    def submit_compile(self, key: str, spec: "CompileSpec", backend: str) -> "Future[CompileDone]": ...
+    def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]: ...
 
     def close(self, cancel: bool) -> None: ...
 
@@ -172,13 +191,17 @@ class LocalPool:
         self.ref = ref
         self.jobs = jobs
         self.description = f"{jobs} worker process(es)"
-        self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_worker_init, initargs=(os.getpid(),))
+        self._pool = ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_init,
+            initargs=(os.getpid(),),
+        )
 
-    def submit_compile(self, key: str, spec: "CompileSpec", backend: str) -> "Future[CompileDone]":
+    def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         return self._pool.submit(compile_job, self.ref, key, spec, backend)
 
-    def submit_cell(self, cell: "Cell") -> "Future[CellDone]":
+    def submit_cell(self, cell: Cell) -> Future[CellDone]:
         return self._pool.submit(cell_job, self.ref, cell)
 
     def close(self, cancel: bool) -> None:
@@ -205,7 +228,7 @@ class InlineCells:
         self.ref = ref
         self.description = "this process"
 
-    def submit_cell(self, cell: "Cell") -> "Future[CellDone]":
+    def submit_cell(self, cell: Cell) -> Future[CellDone]:
         fut: Future[CellDone] = Future()
         fut.set_result(cell_job(self.ref, cell))
         return fut
@@ -223,9 +246,9 @@ class Parallel:
 
     store: Store
     ref: StoreRef
-    scale: "Scale"
-    compiles: dict[str, "Cell"]  # compile key -> a cell that needs it (its spec and backend)
-    cells: list["Cell"]
+    scale: Scale
+    compiles: dict[str, Cell]  # compile key -> a cell that needs it (its spec and backend)
+    cells: list[Cell]
     say: Callable[[str], None]
     warn: Callable[[str], None]
     compile_results: dict[str, CompileDone] = field(default_factory=dict)
@@ -279,7 +302,8 @@ class Parallel:
             from ._ray import RayCompiler
 
             compiler = RayCompiler(self.ref, self.scale)
-            cells = LocalPool(self.ref, self.scale.jobs) if (self.scale.jobs or 1) > 1 else InlineCells(self.ref)
+            jobs = self.scale.jobs or 1
+            cells = LocalPool(self.ref, jobs) if jobs > 1 else InlineCells(self.ref)
             return compiler, cells
         if self.scale.executor == "ray" and (self.scale.jobs or 1) <= 1:
             inline = InlineCells(self.ref)
@@ -287,7 +311,7 @@ class Parallel:
         pool = LocalPool(self.ref, workers)
         return pool, pool
 
-    def _compiled(self, key: str, fut: "Future[CompileDone]", i: int) -> None:
+    def _compiled(self, key: str, fut: Future[CompileDone], i: int) -> None:
         try:
             done = fut.result()
         except BrokenProcessPool as exc:
@@ -297,8 +321,9 @@ class Parallel:
         for message in done.warnings:
             self.warn(message)
         if done.error is not None and self.store.load_record("failures", key) is None:
-            outcome = CompileOutcome(compile_key=key, error=done.error, error_kind=done.error_kind or "build_failed",
-                                     retry=done.retry)
+            outcome = CompileOutcome(
+                compile_key=key, error=done.error, error_kind=done.error_kind or "build_failed", retry=done.retry
+            )
             try:
                 self.store.save_record("failures", key, outcome.to_json())
             except OSError:
@@ -314,7 +339,7 @@ class Parallel:
         else:
             self.say(f"{head}: {done.produced} from the cache in {done.elapsed_s:.1f}s")
 
-    def _finished(self, cell: "Cell", fut: "Future[CellDone]", i: int) -> None:
+    def _finished(self, cell: Cell, fut: Future[CellDone], i: int) -> None:
         try:
             done = fut.result()
             result = done.result
@@ -322,12 +347,16 @@ class Parallel:
                 self.warn(message)
         except Exception as exc:  # the worker died: the cell is not recorded; the next run redoes it
             result = CellResult(cell.cell_key, cell.compile_key).failed(
-                f"the worker building this cell died ({type(exc).__name__}); the next run retries it", "build_failed",
-                True)
+                f"the worker building this cell died ({type(exc).__name__}); the next run retries it",
+                "build_failed",
+                True,
+            )
         self.cell_results[cell.id] = result
         if result.ok:
-            what = (f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
-                    f"{result.produced}")
+            what = (
+                f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
+                f"{result.produced}"
+            )
         else:
             what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
         self.say(f"[cell {i}/{len(self.cells)}] {cell.id}: {what}")

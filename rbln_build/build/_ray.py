@@ -38,7 +38,7 @@ EXTRA_HINT = "pip install 'rbln-build[ray]'"
 BACKEND_RESOURCES: dict[str, dict[str, float]] = {"rbln": {"rbln_sdk": 1.0}}
 
 
-def resources_for(backend: str, scale: "Scale") -> dict[str, Any]:
+def resources_for(backend: str, scale: Scale) -> dict[str, Any]:
     """Ray options for one compile of ``backend``: num_cpus and custom resources."""
     from ..backends import get_backend
 
@@ -51,8 +51,9 @@ def resources_for(backend: str, scale: "Scale") -> dict[str, Any]:
     return {"num_cpus": num_cpus, "resources": declared}
 
 
-def _compile_task(key: str, spec: "CompileSpec", backend: str, remote: str | None,
-                  require: bool) -> tuple[CompileDone, bytes | None, str | None]:
+def _compile_task(
+    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool
+) -> tuple[CompileDone, bytes | None, str | None]:
     """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash)."""
     from ._remote import pack_entry
 
@@ -73,7 +74,7 @@ def _compile_task(key: str, spec: "CompileSpec", backend: str, remote: str | Non
 class RayCompiler:
     """Submits compile keys as Ray tasks; their futures land the entries in the driver's Store."""
 
-    def __init__(self, ref: StoreRef, scale: "Scale") -> None:
+    def __init__(self, ref: StoreRef, scale: Scale) -> None:
         try:
             import ray
         except ImportError:
@@ -97,23 +98,26 @@ class RayCompiler:
                     "`ray start --head`, or use executor.address=local for a cluster on this machine."
                 ) from None
             self.started = True
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
         self.description = f"Ray ({len(nodes)} node(s), {cpus:g} CPU(s))"
         self._task = ray.remote(_compile_task)
         self._refs: list[Any] = []
 
-    def submit_compile(self, key: str, spec: "CompileSpec", backend: str) -> "Future[CompileDone]":
+    def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         options = resources_for(backend, self.scale)
-        ref = self._task.options(max_retries=self.scale.max_retries, retry_exceptions=False,
-                                 name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
-                                 **options).remote(key, spec, backend, self.ref.remote, self.ref.require_remote)
+        ref = self._task.options(
+            max_retries=self.scale.max_retries,
+            retry_exceptions=False,
+            name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
+            **options,
+        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote)
         self._refs.append(ref)
         landed: Future[CompileDone] = Future()
         ref.future().add_done_callback(lambda f: self._land(key, f, landed))
         return landed
 
-    def _land(self, key: str, fut: "Future[Any]", landed: "Future[CompileDone]") -> None:
+    def _land(self, key: str, fut: Future[Any], landed: Future[CompileDone]) -> None:
         try:
             done, packed, recorded = fut.result()
             if packed is not None:
@@ -122,9 +126,17 @@ class RayCompiler:
                 store = self.ref.open(lambda _msg: None)
                 local = Store.lookup(store, "compile", key)  # this level only: the bytes are here
                 if local is None and not install_packed(store, "compile", key, packed, recorded):
-                    done = CompileDone(key, None, False, done.elapsed_s, done.where,
-                                       "the entry a Ray worker sent back fails its content hash; the next run retries it",
-                                       "build_failed", True, done.warnings)
+                    done = CompileDone(
+                        key,
+                        None,
+                        False,
+                        done.elapsed_s,
+                        done.where,
+                        "the entry a Ray worker sent back fails its content hash; the next run retries it",
+                        "build_failed",
+                        True,
+                        done.warnings,
+                    )
             elif done.error is not None:
                 outcome = CompileOutcome(key, done.error, done.error_kind or "build_failed", done.retry)
                 self.ref.open(lambda _msg: None).save_record("failures", key, outcome.to_json())

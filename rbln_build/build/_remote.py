@@ -32,8 +32,9 @@ import json
 import shutil
 import tarfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import CacheError
 from ._keys import canonical_json
@@ -90,7 +91,7 @@ class RemoteStore(Store):
 
     def _filesystem(self) -> tuple[Any, str]:
         if self._fs is None:
-            import fsspec
+            import fsspec  # type: ignore[import-untyped]
 
             scheme = self.url.split("://", 1)[0]
             try:
@@ -159,8 +160,10 @@ class RemoteStore(Store):
     def _reject(self, kind: str, key: str, blob: str | None, why: str) -> None:
         """A remote entry that fails verification: reported, removed remotely (so the rebuilt entry
         can be published under the same names), never used."""
-        self.warn(f"remote cache entry {self.url}/{kind}/{key} is corrupt ({why}); not used, it will be rebuilt "
-                  "and uploaded again")
+        self.warn(
+            f"remote cache entry {self.url}/{kind}/{key} is corrupt ({why}); not used, it will be rebuilt "
+            "and uploaded again"
+        )
         fs, base = self._filesystem()
         for path in [f"{base}/{kind}/{key}"] + ([f"{base}/blobs/{blob}"] if blob else []):
             try:
@@ -209,7 +212,7 @@ def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorde
     def fill(files: Path) -> dict[str, Any]:
         files.rmdir()
         shutil.move(str(tmp / FILES_DIR), str(files))
-        return meta  # type: ignore[return-value]
+        return meta
 
     return Store.put(store, kind, key, fill)
 

@@ -18,7 +18,7 @@ import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -41,26 +41,26 @@ class ExecutorConf:
     # ray only: "local" starts a private single-node cluster for this build; "auto" joins the running
     # cluster (RAY_ADDRESS or the one started on this machine); anything else is a cluster address.
     address: str = "local"
-    num_cpus: Optional[float] = None  # CPUs per compile task; null: the backend's own request (1)
-    resources: Dict[str, float] = field(default_factory=dict)  # more custom resources per compile task
+    num_cpus: float | None = None  # CPUs per compile task; null: the backend's own request (1)
+    resources: dict[str, float] = field(default_factory=dict)  # more custom resources per compile task
     max_retries: int = 3  # Ray re-runs a compile whose worker died this many times
 
 
 @dataclass
 class CacheConf:
-    remote: Optional[str] = None  # fsspec URL of a shared cache (file:///..., s3://bucket/prefix)
+    remote: str | None = None  # fsspec URL of a shared cache (file:///..., s3://bucket/prefix)
     require_remote: bool = False  # true: an unreachable remote fails the build (else: warn once, build locally)
 
 
 @dataclass(frozen=True)
 class Scale:
-    jobs: Optional[int] = None
+    jobs: int | None = None
     executor: str = "local"
     address: str = "local"
-    num_cpus: Optional[float] = None
+    num_cpus: float | None = None
     resources: tuple[tuple[str, float], ...] = ()
     max_retries: int = 3
-    remote: Optional[str] = None
+    remote: str | None = None
     require_remote: bool = False
 
     def workers(self, todo: int) -> int:
@@ -92,7 +92,9 @@ def scale_from_config(cfg: Any) -> Scale:
     """``jobs``, ``executor.*`` and ``cache.*`` of the composed config, checked. Raises ConfigError."""
     jobs = cfg.get("jobs")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise ConfigError(f"jobs: expected a positive number of worker processes (or null for the cores), got {jobs!r}.")
+        raise ConfigError(
+            f"jobs: expected a positive number of worker processes (or null for the cores), got {jobs!r}."
+        )
     ex = cfg.executor
     num_cpus = ex.num_cpus
     if num_cpus is not None and num_cpus <= 0:
@@ -119,9 +121,13 @@ def scale_from_config(cfg: Any) -> Scale:
                 f"cache.remote: expected an fsspec URL ({', '.join(s + '://...' for s in REMOTE_SCHEMES)}), got {remote!r}."
             )
         if not _installed("fsspec"):
-            raise ConfigError("cache.remote: a remote cache needs fsspec; install it with: pip install 'rbln-build[remote]'")
+            raise ConfigError(
+                "cache.remote: a remote cache needs fsspec; install it with: pip install 'rbln-build[remote]'"
+            )
         if match.group(1) == "s3" and not _installed("s3fs"):
-            raise ConfigError("cache.remote: an s3:// cache needs s3fs; install it with: pip install 'rbln-build[remote]'")
+            raise ConfigError(
+                "cache.remote: an s3:// cache needs s3fs; install it with: pip install 'rbln-build[remote]'"
+            )
         if re.search(r"://[^/]*@", remote):
             raise ConfigError(
                 "cache.remote: the URL holds credentials; give them through the environment "

@@ -30,8 +30,8 @@ from ._executors import Parallel, StoreRef
 from ._matrix import Cell
 from ._publish import collect, publish, write_summary
 from ._result import CompileOutcome
-from ._stages import build_cell, compile_done, compile_once, reusable
 from ._scale import Scale
+from ._stages import build_cell, compile_done, compile_once, reusable
 from ._store import Store
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]

@@ -3,9 +3,9 @@ machines: it reports every job done and runs none here, as a remote launcher loo
 (No `from __future__ import annotations`: Hydra loads this module outside sys.modules, where
 dataclasses cannot resolve string annotations.)"""
 
-
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
