@@ -159,7 +159,10 @@ def _ignore(*_: Any) -> None:
     pass
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, threads: int) -> None:
+    # N workers share the cores: torch's intra-op pool (sized from OMP_NUM_THREADS when it is first
+    # used) gets cores / N threads per worker, as Ray does for its tasks; a user's setting stands.
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     # SIGTERM (the scheduler stopping its workers) unwinds like Ctrl-C, so `finally` blocks remove
     # the Store's temporary folders.
     signal.signal(signal.SIGINT, _interrupt)
@@ -195,7 +198,7 @@ class LocalPool:
             max_workers=jobs,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_worker_init,
-            initargs=(os.getpid(),),
+            initargs=(os.getpid(), max(1, (os.cpu_count() or 1) // jobs)),
         )
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
