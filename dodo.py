@@ -5,9 +5,16 @@
     doit forget cell:qwen3_8b.rebel100.b0.3
     RBLN_BUILD_OVERRIDES="matrix=plans budget=0.3" doit list
 
-Build with `rbln-build` (it holds the build lock and prints the results table).
+Build with `rbln-build` (it holds the build lock and prints the results table). `doit run` (and
+every doit command that runs tasks or changes doit's state) takes the same lock, held until doit exits.
 """
 
+import sys
+from pathlib import Path
+
+from rbln_build.build._lock import lock_for_doit
 from rbln_build.build._tasks import dodo_namespace
 
-globals().update(dodo_namespace())
+_namespace = dodo_namespace()
+_LOCK = lock_for_doit(Path(_namespace["DOIT_CONFIG"]["dep_file"]).parent, sys.argv)
+globals().update(_namespace)

@@ -7,7 +7,7 @@ and the estimator (rbln_build.memory, rbln_build.estimator): the exact smallest 
 5, 6, 7 and 8 blocks fit, plus 100% of the device. Both approaches resolve every cell with the
 estimator and write the same five cell artifacts with the ``torch`` backend:
 
-* ours: compile once (one torch.export), then five finalizes (a hard link + rbln_config.json);
+* ours: compile once (one torch.export), then five finalizes (a hard link + rbln-build.json);
 * per-cell (what building each budget with optimum-rbln means): five compiles, one per cell.
 
 A warm-up compile runs first (untimed) so neither side pays the first-import cost.
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         per_s, per_exports, per_counts = run_per_cell(spec, budgets, root / "per_cell")
         assert ours_counts == per_counts, (ours_counts, per_counts)
         for i in range(len(budgets)):  # both ways produce byte-identical cells
-            for f in ("program.pt2", "rbln_config.json", "config.json"):
+            for f in ("program.pt2", "rbln-build.json", "config.json"):
                 a = (root / "ours" / f"cell{i}" / f).read_bytes()
                 assert a == (root / "per_cell" / f"cell{i}" / f).read_bytes(), f
         if args.verify:

@@ -10,7 +10,9 @@ Builds (once, if needed) the default matrix and a 1,000-cell matrix (5 large rec
 * a bare ``@hydra.main`` app that composes conf/config.yaml and returns -- Hydra's own start-up
   with our config (two compositions, as every Hydra app does);
 
-and reports medians and ratios. Every no-op run is checked: nothing compiled, nothing redone.
+and ``rbln-build status`` (the CI drift check: compose, expand, read the Store; no doit, no lock) on
+the same up-to-date build dirs, and reports medians and ratios. Every no-op run is checked: nothing
+compiled, nothing redone; every status run must exit 0 (everything up to date).
 """
 
 from __future__ import annotations
@@ -78,6 +80,17 @@ def noop_times(name: str, args: list[str], root: Path, repeat: int) -> list[floa
     return times
 
 
+def status_times(name: str, args: list[str], root: Path, repeat: int) -> list[float]:
+    build = root / name
+    times = []
+    for _ in range(repeat):
+        took, proc = timed([sys.executable, "-m", "rbln_build.build.cli", "status", *args, f"build_dir={build}"], REPO)
+        if proc.returncode != 0:
+            sys.exit(f"{name}: status says the build is not up to date:\n{proc.stdout[-2000:]}\n{proc.stderr}")
+        times.append(took)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=REPO / "build" / "bench")
@@ -93,6 +106,8 @@ def main() -> None:
     runs = {
         "no-op default matrix (18 cells)": noop_times("default", [], root, opts.repeat),
         "no-op 1,000-cell matrix": noop_times("k1000", K1000, root, opts.repeat),
+        "status default matrix (18 cells)": status_times("default", [], root, opts.repeat),
+        "status 1,000-cell matrix": status_times("k1000", K1000, root, opts.repeat),
     }
     base = statistics.median(baselines["import hydra, doit"])
     hydra_app = statistics.median(baselines["bare hydra app (our config)"])

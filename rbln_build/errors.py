@@ -14,7 +14,9 @@ Two families, kept apart as doit keeps ``InvalidTask`` apart from ``TaskFailed``
         │                          until an input changes; ``kind`` as in EstimateError
         ├── BackendUnavailable     a compile backend cannot run here (says what to install)
         ├── CacheError             a cache entry is unreadable or fails its hash
-        └── RuntimeLimitError      a generation request needs more KV blocks than the pool has
+        ├── RuntimeLimitError      a generation request needs more KV blocks than the pool has
+        └── IntegrityError         an artifact's program does not match its recorded sha256, or holds
+                                   content that would run code when loaded: refused before loading
 
 Every message says what failed, where (config key or file), what it got, and what to do next.
 The CLI prints ``str(error)`` without a traceback for any ``RblnBuildError``.
@@ -33,6 +35,7 @@ __all__ = [
     "BackendUnavailable",
     "CacheError",
     "RuntimeLimitError",
+    "IntegrityError",
 ]
 
 
@@ -92,3 +95,8 @@ class CacheError(BuildError):
 
 class RuntimeLimitError(BuildError):
     """A generation request needs more KV-cache blocks than the artifact's pool holds."""
+
+
+class IntegrityError(BuildError):
+    """An artifact fails its integrity check (a program's sha256, or content that would run code when
+    loaded); nothing was loaded."""

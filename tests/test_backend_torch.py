@@ -1,8 +1,10 @@
 """The torch backend: one export per compile key, self-contained deterministic cell artifacts,
-rbln_config.json in optimum-rbln key names, plans (never fake programs) for weightless recipes."""
+rbln-build.json in optimum-rbln key names (no rbln_config.json: a CPU program is not an optimum-rbln
+model), plans (never fake programs) for weightless recipes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -62,16 +64,17 @@ def test_two_budgets_of_one_compile_key_share_one_export() -> None:
     assert paged.export_count() == before  # finalize never exports
     assert c.exports == 1  # the one export of this compile key
     assert (low / "program.pt2").read_bytes() == (high / "program.pt2").read_bytes()
-    a = json.loads((low / "rbln_config.json").read_text())
-    b = json.loads((high / "rbln_config.json").read_text())
+    a = json.loads((low / "rbln-build.json").read_text())
+    b = json.loads((high / "rbln-build.json").read_text())
     assert (a["kvcache_num_blocks"], b["kvcache_num_blocks"]) == (5, 8)
     assert {k for k in a if a[k] != b[k]} == {"kvcache_num_blocks", "kv_pool"}
 
 
-def test_rbln_config_uses_optimum_rbln_names_and_records_the_npu() -> None:
+def test_the_cell_record_uses_optimum_rbln_names_and_records_the_npu_and_the_program_digest() -> None:
     cell = finalized("tiny_llama", 5)
-    cfg = json.loads((cell / "rbln_config.json").read_text())
-    assert cfg["artifact"] == "program"
+    cfg = json.loads((cell / "rbln-build.json").read_text())
+    assert cfg["artifact"] == "program" and cfg["format"] == "rbln-build/cell/1"
+    assert cfg["programs"] == {"program.pt2": hashlib.sha256((cell / "program.pt2").read_bytes()).hexdigest()}
     assert {
         k: cfg[k]
         for k in ("kvcache_num_blocks", "batch_size", "max_seq_len", "attn_impl", "kvcache_partition_len",
@@ -85,7 +88,7 @@ def test_rbln_config_uses_optimum_rbln_names_and_records_the_npu() -> None:
                               "dtype": "float32", "num_blocks": 5,
                               "layer_types": ["full_attention", "full_attention"]}
     assert json.loads((cell / "config.json").read_text()) == load_recipe("tiny_llama").hf_config
-    assert sorted(p.name for p in cell.iterdir()) == ["config.json", "program.pt2", "rbln_config.json"]
+    assert sorted(p.name for p in cell.iterdir()) == ["config.json", "program.pt2", "rbln-build.json"]
 
 
 def test_artifacts_hold_no_paths_and_are_self_contained(tmp_path) -> None:
@@ -154,6 +157,7 @@ def test_recipe_without_weights_yields_a_plan_not_a_program(tmp_path, monkeypatc
     assert result.produced == "plan"
     assert not (base / "program.pt2").exists()
     backend.finalize(spec, base, 6, cell)
-    cfg = json.loads((cell / "rbln_config.json").read_text())
+    cfg = json.loads((cell / "rbln-build.json").read_text())
     assert cfg["artifact"] == "plan" and cfg["kvcache_num_blocks"] == 6 and cfg["npu"] == "RBLN-CA25"
-    assert sorted(p.name for p in cell.iterdir()) == ["config.json", "rbln_config.json"]
+    assert cfg["programs"] == {}
+    assert sorted(p.name for p in cell.iterdir()) == ["config.json", "rbln-build.json"]  # no rbln_config.json

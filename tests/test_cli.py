@@ -94,7 +94,9 @@ def test_fresh_build(plans_build: Path) -> None:
             continue
         assert e["produced"] == "plan"
         art = plans_build / e["artifact"]["path"]
-        config = json.loads((art / "rbln_config.json").read_text())
+        assert not (art / "rbln_config.json").exists()  # a plan is nothing optimum-rbln could load
+        config = json.loads((art / "rbln-build.json").read_text())
+        assert config["artifact"] == "plan" and config["programs"] == {}
         assert config["kvcache_num_blocks"] == e["kvcache_num_blocks"] > 0
         assert config["npu"] == e["inputs"]["npu"]
     assert not (plans_build / "artifacts" / "qwen3_8b.atom_max_x4.b0.3").exists()
@@ -136,7 +138,7 @@ def test_corrupted_cache_entries_are_detected_and_rebuilt(plans_build: Path, tmp
     cell = before["cells"]["qwen3_8b.rebel100.b0.3"]
     report = build / "cache" / "compile" / cell["compile_key"] / "files" / "report.json"
     report.write_text(report.read_text().replace("1", "2", 1))
-    artifact = (build / cell["artifact"]["path"] / "rbln_config.json").resolve()
+    artifact = (build / cell["artifact"]["path"] / "rbln-build.json").resolve()
     artifact.write_text(artifact.read_text().replace('"kvcache_num_blocks": 21', '"kvcache_num_blocks": 40'))
     proc = rbln([*PLANS, f"build_dir={build}"], cwd=tmp_path)
     check_ok(proc)
@@ -144,7 +146,7 @@ def test_corrupted_cache_entries_are_detected_and_rebuilt(plans_build: Path, tmp
     s = summary(build)
     assert s["compiled"] == 1 and "qwen3_8b.rebel100.b0.3" in s["redone_cells"]
     assert manifest(build) == before
-    config = json.loads((build / cell["artifact"]["path"] / "rbln_config.json").read_text())
+    config = json.loads((build / cell["artifact"]["path"] / "rbln-build.json").read_text())
     assert config["kvcache_num_blocks"] == 21
 
 
@@ -359,7 +361,8 @@ def test_default_matrix_builds_then_noops(tmp_path: Path) -> None:
         assert low["num_min_blocks"] <= low["kvcache_num_blocks"] < whole["kvcache_num_blocks"] == whole["num_full_blocks"]
     for cid, e in cells.items():
         if e["status"] == "ok":
-            config = json.loads((build / e["artifact"]["path"] / "rbln_config.json").read_text())
+            assert not (build / e["artifact"]["path"] / "rbln_config.json").exists()
+            config = json.loads((build / e["artifact"]["path"] / "rbln-build.json").read_text())
             assert config["kvcache_num_blocks"] == e["kvcache_num_blocks"] > 0
             assert config["npu"] == e["inputs"]["npu"]
     modules = tmp_path / "modules.txt"

@@ -14,8 +14,8 @@ SWEEP = ["-m", "matrix=plans", "budget=0.3,0.5"]
 
 
 def test_joblib_launcher_builds_every_job_and_merges_the_basic_launchers_manifest(
-    plans_build: Path,
-    tmp_path: Path,  # noqa: F811
+    plans_build: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     out = tmp_path / "build"
     proc = rbln([*SWEEP, "hydra/launcher=joblib", f"build_dir={out}"], cwd=tmp_path)

@@ -1,6 +1,8 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    build      -> backends, memory, estimator, errors
+    build      -> deploy, reporting, backends, memory, estimator, errors
+    deploy     -> estimator, errors           (the co-location planner: pure arithmetic over reports)
+    reporting  -> estimator, errors           (reads manifests and compile entries as files)
     backends   -> memory, estimator, errors
     memory     -> estimator, errors
     estimator  -> errors
@@ -26,7 +28,9 @@ ALLOWED = {
     "estimator": {"errors"},
     "memory": {"estimator", "errors"},
     "backends": {"memory", "estimator", "errors"},
-    "build": {"backends", "memory", "estimator", "errors"},
+    "deploy": {"estimator", "errors"},
+    "reporting": {"estimator", "errors"},
+    "build": {"deploy", "reporting", "backends", "memory", "estimator", "errors"},
 }
 ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "__init__.py", "errors.py"}  # top-level modules
 

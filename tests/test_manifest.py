@@ -47,6 +47,7 @@ def test_ok_entry() -> None:
         pytest.param("qwen3_8b.atom_max_x4.b0.3", "other-kind", "failed", id="expected-other-kind"),
         pytest.param("qwen3_8b.atom_max_x4.b0.3", "ok", "unexpected_success", id="unexpected-success"),
         pytest.param("qwen3_8b.rebel100.b0.5", None, "failed", id="not-built"),
+        pytest.param("qwen3_8b.atom_max_x4.b0.3", None, "failed", id="expected-but-not-built"),
     ],
 )
 def test_status(cell_id: str, result: str | None, status: str) -> None:

@@ -84,8 +84,8 @@ def loopback_only() -> list[str]:
 
 @pytest.mark.slow
 def test_ray_local_cluster_builds_the_manifest_of_a_local_build(
-    plans_build: Path,
-    tmp_path: Path,  # noqa: F811
+    plans_build: Path,  # noqa: F811
+    tmp_path: Path,
     ray_env: dict[str, str],
 ) -> None:
     out = tmp_path / "build"

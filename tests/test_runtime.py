@@ -60,7 +60,7 @@ def test_small_pool_generates_exactly_hf_greedy_tokens(small_pool) -> None:
 
 def test_the_pool_has_exactly_kvcache_num_blocks(small_pool) -> None:
     name, artifact, _, n = small_pool
-    cfg = json.loads((artifact.path / "rbln_config.json").read_text())
+    cfg = json.loads((artifact.path / "rbln-build.json").read_text())
     assert cfg["kvcache_num_blocks"] == n
     assert artifact.num_blocks == n
     assert {tuple(p.shape) for p in artifact.pools} == {(n, cfg["kv_pool"]["kv_heads"], 1024, 32)}
@@ -129,22 +129,23 @@ def test_page_table_shares_one_free_list() -> None:
     assert pages.tensor([1]).tolist() == [[2, 0]]
 
 
-def test_a_corrupt_program_is_a_build_error(tmp_path) -> None:
+def test_a_corrupt_program_is_refused_before_it_is_loaded(tmp_path) -> None:
     import shutil
 
-    from rbln_build.errors import BuildError
+    from rbln_build.errors import IntegrityError
 
     cell = tmp_path / "cell"
     shutil.copytree(finalized("tiny_llama", 5), cell)
     (cell / "program.pt2").unlink()
     (cell / "program.pt2").write_bytes(b"not a zip")
-    artifact = load_artifact(cell)  # the program loads lazily, on the first request that fits
-    with pytest.raises(BuildError, match="cannot load the exported program"):
-        artifact.generate([[1]], max_new_tokens=1)
+    with pytest.raises(IntegrityError, match="does not match .* recorded in rbln-build.json"):
+        load_artifact(cell)
 
 
 def test_a_plan_cannot_be_run(tmp_path) -> None:
-    (tmp_path / "rbln_config.json").write_text(json.dumps({"artifact": "plan", "kvcache_num_blocks": 5}))
+    (tmp_path / "rbln-build.json").write_text(
+        json.dumps({"format": "rbln-build/cell/1", "artifact": "plan", "kvcache_num_blocks": 5, "programs": {}})
+    )
     with pytest.raises(UserError, match="resolved plan, not a compiled program"):
         load_artifact(tmp_path)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import abc
 import functools
 import importlib
-import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -24,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..memory import CompileSpec
 from ..estimator._report import AllocationReport
+from ..memory import CompileSpec
+from ._record import record_for, write_json, write_record
 
 __all__ = [
     "CompileSpec",
@@ -35,7 +35,6 @@ __all__ = [
     "backend_path",
     "BACKENDS",
     "write_json",
-    "rbln_config_for",
     "compile_plan",
     "finalize_plan",
 ]
@@ -50,7 +49,7 @@ BACKENDS = {
 @dataclass(frozen=True)
 class CompileResult:
     report: AllocationReport
-    produced: str  # "program": a runnable compiled artifact; "plan": a resolved plan, no program
+    produced: str  # "program": a CPU program (torch); "rbln": compiled NPU models; "plan": no program
 
 
 class Backend(abc.ABC):
@@ -68,34 +67,11 @@ class Backend(abc.ABC):
     def finalize(self, spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
         """Write the cell artifact with a KV pool of exactly ``num_blocks`` blocks into ``out_dir``.
 
-        Must write ``rbln_config.json`` (optimum-rbln key names, the resolved count, and ``npu``).
+        Must write ``rbln-build.json`` (``_record.record_for``: optimum-rbln key names, the resolved
+        count, the target NPU, what the artifact is and the sha256 of its programs). Only a cell that
+        optimum-rbln can load holds an ``rbln_config.json``, exactly as optimum-rbln writes it.
+        A count the inputs cannot give raises ``InputFailure`` (stored, not retried).
         """
-
-
-def write_json(path: Path, value: Any) -> None:
-    """Deterministic JSON (sorted keys, fixed indent, trailing newline): artifacts are compared by hash."""
-    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def rbln_config_for(spec: CompileSpec, num_blocks: int, artifact: str) -> dict[str, Any]:
-    """``rbln_config.json`` in optimum-rbln 0.12.0 key names, plus ``npu`` and what was produced."""
-    att = spec.attention
-    archs = spec.recipe.hf_config.get("architectures") or []
-    return {
-        "artifact": artifact,  # "program" or "plan"
-        "cls_name": f"RBLN{archs[0]}Config" if archs else None,
-        "kvcache_num_blocks": num_blocks,
-        "batch_size": att.batch_size,
-        "max_seq_len": att.max_seq_len,
-        "attn_impl": att.attn_impl,
-        "kvcache_partition_len": att.kvcache_partition_len,
-        "kvcache_block_size": att.kvcache_block_size,
-        "prefill_chunk_size": att.prefill_chunk_size,
-        "num_devices": spec.num_devices,  # 0.12 name; tensor_parallel_size is its deprecated alias
-        "npu": spec.npu.name,  # the target NPU (optimum-rbln 0.12 does not record it)
-        "dtype": spec.recipe.dtype,
-        "recipe": spec.recipe.name,
-    }
 
 
 def compile_plan(spec: CompileSpec, out_dir: Path, **baseline: Any) -> CompileResult:
@@ -113,8 +89,9 @@ def compile_plan(spec: CompileSpec, out_dir: Path, **baseline: Any) -> CompileRe
 
 
 def finalize_plan(spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
-    """The cell of a plan: ``rbln_config.json`` with ``"artifact": "plan"`` and the HF config, no program."""
-    write_json(out_dir / "rbln_config.json", rbln_config_for(spec, num_blocks, "plan"))
+    """The cell of a plan: ``rbln-build.json`` with ``"artifact": "plan"`` and the HF config, no program
+    (and no ``rbln_config.json``, so no loader takes it for a compiled model)."""
+    write_record(out_dir, record_for(spec, num_blocks, "plan", programs={}))
     shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
 
 
@@ -134,7 +111,7 @@ def backend_path(name: str) -> str:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_backend(name: str) -> Backend:
     """The backend instance for a short name or a ``module:Class`` import path (one per process)."""
     path = backend_path(name)

@@ -1,23 +1,33 @@
 """The ``rbln`` backend: the real Rebellions compiler through optimum-rbln 0.12.0.
 
-Needs ``rebel`` (rebel-compiler, from Rebellions' SDK) and ``optimum.rbln``
-(``pip install optimum-rbln==0.12.0``). Without them, constructing the backend raises
-``BackendUnavailable`` saying what to install.
+Needs ``rebel`` (rebel-compiler, from Rebellions' SDK) and ``optimum.rbln`` (optimum-rbln 0.12.0;
+``INSTALL_HINT`` says how). Without them, constructing the backend raises ``BackendUnavailable``.
 
-compile (once per compile key): optimum-rbln compiles the model with ``kvcache_num_blocks``
-unset (auto: it sizes the KV buffers for the NPU it was told about), ``save_pretrained`` writes
-``prefill.rbln``, ``decoder_batch_<b>.rbln``, ``rbln_config.json`` and ``config.json``. The
-AllocationReport is read back from the compiled models, exactly what optimum-rbln's estimator
-reads: ``get_alloc_per_chiplet_by_key()`` of every graph (non-KV bytes per node and chiplet),
-``exp_get_dram_tensor_sizes()`` of the prefill graph (each KV tensor at the compiled block count)
-and the ``can_resize`` of each entry of ``cache_metas`` (a full-attention cache compiled with auto
-blocks; sliding-window caches are fixed). ``current_blocks`` is the compiled block count.
+compile (once per compile key): ``RBLNAutoModelForCausalLM.from_pretrained(folder, export=True,
+rbln_config={...}, dtype=<recipe dtype>)`` with the resolved attention options, ``num_devices``, the
+target ``npu`` and ``kvcache_num_blocks`` unset, saved into the baseline (``model_save_dir``). The folder holds the
+recipe's ``config.json`` (what the compile key was built from) and the weights: a local checkpoint's
+``*.safetensors`` (linked, never its own config.json), or seeded weights saved once. optimum-rbln
+then does what it always does: flash attention compiles each full-attention cache with one block
+(``is_auto``) and grows it to the count that fits 100% of the target NPU; eager attention compiles
+the full pool, fixed. When not even the floor fits, optimum-rbln raises "Insufficient memory for the
+required KV cache ..." during the compile; that becomes ``InputFailure(kind="insufficient_memory")``
+with the same message (the estimator's wording and numbers), stored by the build and not retried.
 
-finalize (once per cell): the caller has already resolved ``num_blocks`` against the cell's
-budget and target NPU (the estimator over this report, which is what ``--set-memory-budget``
-does); finalize only rescales the resizable buffers of every graph with
-``exp_rescale_buffer_size({name: (target, current)})``, saves them, and writes rbln_config.json
-with ``kvcache_num_blocks`` = target and ``npu`` = the target NPU (optimum-rbln 0.12 forgets it).
+The AllocationReport is read back from the compiled models, as optimum-rbln's estimator reads them:
+``get_alloc_per_chiplet_by_key()`` of every graph (without ``DramTensor``), ``exp_get_dram_tensor_sizes()``
+of ``prefill``, each cache's ``can_resize`` from ``cache_metas``, and ``current_blocks`` = the compiled
+``kvcache_num_blocks``.
+
+finalize (once per cell), as optimum-rbln's ``--set-kvcache-num-blocks`` does, with its checks made
+errors: the compiled ``*.rbln`` files are verified against their sha256 (recorded at compile), the
+count must be at least ``num_min_blocks``, and a baseline with no resizable cache (eager, or
+``is_auto`` false) can only give the count it was compiled with: any other count is an
+``InputFailure`` (``kv_cache_not_resizable``), never a cell whose buffers disagree with its config.
+Resizable buffers are rescaled with ``exp_rescale_buffer_size({name: (target, current)})``, the
+models saved, and ``rbln_config.json`` written by optimum-rbln's own config class (so it holds
+exactly what optimum-rbln writes). rbln-build's record (target NPU, programs' sha256, ``"artifact":
+"rbln"``) goes to ``rbln-build.json``.
 
 Recipes without weights resolve a plan from the memory model, as with the ``torch`` backend.
 """
@@ -27,21 +37,35 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
+import re
 import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendUnavailable, BuildError
+from ..errors import BackendUnavailable, BuildError, InputFailure, RecipeError
 from ..estimator._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
-from ._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for
+from ._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
+from ._record import record_for, sha256_file, verify_programs, write_json, write_record
 
 __all__ = ["RblnBackend", "INSTALL_HINT", "report_from_compiled"]
 
 INSTALL_HINT = (
-    "install optimum-rbln 0.12.0 (`pip install optimum-rbln==0.12.0`) and the rebel-compiler wheel from "
-    "Rebellions' RBLN SDK (https://docs.rbln.ai), or use the embedded backend: matrix.backend=torch"
+    "install the Rebellions SDK side: the rebel-compiler wheel from Rebellions' RBLN SDK (https://docs.rbln.ai), "
+    "and optimum-rbln 0.12.0 with the PyTorch CPU index for its +cpu pins: "
+    "`pip install optimum-rbln==0.12.0 --extra-index-url https://download.pytorch.org/whl/cpu` "
+    "(a plain `pip install optimum-rbln==0.12.0` cannot resolve torchaudio==2.11.0+cpu); "
+    "or use the embedded backend: matrix.backend=torch"
+)
+BASELINE_FILE = "baseline.json"
+REPORT_FILE = "report.json"
+_OWN_FILES = (BASELINE_FILE, REPORT_FILE)  # ours, in the baseline only; never copied into a cell
+# optimum-rbln 0.12.0's compile-time error (modeling_attention_utils.py), worded as the estimator's.
+_INSUFFICIENT = re.compile(
+    r"Insufficient memory for the required KV cache: only \d+ blocks can be allocated, but at least \d+ blocks "
+    r"are required\. Consider reducing `max_seq_len` or `batch_size` \(currently \d+\) to lower the memory requirement\."
 )
 
 
@@ -65,7 +89,9 @@ def _import_sdk() -> tuple[Any, Any]:
     try:
         return importlib.import_module("rebel"), importlib.import_module("optimum.rbln")
     except ImportError as exc:
-        raise BackendUnavailable(f"backend 'rbln': the SDK is installed but fails to import ({exc}); {INSTALL_HINT}.") from exc
+        raise BackendUnavailable(
+            f"backend 'rbln': the SDK is installed but fails to import ({exc}); {INSTALL_HINT}."
+        ) from exc
 
 
 def _version(dist: str, module_name: str) -> str:
@@ -75,29 +101,37 @@ def _version(dist: str, module_name: str) -> str:
         return str(getattr(importlib.import_module(module_name), "__version__", "unknown"))
 
 
-def _can_resize(meta: dict[str, Any]) -> bool:
-    # optimum-rbln's FullAttentionKVCacheMeta.can_resize: a full-attention cache compiled with auto
-    # blocks. Sliding-window (and linear-attention) caches are fixed.
-    return meta.get("layer_type") == "full_attention" and bool(meta.get("is_auto"))
-
-
-def _read_config(directory: Path) -> dict[str, Any]:
-    path = directory / "rbln_config.json"
+def _load_rbln_config(directory: Path) -> Any:
+    """optimum-rbln's own config object for a compiled folder (what its loaders and CLI read)."""
+    configuration = importlib.import_module("optimum.rbln.configuration_utils")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        config_cls, _ = configuration.load_config(str(directory))
+        return config_cls.from_pretrained(str(directory))
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise BuildError(
+            f"{directory / 'rbln_config.json'}: optimum-rbln cannot read it ({exc}); recompile this key."
+        ) from None
+
+
+def _read_baseline(directory: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((directory / BASELINE_FILE).read_text(encoding="utf-8"))
+        if not isinstance(value, dict) or "produced" not in value:
+            raise ValueError("no 'produced'")
     except (OSError, ValueError) as exc:
-        raise BuildError(f"{path}: unreadable rbln_config.json ({exc}); recompile this key.") from None
+        raise BuildError(f"{directory / BASELINE_FILE}: unreadable baseline ({exc}); recompile this key.") from None
     return value
 
 
-def _compiled_models(rebel: Any, directory: Path) -> dict[str, Any]:
-    files = sorted(directory.glob("*.rbln"))
-    if not files:
-        raise BuildError(f"{directory}: no *.rbln compiled models; recompile this key.")
-    return {p.stem: rebel.RBLNCompiledModel(p) for p in files}
+def _compiled_models(rebel: Any, directory: Path, programs: dict[str, str]) -> dict[str, Any]:
+    """The compiled models of a folder, each verified against its recorded sha256 before it is loaded."""
+    if not programs:
+        raise BuildError(f"{directory}: no *.rbln compiled models recorded; recompile this key.")
+    verify_programs(directory, {"programs": programs})
+    return {Path(name).stem: rebel.RBLNCompiledModel(directory / name) for name in sorted(programs)}
 
 
-def report_from_compiled(compiled: dict[str, Any], rbln_config: dict[str, Any]) -> AllocationReport:
+def report_from_compiled(compiled: dict[str, Any], rbln_config: Any) -> AllocationReport:
     """The AllocationReport of optimum-rbln compiled models, as its estimator reads them."""
     if "prefill" not in compiled:
         raise BuildError(f"compiled models {sorted(compiled)} have no 'prefill' graph; cannot size the KV cache.")
@@ -105,20 +139,56 @@ def report_from_compiled(compiled: dict[str, Any], rbln_config: dict[str, Any]) 
         graph: {key: grid for key, grid in model.get_alloc_per_chiplet_by_key().items() if key != DRAM_TENSOR_KEY}
         for graph, model in sorted(compiled.items())
     }
-    metas = {m["name"]: m for m in rbln_config.get("cache_metas", [])}
+    can_resize = {meta.name: bool(meta.can_resize) for meta in rbln_config.cache_metas}
     kv: dict[str, KVTensor] = {}
     for name, sizes in compiled["prefill"].exp_get_dram_tensor_sizes().items():
-        if name not in metas:
+        if name not in can_resize:
             raise BuildError(f"KV tensor {name!r} has no entry in rbln_config.json cache_metas; recompile.")
-        kv[name] = KVTensor.from_json({"can_resize": _can_resize(metas[name]), "sizes": sizes}, f"kv_tensors.{name}")
-    current = int(rbln_config.get("kvcache_num_blocks") or 1)
+        kv[name] = KVTensor.from_json({"can_resize": can_resize[name], "sizes": sizes}, f"kv_tensors.{name}")
     return AllocationReport.from_json(
         {
             "alloc": alloc,
             "kv_tensors": {n: t.to_json() for n, t in kv.items()},
-            "current_blocks": current,
+            "current_blocks": int(rbln_config.kvcache_num_blocks or 1),
         }
     )
+
+
+def _compile_options(spec: CompileSpec) -> dict[str, Any]:
+    """The rbln_config optimum-rbln compiles from: our resolved options under its names, blocks auto."""
+    att = spec.attention
+    return {
+        "npu": spec.npu.name,
+        "num_devices": spec.num_devices,
+        "batch_size": att.batch_size,
+        "max_seq_len": att.max_seq_len,
+        "attn_impl": att.attn_impl,
+        "kvcache_partition_len": att.kvcache_partition_len,
+        "kvcache_block_size": att.kvcache_block_size,
+        "prefill_chunk_size": att.prefill_chunk_size,
+        "create_runtimes": False,  # compile only: this host needs no NPU
+    }
+
+
+def _checkpoint_dir(spec: CompileSpec, folder: Path) -> Path:
+    """A folder optimum-rbln compiles from: the recipe's config.json and the weights, nothing else."""
+    recipe = spec.recipe
+    if recipe.weights_path is not None:
+        weights = sorted(recipe.weights_path.glob("*.safetensors"))
+        if not weights:
+            raise RecipeError(
+                f"{recipe.directory / 'recipe.yaml'}: weights.path {recipe.weights_path} holds no *.safetensors "
+                "files; point it at a local Hugging Face checkpoint saved as safetensors."
+            )
+        index = recipe.weights_path / "model.safetensors.index.json"
+        for path in [*weights, *([index] if index.is_file() else [])]:
+            os.symlink(path.resolve(), folder / path.name)
+    else:
+        from .torch._weights import build_model  # seeded weights: materialize an HF checkpoint once
+
+        build_model(recipe).save_pretrained(str(folder))
+    shutil.copyfile(recipe.directory / "config.json", folder / "config.json")  # the keyed config wins
+    return folder
 
 
 class RblnBackend(Backend):
@@ -126,14 +196,6 @@ class RblnBackend(Backend):
 
     def __init__(self) -> None:
         _find_sdk()
-
-    @property
-    def _rebel(self) -> Any:
-        return _import_sdk()[0]
-
-    @property
-    def _optimum_rbln(self) -> Any:
-        return _import_sdk()[1]
 
     def toolchain(self) -> dict[str, str]:
         return {
@@ -146,55 +208,49 @@ class RblnBackend(Backend):
 
     def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
         out_dir = Path(out_dir)
-        recipe = spec.recipe
-        if not recipe.has_weights:
+        if not spec.recipe.has_weights:
             return compile_plan(spec, out_dir)
-        # what optimum-rbln compiles from: our key names are its names; kvcache_num_blocks 0 = auto
-        rbln_config = {
-            key: value
-            for key, value in rbln_config_for(spec, 0, "program").items()
-            if key not in ("artifact", "cls_name", "kvcache_num_blocks", "dtype", "recipe")
-        }
-        rbln_config["create_runtimes"] = False
+        rebel, optimum_rbln = _import_sdk()
+        import torch
+
         with tempfile.TemporaryDirectory(prefix="rbln-build-hf-") as tmp:
-            model_dir = self._checkpoint_dir(spec, Path(tmp))
-            model = self._optimum_rbln.RBLNAutoModelForCausalLM.from_pretrained(
-                str(model_dir), export=True, rbln_config=rbln_config
-            )
-            model.save_pretrained(str(out_dir))
-        config = _read_config(out_dir)
-        config["npu"] = spec.npu.name
-        _write_config(out_dir, config)
-        report = report_from_compiled(_compiled_models(self._rebel, out_dir), config)
-        (out_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
-        (out_dir / "baseline.json").write_text(json.dumps({"produced": "program"}, sort_keys=True) + "\n")
-        return CompileResult(report, "program")
-
-    def _checkpoint_dir(self, spec: CompileSpec, tmp: Path) -> Path:
-        recipe = spec.recipe
-        if recipe.weights_path is not None:
-            return recipe.weights_path
-        from .torch._weights import build_model  # seeded weights: materialize an HF checkpoint once
-
-        build_model(recipe).save_pretrained(str(tmp))
-        return tmp
+            model_dir = _checkpoint_dir(spec, Path(tmp))
+            try:  # model_save_dir: optimum-rbln writes its files straight into out_dir (as save_pretrained would)
+                optimum_rbln.RBLNAutoModelForCausalLM.from_pretrained(
+                    str(model_dir),
+                    export=True,
+                    rbln_config=_compile_options(spec),
+                    dtype=getattr(torch, spec.recipe.dtype),
+                    model_save_dir=str(out_dir),
+                )
+            except ValueError as exc:
+                if _INSUFFICIENT.fullmatch(str(exc)):  # the model does not fit 100% of the target NPU
+                    raise InputFailure(str(exc), "insufficient_memory") from None
+                raise
+        programs = {p.name: sha256_file(p) for p in sorted(out_dir.glob("*.rbln"))}
+        report = report_from_compiled(_compiled_models(rebel, out_dir, programs), _load_rbln_config(out_dir))
+        write_json(out_dir / REPORT_FILE, report.to_json())
+        write_json(out_dir / BASELINE_FILE, {"produced": "rbln", "npu": spec.npu.name, "programs": programs})
+        return CompileResult(report, "rbln")
 
     def finalize(self, spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
         baseline_dir, out_dir = Path(baseline_dir), Path(out_dir)
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
             raise BuildError(f"finalize: kvcache_num_blocks must be a positive integer, got {num_blocks!r}.")
-        baseline = json.loads((baseline_dir / "baseline.json").read_text(encoding="utf-8"))
-        if baseline.get("produced") == "plan":
+        baseline = _read_baseline(baseline_dir)
+        if baseline["produced"] == "plan":
             return finalize_plan(spec, baseline_dir, num_blocks, out_dir)
-        config = _read_config(baseline_dir)
-        current = int(config.get("kvcache_num_blocks") or 0)
+        rebel, _ = _import_sdk()
+        config = _load_rbln_config(baseline_dir)
+        current = int(config.kvcache_num_blocks or 0)
         if current < 1:
             raise BuildError(
                 f"{baseline_dir / 'rbln_config.json'}: kvcache_num_blocks is {current}, not a resolved block count; "
-                "the baseline must be compiled with auto blocks."
+                "recompile this key."
             )
-        compiled = _compiled_models(self._rebel, baseline_dir)
-        resizable = {m["name"]: (num_blocks, current) for m in config.get("cache_metas", []) if _can_resize(m)}
+        _check_count(spec, config, num_blocks, current)
+        resizable = {meta.name: (num_blocks, current) for meta in config.cache_metas if meta.can_resize}
+        compiled = _compiled_models(rebel, baseline_dir, baseline.get("programs") or {})
         for name, model in compiled.items():
             if not hasattr(model, "exp_rescale_buffer_size"):
                 raise BackendUnavailable(
@@ -204,16 +260,37 @@ class RblnBackend(Backend):
             if resizable:
                 model.exp_rescale_buffer_size(resizable)
             model.save(out_dir / f"{name}.rbln")
-        for item in sorted(baseline_dir.iterdir()):
-            if item.suffix == ".rbln" or item.name in ("rbln_config.json", "report.json", "baseline.json"):
+        for item in sorted(baseline_dir.iterdir()):  # what optimum-rbln wrote besides models and config
+            if item.suffix == ".rbln" or item.name == "rbln_config.json" or item.name in _OWN_FILES:
                 continue
-            if item.is_file():
+            if item.is_dir():
+                shutil.copytree(item, out_dir / item.name)
+            else:
                 shutil.copyfile(item, out_dir / item.name)
-        config["kvcache_num_blocks"] = num_blocks
-        config["npu"] = spec.npu.name
-        config["artifact"] = "program"
-        _write_config(out_dir, config)
+        config.kvcache_num_blocks = num_blocks
+        config.save(str(out_dir))  # optimum-rbln's own writer: exactly what it writes, nothing it rejects
+        programs = {f"{name}.rbln": sha256_file(out_dir / f"{name}.rbln") for name in compiled}
+        write_record(out_dir, record_for(spec, num_blocks, "rbln", programs))
 
 
-def _write_config(directory: Path, config: dict[str, Any]) -> None:
-    (directory / "rbln_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+def _check_count(spec: CompileSpec, config: Any, num_blocks: int, current: int) -> None:
+    """optimum-rbln's own limits on a compiled artifact's count, as InputFailure (stored, not retried)."""
+    if num_blocks != current and not any(meta.can_resize for meta in config.cache_metas):
+        why = (
+            "optimum-rbln compiles eager attention at the full pool and cannot resize it"
+            if config.attn_impl == "eager"
+            else "it was compiled with an explicit kvcache_num_blocks (is_auto false)"
+        )
+        raise InputFailure(
+            f"kvcache_num_blocks {num_blocks}: the compiled KV cache of {spec.recipe.name} holds exactly {current} "
+            f"blocks and no cache can be resized ({why}). Build this cell with kvcache_num_blocks unset (eager "
+            f"attention always uses the full pool of {current}) or set it to {current}, or use attn_impl=flash_attn.",
+            "kv_cache_not_resizable",
+        )
+    floor = int(config.num_min_blocks)
+    if num_blocks < floor:
+        raise InputFailure(
+            f"The set `kvcache_num_blocks` ({num_blocks}) is less than the minimum number of blocks ({floor}). "
+            f"Set it to at least {floor}, or to 0 to estimate it from the available memory.",
+            "blocks_below_floor",
+        )

@@ -20,6 +20,7 @@ Groups (``conf/<group>/<option>.yaml``)::
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
@@ -27,9 +28,10 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..estimator._budget import check_budget
 from ..errors import ConfigError, EstimateError
+from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
+from ..memory._shipped import shipped_dir
 from ._scale import CacheConf, ExecutorConf, Scale, scale_from_config
 
 __all__ = [
@@ -54,7 +56,7 @@ __all__ = [
     "compose_settings",
 ]
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = shipped_dir("conf")  # the shipped configs (a project layers its own over them: _project)
 
 
 class AttnImpl(enum.Enum):
@@ -143,6 +145,7 @@ class BuildConf:
     model: Optional[ModelConf] = None  # set by `model=<name>`: narrows the model axis
     device: Optional[DeviceConf] = None  # set by `device=<name>`: narrows the device axis
     budget: Any = MISSING  # set by `budget=<value>`: narrows the budget axis (a value or a list)
+    deployment: Any = None  # set by `deployment=<name>`: conf/deployment/, schema _deployment.DeploymentConf
     build_dir: str = "build"  # relative to the current directory
     recipes_dir: Optional[str] = None  # null: the repository's recipes/
     progress: bool = True  # one line per compile and per cell
@@ -162,6 +165,9 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="rbln_build_schema", node=BuildConf)
+    from ._deployment import register_deployment_schema
+
+    register_deployment_schema()
     _registered = True
 
 
@@ -246,11 +252,17 @@ class BuildSettings:
     build_dir: Path
     recipes_dir: Path
     progress: bool
+    deployment: Any = None  # a _deployment.Deployment: build its planned cells instead of the matrix
+    recipe_dirs: tuple[Path, ...] = ()  # searched in order (a project's recipes/, then the shipped); () = recipes_dir
     scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.build._scale)
 
 
-def list_group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+def _dirs(conf_dir: Path | Sequence[Path]) -> tuple[Path, ...]:
+    return (conf_dir,) if isinstance(conf_dir, Path) else tuple(conf_dir)
+
+
+def list_group_options(group: str, conf_dir: Path | Sequence[Path] = CONF_DIR) -> list[str]:
+    return sorted({p.stem for d in _dirs(conf_dir) for p in (d / group).glob("*.yaml")})
 
 
 def _plain(value: Any) -> Any:
@@ -261,13 +273,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_group_option(group: str, name: str, where: str, conf_dir: Path = CONF_DIR) -> DictConfig:
-    """Load conf/<group>/<name>.yaml against its schema; errors name the file and the key."""
+def load_group_option(group: str, name: str, where: str, conf_dir: Path | Sequence[Path] = CONF_DIR) -> DictConfig:
+    """Load conf/<group>/<name>.yaml against its schema; errors name the file and the key. With
+    several config folders (a project's, then the shipped), the first that has the file wins."""
     schema = {"device": DeviceConf, "model": ModelConf}[group]
-    path = conf_dir / group / f"{name}.yaml"
-    if not isinstance(name, str) or not path.is_file():
-        known = ", ".join(list_group_options(group, conf_dir))
-        raise ConfigError(f"{where}: unknown {group} {name!r}; known: {known} (files in {conf_dir / group}).")
+    dirs = _dirs(conf_dir)
+    found = [d / group / f"{name}.yaml" for d in dirs] if isinstance(name, str) else []
+    path = next((f for f in found if f.is_file()), None)
+    if path is None:
+        known = ", ".join(list_group_options(group, dirs))
+        places = ", ".join(str(d / group) for d in dirs)
+        raise ConfigError(f"{where}: unknown {group} {name!r}; known: {known} (files in {places}).")
     try:
         return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
@@ -357,7 +373,8 @@ def _same_budget(a: Any, b: Any) -> bool:
 class _Axes:
     """Loads model and device configs once per name, and applies the narrowing overrides."""
 
-    def __init__(self, cfg: Any, choices: dict[str, Any]) -> None:
+    def __init__(self, cfg: Any, choices: dict[str, Any], conf_dirs: tuple[Path, ...] = (CONF_DIR,)) -> None:
+        self.conf_dirs = conf_dirs
         self.models: dict[str, Model] = {}
         self.devices: dict[str, Device] = {}
         self.model: Model | None = None
@@ -376,7 +393,7 @@ class _Axes:
         out = []
         for i, n in enumerate(names):
             if n not in self.models:
-                self.models[n] = _model(n, load_group_option("model", n, f"{where}[{i}]"))
+                self.models[n] = _model(n, load_group_option("model", n, f"{where}[{i}]", self.conf_dirs))
             out.append(self.models[n])
         return tuple(out)
 
@@ -384,7 +401,7 @@ class _Axes:
         out = []
         for i, n in enumerate(names):
             if n not in self.devices:
-                self.devices[n] = _device(n, load_group_option("device", n, f"{where}[{i}]"))
+                self.devices[n] = _device(n, load_group_option("device", n, f"{where}[{i}]", self.conf_dirs))
             out.append(self.devices[n])
         return tuple(out)
 
@@ -449,12 +466,21 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
     )
 
 
-def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = None) -> BuildSettings:
-    """The composed config (and Hydra's group choices) -> frozen BuildSettings. Raises ConfigError."""
+def settings_from_config(
+    cfg: Any,
+    choices: dict[str, Any],
+    cwd: Path | None = None,
+    conf_dirs: tuple[Path, ...] = (CONF_DIR,),
+    recipe_dirs: tuple[Path, ...] = (DEFAULT_RECIPES_DIR,),
+) -> BuildSettings:
+    """The composed config (and Hydra's group choices) -> frozen BuildSettings. Raises ConfigError.
+    ``cwd`` is what relative paths are relative to (a project's root); ``conf_dirs`` and
+    ``recipe_dirs`` are searched in order (``_project``). An explicit ``recipes_dir`` replaces
+    ``recipe_dirs``."""
     cwd = Path.cwd() if cwd is None else cwd
     _reject_unknown_keys(cfg)
     m = cfg.matrix
-    axes = _Axes(cfg, choices)
+    axes = _Axes(cfg, choices, conf_dirs)
     if axes.device is not None:
         devices: tuple[Device, ...] = (axes.device,)
     else:
@@ -479,23 +505,46 @@ def settings_from_config(cfg: Any, choices: dict[str, Any], cwd: Path | None = N
         ),
         include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
     )
+    deployment = None
+    if cfg.deployment is not None:
+        from ._deployment import deployment_from_config
+
+        if axes.model is not None or axes.device is not None or axes.budgets is not None:
+            raise ConfigError(
+                "deployment: a deployment builds exactly its planned cells; model=, device= and budget= do not "
+                "apply to it (set them in conf/deployment/<name>.yaml)."
+            )
+        deployment = deployment_from_config(str(choices.get("deployment")), cfg.deployment, conf_dirs)
     build_dir = Path(str(cfg.build_dir))
-    recipes_dir = DEFAULT_RECIPES_DIR if cfg.recipes_dir is None else Path(str(cfg.recipes_dir))
+    if cfg.recipes_dir is not None:
+        explicit = Path(str(cfg.recipes_dir))
+        recipe_dirs = (explicit if explicit.is_absolute() else cwd / explicit,)
     return BuildSettings(
         matrix=matrix,
         build_dir=(build_dir if build_dir.is_absolute() else cwd / build_dir),
-        recipes_dir=(recipes_dir if recipes_dir.is_absolute() else cwd / recipes_dir),
+        recipes_dir=recipe_dirs[0],
         progress=bool(cfg.progress),
+        deployment=deployment,
+        recipe_dirs=recipe_dirs,
         scale=scale_from_config(cfg),
     )
 
 
-def compose_settings(overrides: list[str] | None = None, cwd: Path | None = None) -> BuildSettings:
-    """Compose conf/config.yaml with ``overrides`` through Hydra's compose API (for dodo.py and tests)."""
+def compose_settings(overrides: list[str] | None = None, cwd: Path | None = None, project: Any = None) -> BuildSettings:
+    """Compose the root config with ``overrides`` through Hydra's compose API (for dodo.py and
+    tests); ``project`` (a ``_project.Project``) layers a project's configs over the shipped ones."""
     from hydra import compose, initialize_config_dir
 
     register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides or []), return_hydra_config=True)
+    overrides = list(overrides or [])
+    conf_dirs: tuple[Path, ...] = (CONF_DIR,)
+    recipe_dirs: tuple[Path, ...] = (DEFAULT_RECIPES_DIR,)
+    if project is not None:
+        conf_dirs, recipe_dirs, cwd = project.conf_dirs, project.recipe_dirs, project.root
+        searchpath = project.searchpath_override()
+        overrides = overrides + ([searchpath] if searchpath else [])
+    name = "config" if project is None else project.config_name
+    with initialize_config_dir(config_dir=str(conf_dirs[0]), version_base="1.3"):
+        cfg = compose(name, overrides=overrides, return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)
-    return settings_from_config(cfg, choices, cwd=cwd)
+    return settings_from_config(cfg, choices, cwd=cwd, conf_dirs=conf_dirs, recipe_dirs=recipe_dirs)

@@ -252,10 +252,12 @@ class Parallel:
     scale: Scale
     compiles: dict[str, Cell]  # compile key -> a cell that needs it (its spec and backend)
     cells: list[Cell]
-    say: Callable[[str], None]
-    warn: Callable[[str], None]
+    display: Any  # the run's _progress.Progress: every line goes through it, from this one thread
+    label: Callable[[Cell], str]  # a compile as the display names it
+    warn: Callable[[str], None]  # the run's warnings (shown, and kept for summary.json)
     compile_results: dict[str, CompileDone] = field(default_factory=dict)
     cell_results: dict[str, CellResult] = field(default_factory=dict)
+    shown: set[str] = field(default_factory=set)  # compile labels and cell ids shown by this scheduler
 
     def run(self) -> None:
         keys = [k for k in self.compiles if not compile_done(self.store, k)]
@@ -264,15 +266,13 @@ class Parallel:
         if (not keys and not todo) or (self.scale.executor == "local" and workers <= 1):
             return  # nothing to do, or one worker: doit runs the stages in this process, in order
         compiler, cell_runner = self._runners(workers, bool(keys))
-        self.say(f"[parallel] {len(keys)} compile key(s) and {len(todo)} cell(s) on {compiler.description}")
-        index = {k: i for i, k in enumerate(self.compiles, 1)}
-        cell_index = {c.id: i for i, c in enumerate(self.cells, 1)}
         waiting: dict[str, list[Cell]] = {k: [] for k in keys}
         pending: dict[Future[Any], tuple[str, Any]] = {}
         try:
             for key in keys:
                 cell = self.compiles[key]
                 pending[compiler.submit_compile(key, cell.spec, cell.backend)] = ("compile", key)
+                self.display.compile_started(self.label(cell))  # queued on the workers
             for cell in todo:
                 if cell.compile_key in waiting:
                     waiting[cell.compile_key].append(cell)
@@ -283,11 +283,11 @@ class Parallel:
                 for fut in done:
                     what, item = pending.pop(fut)
                     if what == "compile":
-                        self._compiled(item, fut, index[item])
+                        self._compiled(item, fut)
                         for cell in waiting.pop(item, []):
                             pending[cell_runner.submit_cell(cell)] = ("cell", cell)
                     else:
-                        self._finished(item, fut, cell_index[item.id])
+                        self._finished(item, fut)
         except BaseException:
             compiler.close(cancel=True)
             if cell_runner is not compiler:
@@ -314,7 +314,7 @@ class Parallel:
         pool = LocalPool(self.ref, workers)
         return pool, pool
 
-    def _compiled(self, key: str, fut: Future[CompileDone], i: int) -> None:
+    def _compiled(self, key: str, fut: Future[CompileDone]) -> None:
         try:
             done = fut.result()
         except BrokenProcessPool as exc:
@@ -333,16 +333,15 @@ class Parallel:
                 pass
         self.compile_results[key] = done
         cell = self.compiles[key]
-        label = f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
-        head = f"[compile {i}/{len(self.compiles)}] {label}"
+        label = self.label(cell)
+        self.shown.add(label)
         if done.error is not None:
-            self.say(f"{head}: FAILED after {done.elapsed_s:.1f}s: {done.error}")
-        elif done.fresh:
-            self.say(f"{head}: {done.produced} in {done.elapsed_s:.1f}s ({done.where})")
+            self.display.compile_finished(label, done.elapsed_s, False, done.error)
         else:
-            self.say(f"{head}: {done.produced} from the cache in {done.elapsed_s:.1f}s")
+            where = f"({done.where})" if done.fresh else "from the cache"
+            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}")
 
-    def _finished(self, cell: Cell, fut: Future[CellDone], i: int) -> None:
+    def _finished(self, cell: Cell, fut: Future[CellDone]) -> None:
         try:
             done = fut.result()
             result = done.result
@@ -362,4 +361,5 @@ class Parallel:
             )
         else:
             what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
-        self.say(f"[cell {i}/{len(self.cells)}] {cell.id}: {what}")
+        self.shown.add(cell.id)
+        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)

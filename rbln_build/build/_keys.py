@@ -21,11 +21,14 @@ import hashlib
 import json
 import math
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "digest", "code_version", "module_closure", "compile_key", "cell_key", "COMPILE_CODE_EPOCH"]
+__all__ = [
+    "canonical_json", "digest", "code_version", "module_closure", "compile_key", "cell_key", "key_code_versions",
+    "COMPILE_CODE_EPOCH",
+]
 
 COMPILE_CODE_EPOCH = 1  # bump to invalidate every compile without touching compile code
 
@@ -130,6 +133,16 @@ def backend_code_version(backend: str) -> str:
 
 
 RESOLVE_MODULE = f"{_PACKAGE_NAME}.estimator"
+
+
+@cache
+def _key_code_versions(backend: str) -> tuple[tuple[str, str], ...]:
+    return (("backend", backend_code_version(backend)), ("estimator", code_version(RESOLVE_MODULE)))
+
+
+def key_code_versions(backend: str) -> dict[str, str]:
+    """The code versions the keys hash: the backend's (compile key) and the estimator's (cell key)."""
+    return dict(_key_code_versions(backend))
 
 
 def canonical_json(value: Any) -> str:

@@ -17,7 +17,8 @@ the build directory): two clean builds of one matrix give byte-identical files. 
         "artifact": {"path": "artifacts/<cell id>", "content_hash": "sha256:..."} | null,
         "status": "ok" | "failed" | "expected_failure" | "unexpected_success",
         "error": null | "<exact message>", "error_kind": null | "<kind>",
-        "expected_failure": null | {"kind": ..., "message": ...}, "warnings": [...]}}}
+        "expected_failure": null | {"kind": ..., "message": ...}, "warnings": [...],
+        "serving": null | {the vllm-rbln flags that agree with the artifact: _serving.serving_for}}}}
 
 A run (or a whole multirun sweep, whose jobs are built together) writes the entries of its cells.
 """
@@ -29,6 +30,7 @@ from typing import Any, Iterable
 
 from ._matrix import Cell
 from ._result import CellResult
+from ._serving import serving_for
 
 __all__ = ["SCHEMA_VERSION", "entry_for", "render_manifest", "summarize", "render_json", "FAILING_STATUSES", "NOT_BUILT"]
 
@@ -46,7 +48,8 @@ def status_of(cell: Cell, result: CellResult | None) -> str:
         return raw
     if raw == "ok":
         return "unexpected_success"
-    assert result is not None
+    if result is None:  # not built at all: that is not the failure the matrix declared
+        return "failed"
     return "expected_failure" if cell.expected.matches(result.error_kind, result.error) else "failed"
 
 
@@ -90,12 +93,14 @@ def entry_for(cell: Cell, result: CellResult | None) -> dict[str, Any]:
         if cell.expected is None
         else {"kind": cell.expected.kind, "message": cell.expected.message},
         "warnings": list(r.warnings),
+        "serving": serving_for(cell, result) if artifact is not None else None,
     }
 
 
-def render_manifest(entries: Iterable[dict[str, Any]]) -> bytes:
+def render_manifest(entries: Iterable[dict[str, Any]], sections: dict[str, Any] | None = None) -> bytes:
     """Valid, deterministic JSON with one line per cell (sorted keys everywhere): readable, diffable,
-    and rendered by json's C encoder (an indented dump of 1,000 cells takes ~10x longer)."""
+    and rendered by json's C encoder (an indented dump of 1,000 cells takes ~10x longer).
+    ``sections``: more top-level keys (``deployments``), each one indented JSON value."""
     cells = sorted((e["cell"], e) for e in entries)
     lines = [
         "  " + json.dumps(cid, ensure_ascii=False) + ": "
@@ -103,7 +108,13 @@ def render_manifest(entries: Iterable[dict[str, Any]]) -> bytes:
         for cid, e in cells
     ]
     body = ",\n".join("  " + line for line in lines)
-    text = '{\n  "cells": {\n' + body + ("\n" if lines else "") + '  },\n  "schema_version": ' + str(SCHEMA_VERSION) + "\n}\n"
+    extra = "".join(
+        f'  {json.dumps(key)}: ' + json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False,
+                                             allow_nan=False).replace("\n", "\n  ") + ",\n"
+        for key, value in sorted((sections or {}).items())
+    )
+    text = ('{\n  "cells": {\n' + body + ("\n" if lines else "") + "  },\n" + extra
+            + '  "schema_version": ' + str(SCHEMA_VERSION) + "\n}\n")
     return text.encode("utf-8")
 
 

@@ -30,7 +30,7 @@ from ..estimator import ATTENTION_OPTIONS, attention_options, format_budget, res
 from ..memory import CompileSpec
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 from ..errors import ConfigError, EstimateError
-from ._keys import cell_key, compile_key, digest
+from ._keys import cell_key, compile_key, digest, key_code_versions
 from ..estimator._npu import NpuTarget, resolve_npu
 from ..memory._recipes import Recipe, load_recipe
 
@@ -58,6 +58,7 @@ class Cell:
     cell_key: str
     setup_error: tuple[str, str] | None  # (message, kind) when the cell cannot even be compiled
     expected: ExpectedFailure | None
+    toolchain: tuple[tuple[str, str], ...] = ()  # the backend's toolchain versions (in the compile key)
 
     def option(self, key: str) -> Any:
         return dict(self.options).get(key)
@@ -82,6 +83,7 @@ class Cell:
             "model": self.model,
             "recipe": self.recipe.name,
             "recipe_hash": self.recipe.content_hash,
+            "weights_hash": self.recipe.weights_hash,
             "device": self.device.name,
             "npu": self.npu.name,
             "num_devices": self.device.num_devices,
@@ -90,6 +92,9 @@ class Cell:
             "attention": None if self.spec is None else self.spec.attention.to_json(),
             "memory_budget": self.memory_budget,
             "kvcache_num_blocks": self.kvcache_num_blocks,
+            # What else the keys hash, so that `rbln-build status` can name the input that changed.
+            "toolchain": dict(self.toolchain),
+            "code": key_code_versions(self.backend),
         }
 
 
@@ -134,7 +139,8 @@ def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
     for part in parts:
         for model in part.models:
             if model.recipe not in recipes:
-                recipes[model.recipe] = load_recipe(model.recipe, settings.recipes_dir)
+                recipes[model.recipe] = load_recipe(model.recipe, settings.recipe_dirs or settings.recipes_dir,
+                                                     settings.build_dir / "cache" / "weights")
         for device in part.devices:
             if device.name not in npus:
                 try:
@@ -211,6 +217,7 @@ def _expand_part(
                                     cell_key=key,
                                     setup_error=setup_error,
                                     expected=expected.get(cid),
+                                    toolchain=tuple(sorted(toolchain.items())),
                                 )
                             )
     return cells
@@ -246,7 +253,13 @@ def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
         name = job.matrix.backend
         if name not in toolchains:
             toolchains[name] = get_backend(name).toolchain()
-        for cell in expand(job, toolchains[name]):
+        if job.deployment is not None:  # a deployment's planned cells instead of the matrix
+            from ._colocation import deployment_cells
+
+            job_cells = deployment_cells(job, toolchains[name])[1]
+        else:
+            job_cells = expand(job, toolchains[name])
+        for cell in job_cells:
             other = cells.get(cell.id)
             if other is None:
                 cells[cell.id] = cell

@@ -52,11 +52,14 @@ def collect(store: Store, cells: list[Cell]) -> list[tuple[Cell, CellResult | No
     return rows
 
 
-def publish(build_dir: Path, rows: list[tuple[Cell, CellResult | None]]) -> list[dict[str, Any]]:
+def publish(
+    build_dir: Path, rows: list[tuple[Cell, CellResult | None]], sections: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Write ``manifest.json`` (only when its bytes change), then point every ok cell's link at its
-    artifact and remove the links of cells that have none. Returns the manifest entries."""
+    artifact and remove the links of cells that have none. Returns the manifest entries.
+    ``sections``: more top-level manifest keys (a deployment's record)."""
     entries = [entry_for(cell, result) for cell, result in rows]
-    data = render_manifest(entries)
+    data = render_manifest(entries, sections)
     path = build_dir / MANIFEST_FILE
     try:
         same = path.read_bytes() == data

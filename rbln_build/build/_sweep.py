@@ -76,7 +76,7 @@ def run_job(num: int, overrides: list[str], settings: Any, error: BaseException 
     write_atomic(_folder() / f"{num:06d}.json", json.dumps(record).encode("utf-8"))
 
 
-def finish(folder: Path, cwd: Path | None = None) -> list[Any] | None:
+def finish(folder: Path, project: Any = None) -> list[Any] | None:
     """In the parent, after the launcher returned: the jobs' settings in job order (None when no job
     ran in another process). Raises ConfigError for a job's configuration error."""
     from ._config import compose_settings
@@ -91,7 +91,7 @@ def finish(folder: Path, cwd: Path | None = None) -> list[Any] | None:
     for r in records:
         if r["error"]:
             raise RblnBuildError(f"sweep job {r['num']} ({' '.join(r['overrides'])}): {r['error']}")
-    return [compose_settings(r["overrides"], cwd=cwd) for r in records]
+    return [compose_settings(r["overrides"], project=project) for r in records]
 
 
 def no_report_error(argv: list[str]) -> ConfigError:

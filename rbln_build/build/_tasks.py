@@ -24,12 +24,13 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from ._executors import Parallel, StoreRef
 from ._matrix import Cell
+from ._progress import HISTORY_FILE, make_progress
 from ._publish import collect, publish, write_summary
-from ._result import CompileOutcome
+from ._result import CellResult, CompileOutcome
 from ._scale import Scale
 from ._stages import build_cell, compile_done, compile_once, reusable
 from ._store import Store
@@ -59,17 +60,24 @@ class BuildRun:
     """One run over a list of cells into one build directory: the doit tasks and what the run did
     (for its progress lines and summary only; no stage reads it)."""
 
-    def __init__(self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None,
-                 scale: Scale | None = None, publish: bool = True) -> None:
+    def __init__(
+        self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None,
+        sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
+        scale: Scale | None = None, publish: bool = True,
+    ) -> None:
         self.build_dir = Path(build_dir)
+        self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
         self.cells = cells
         self.progress = progress
         self.out = out or sys.stderr
         self.warnings: list[str] = []
+        # what the run shows: a live status line on a terminal, plain lines otherwise (_progress)
+        self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
         self.scale = scale or Scale()
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
         self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
         self.store: Store = self.ref.open(self._warn)
+        self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
         for cell in cells:
             if cell.compile_key is not None:
@@ -77,15 +85,29 @@ class BuildRun:
         self.compiled: list[str] = []
         self.redone: set[str] = set()
         self.entries: list[dict[str, Any]] | None = None  # the published manifest entries
-        self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
-
-    def _say(self, line: str) -> None:
-        if self.progress:
-            print(line, file=self.out, flush=True)
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
-        print(f"warning: {message}", file=self.out, flush=True)
+        self.display.warn(message)
+
+    def _reporter(self) -> type:
+        """doit's error-only reporter, also telling the display which tasks were up to date."""
+        from doit.reporter import ErrorOnlyReporter
+
+        display, labels = self.display, {compile_label(c): _label(c) for c in self.compiles.values()}
+        run = self
+
+        class Reporter(ErrorOnlyReporter):  # type: ignore[misc]
+            def skip_uptodate(self, task: Any) -> None:
+                kind, _, name = task.name.partition(":")
+                if run.parallel is not None and (labels.get(name, name) if kind == "compile" else name) in run.parallel.shown:
+                    return  # built ahead of doit: shown already
+                if kind == "compile" and name in labels:
+                    display.compile_cached(labels[name])
+                elif kind == "cell" and name:
+                    display.cell_cached(name)
+
+        return Reporter
 
     # -- tasks ------------------------------------------------------------------------------------
 
@@ -94,17 +116,17 @@ class BuildRun:
         from doit.tools import config_changed
 
         store = self.store
-        ns: dict[str, Any] = {"DOIT_CONFIG": doit_config(self.build_dir)}
+        ns: dict[str, Any] = {"DOIT_CONFIG": {**doit_config(self.build_dir), "reporter": self._reporter()}}
 
         if self.compiles:
 
             def task_compile() -> Iterator[dict[str, Any]]:
                 """Compile each compile key once (the baseline and its AllocationReport)."""
-                for i, (key, cell) in enumerate(self.compiles.items(), 1):
+                for key, cell in self.compiles.items():
                     yield {
                         "name": compile_label(cell),
                         "doc": f"compile {cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices}",
-                        "actions": [(self._compile, [key, i])],
+                        "actions": [(self._compile, [key])],
                         "uptodate": [config_changed(key), (compile_done, [store, key])],
                         "verbosity": 2,
                     }
@@ -113,11 +135,11 @@ class BuildRun:
 
         def task_cell() -> Iterator[dict[str, Any]]:
             """Resolve each cell's kvcache_num_blocks and finalize its artifact."""
-            for i, cell in enumerate(self.cells, 1):
+            for cell in self.cells:
                 yield {
                     "name": cell.id,
                     "doc": f"cell {cell.id} (budget {cell.memory_budget!r})",
-                    "actions": [(self._cell, [cell, i])],
+                    "actions": [(self._cell, [cell])],
                     "task_dep": [f"compile:{compile_label(cell)}"] if cell.compile_key else [],
                     "uptodate": [config_changed(cell.cell_key), (_reusable, [store, cell])],
                     "verbosity": 2,
@@ -131,9 +153,9 @@ class BuildRun:
         ns["task_manifest"] = task_manifest
         return ns
 
-    def _compile(self, key: str, index: int) -> None:
+    def _compile(self, key: str) -> None:
         done = None if self.parallel is None else self.parallel.compile_results.get(key)
-        if done is not None:  # compiled ahead of doit (its line is printed)
+        if done is not None:  # compiled ahead of doit (shown already)
             if done.fresh:
                 self.compiled.append(key)
             return
@@ -141,33 +163,34 @@ class BuildRun:
             return
         cell = self.compiles[key]
         assert cell.spec is not None
-        label = f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
-        self._say(f"[compile {index}/{len(self.compiles)}] {label} ...")
+        label = _label(cell)
+        self.display.compile_started(label)
         started = time.perf_counter()
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
         took = time.perf_counter() - started
         if isinstance(outcome, CompileOutcome):
-            self._say(f"[compile {index}/{len(self.compiles)}] {label}: FAILED after {took:.1f}s: {outcome.error}")
+            self.display.compile_finished(label, took, False, outcome.error or "")
             return
         self.compiled.append(key)
-        self._say(f"[compile {index}/{len(self.compiles)}] {label}: {outcome.meta['produced']} in {took:.1f}s")
+        self.display.compile_finished(label, took, True, outcome.meta["produced"])
 
-    def _cell(self, cell: Cell, index: int) -> None:
+    def _cell(self, cell: Cell) -> None:
         self.redone.add(cell.id)
         if self.parallel is not None and cell.id in self.parallel.cell_results:
-            return  # built ahead of doit (its line is printed)
+            return  # built ahead of doit (shown already)
         result = build_cell(self.store, cell)
         if result.ok:
             what = (f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
                     f"{result.produced}")
         else:
             what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
-        self._say(f"[cell {index}/{len(self.cells)}] {cell.id}: {what}")
+        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
 
     def _publish(self) -> None:
         if not self.publish:
             return
-        self.entries = publish(self.build_dir, collect(self.store, self.cells))
+        rows = collect(self.store, self.cells)
+        self.entries = publish(self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows))
 
     # -- a whole run ------------------------------------------------------------------------------
 
@@ -180,13 +203,19 @@ class BuildRun:
         scope_inventory_cache(self.build_dir)
         removed = self.store.clean_temporaries()
         if removed:
-            self._say(f"removed {removed} temporary file(s) left by an interrupted build")
+            self.display.warn(f"removed {removed} temporary file(s) left by an interrupted build")
+        self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
         if probe is not None and not probe():
             self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
-        self.parallel = Parallel(self.store, self.ref, self.scale, self.compiles, self.cells, self._say, self._warn)
-        self.parallel.run()
-        return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+        try:
+            self.parallel = Parallel(
+                self.store, self.ref, self.scale, self.compiles, self.cells, self.display, _label, self._warn
+            )
+            self.parallel.run()
+            return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+        finally:
+            self.display.close()
 
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
@@ -194,6 +223,11 @@ class BuildRun:
             self._publish()
         assert self.entries is not None
         return write_summary(self.build_dir, self.entries, len(self.compiled), self.redone, self.warnings)
+
+
+def _label(cell: Cell) -> str:
+    """A compile as the progress display names it (and matches it with earlier similar compiles)."""
+    return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
 
 
 def _reusable(store: Store, cell: Cell) -> bool:
@@ -216,7 +250,9 @@ def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
 
     if overrides is None:
         overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
-    settings = compose_settings(overrides)
+    from ._project import find_project
+
+    settings = compose_settings(overrides, project=find_project())
     build_dir, cells = expand_all([settings])
     build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
     return BuildRun(build_dir, cells, progress=settings.progress).namespace()

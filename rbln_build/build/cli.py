@@ -4,6 +4,8 @@
     rbln-build matrix=release device=atom_max_x4 budget=0.3
     rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
     rbln-build explain model=qwen3_8b device=rebel100
+    rbln-build plan deployment=qwen3_8b_llama3_2_1b      (and serve-command, explain deployment=)
+    rbln-build report [build_dir=build] [--open]
     rbln-build --help
 
 Hydra is the composition layer: each Hydra job (one for a run, one per combination for ``-m``)
@@ -25,12 +27,14 @@ from typing import Any
 
 __all__ = ["main"]
 
-def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
+def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tuple[list[Any], list[BaseException], bool]:
+    """Compose ``args`` (Hydra overrides and flags) over ``project``'s configs: one BuildSettings
+    per Hydra job. The project's conf/ is the primary config folder; the shipped one follows."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
     from . import _sweep
-    from ._config import CONF_DIR, register_configs, settings_from_config
+    from ._config import register_configs, settings_from_config
     from ..errors import RblnBuildError
 
     register_configs()
@@ -38,23 +42,27 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
     errors: list[BaseException] = []
     called = [False]
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    @hydra.main(version_base="1.3", config_path=str(project.primary_conf), config_name=project.config_name)
     def job(cfg: Any) -> None:
         if _sweep.in_worker():  # a launcher runs this job in its own process: it builds its cells there
             hc = HydraConfig.get()
             try:
-                settings, error = settings_from_config(cfg, dict(hc.runtime.choices)), None
+                settings = settings_from_config(cfg, dict(hc.runtime.choices), cwd=project.root,
+                                                conf_dirs=project.conf_dirs, recipe_dirs=project.recipe_dirs)
+                error = None
             except RblnBuildError as exc:
                 settings, error = None, exc
             _sweep.run_job(hc.job.num, list(hc.overrides.task), settings, error)
             return
         called[0] = True
         try:
-            jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices)))
+            jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices), cwd=project.root,
+                                             conf_dirs=project.conf_dirs, recipe_dirs=project.recipe_dirs))
         except RblnBuildError as exc:
             errors.append(exc)
 
-    sys.argv[0] = "rbln-build"
+    searchpath = project.searchpath_override()
+    sys.argv = [prog, *args, *([searchpath] if searchpath else [])]
     sweep = _sweep.begin()
     try:
         job()
@@ -63,7 +71,7 @@ def _compose_jobs() -> tuple[list[Any], list[BaseException], bool]:
             raise SystemExit(2) from None
         raise
     finally:
-        elsewhere = _sweep.finish(sweep)
+        elsewhere = _sweep.finish(sweep, project)
     if elsewhere:  # the launcher ran the jobs in other processes; they built, this merges
         return elsewhere, errors, True
     argv = sys.argv[1:]
@@ -105,6 +113,11 @@ def _build(jobs: list[Any]) -> int:
     from ._tasks import LOCK_FILE, BuildRun
 
     build_dir, cells = expand_all(jobs)
+    records = None  # a deployment's record for the manifest (rbln_build.build._colocation)
+    if any(j.deployment is not None for j in jobs):
+        from ._colocation import DeploymentRecords
+
+        records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
     started = time.perf_counter()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +128,7 @@ def _build(jobs: list[Any]) -> int:
         print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        build = BuildRun(build_dir, cells, progress=progress, scale=jobs[0].scale)
+        build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale)
         code = build.run()
         summary = build.summary()
         entries = build.entries or []
@@ -128,27 +141,75 @@ def _build(jobs: list[Any]) -> int:
         f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
         f"({took:.1f}s). Manifest: {build_dir / 'manifest.json'}"
     )
+    for line in records.lines if records is not None else ():
+        print(line)
+    for problem in records.problems if records is not None else ():
+        print(f"deployment: {problem}", file=sys.stderr)
     if summary["failed"]:
+        from ._progress import failure_summary
+
+        print("\n".join(failure_summary(entries)), file=sys.stderr)
         names = summary["failed_cells"]
         more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
-    return 1 if code else 0
+    return 1 if code or (records is not None and records.problems) else 0
+
+
+def compose(args: list[str], prog: str = "rbln-build") -> list[Any] | None:
+    """The project (``--project``, RBLN_BUILD_PROJECT or found from the current directory) and the
+    composed jobs; None when Hydra only printed something (--help, --cfg). Raises RblnBuildError."""
+    from ._project import find_project, split_project_arg
+
+    chosen, rest = split_project_arg(args)
+    project = find_project(chosen)
+    jobs, errors, called = _compose_jobs(project, rest, prog)
+    if errors:
+        raise errors[0]
+    return jobs if called else None
+
+
+# Subcommands that are not a build: name -> "module:function" (function(argv) -> exit status).
+SUBCOMMANDS = {
+    "status": "rbln_build.build._status:main",
+    "init": "rbln_build.build._init:main",
+    "diff": "rbln_build.build._diff:main",
+    "gc": "rbln_build.build._gc:main",
+    "recipe": "rbln_build.build._recipe_add:main",
+}
 
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] in (["plan"], ["serve-command"]) or (
+        argv[:1] == ["explain"] and any(a.startswith("deployment=") for a in argv)
+    ):
+        from ._deploy_cli import main as deploy_main
+
+        sys.exit(deploy_main(argv))
     if argv[:1] == ["explain"]:
         from ..memory.explain import main as explain_main
+        from ..reporting import plot_explanation  # matplotlib is imported only to draw --plot
 
-        sys.exit(explain_main(argv[1:]))
+        sys.exit(explain_main(argv[1:], plot_with=plot_explanation))
+    if argv[:1] == ["report"]:
+        from ..reporting import main as report_main
+
+        sys.exit(report_main(argv[1:]))
     from ..errors import RblnBuildError
 
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        module, func = SUBCOMMANDS[argv[0]].split(":")
+        try:
+            sys.exit(getattr(importlib.import_module(module), func)(argv[1:]))
+        except RblnBuildError as exc:
+            print(f"rbln-build {argv[0]}: {exc}", file=sys.stderr)
+            sys.exit(2)
     try:
-        jobs, errors, called = _compose_jobs()
-        if errors:
-            raise errors[0]
-        if not called:  # --help, --cfg, --info: Hydra printed what was asked
+        jobs = compose(argv)
+        if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             sys.exit(0)
         code = _build(jobs)
     except RblnBuildError as exc:

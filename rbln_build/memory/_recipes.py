@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,11 @@ from typing import Any
 import yaml
 
 from ..errors import RecipeError
+from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
 
-DEFAULT_RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (build._project)
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHT_BITS = (16, 8, 4)
@@ -67,6 +69,7 @@ class Recipe:
     weight_bits: int
     build: dict[str, Any] = field(default_factory=dict)
     content_hash: str = ""
+    weights_hash: str | None = None  # the checkpoint's content digest (weights: {path: ...}), else None
 
     @property
     def has_weights(self) -> bool:
@@ -143,18 +146,29 @@ def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
     )
 
 
-def list_recipes(root: Path = DEFAULT_RECIPES_DIR) -> list[str]:
-    return sorted(p.name for p in Path(root).iterdir() if (p / "recipe.yaml").is_file())
+def _roots(root: Path | Sequence[Path]) -> tuple[Path, ...]:
+    return (Path(root),) if isinstance(root, (str, Path)) else tuple(Path(r) for r in root)
 
 
-def load_recipe(name: str, root: Path = DEFAULT_RECIPES_DIR) -> Recipe:
-    root = Path(root)
+def list_recipes(root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR) -> list[str]:
+    return sorted({p.name for r in _roots(root) if r.is_dir() for p in r.iterdir() if (p / "recipe.yaml").is_file()})
+
+
+def load_recipe(
+    name: str, root: Path | Sequence[Path] = DEFAULT_RECIPES_DIR, digest_cache: Path | None = None
+) -> Recipe:
+    """The recipe ``name`` from the first of ``root`` (one folder, or several searched in order:
+    a project's recipes/ before the shipped ones) that has it. ``digest_cache``: where the weights'
+    stat-keyed digests are kept (``_checkpoint``); None keeps them in memory only."""
+    roots = _roots(root)
+    root = next((r for r in roots if (r / name / "recipe.yaml").is_file()), roots[0])
     directory = root / name
     recipe_file = directory / "recipe.yaml"
     config_file = directory / "config.json"
     if not recipe_file.is_file():
-        known = ", ".join(list_recipes(root)) if root.is_dir() else "(no recipes directory)"
-        raise RecipeError(f"recipe '{name}': {recipe_file} does not exist. Known recipes: {known}.")
+        known = ", ".join(list_recipes(roots)) or "(none)"
+        where = " or ".join(str(r / name / "recipe.yaml") for r in roots)
+        raise RecipeError(f"recipe '{name}': {where} does not exist. Known recipes: {known}.")
     if not config_file.is_file():
         raise RecipeError(f"recipe '{name}': {config_file} does not exist; put the model's HF config.json there.")
     recipe_bytes = recipe_file.read_bytes()
@@ -184,6 +198,7 @@ def load_recipe(name: str, root: Path = DEFAULT_RECIPES_DIR) -> Recipe:
         raise RecipeError(f"{recipe_file}: quantization.weight_bits is {bits!r}; use 16, 8 or 4.")
     weights = meta.get("weights")
     weights_path: Path | None = None
+    weights_hash: str | None = None
     seed: int | None = None
     if weights is not None:
         if not isinstance(weights, dict) or not (set(weights) <= {"seed", "path"}) or len(weights) != 1:
@@ -199,6 +214,10 @@ def load_recipe(name: str, root: Path = DEFAULT_RECIPES_DIR) -> Recipe:
                     f"{recipe_file}: weights.path {weights['path']!r} is not a directory ({weights_path}); "
                     "point it at a local HF checkpoint or set weights: null."
                 )
+            from ._checkpoint import inspect_checkpoint, weights_digest
+
+            checkpoint = inspect_checkpoint(weights_path, hf_config)
+            weights_hash = weights_digest(checkpoint, digest_cache)
     build = meta.get("build") or {}
     if not isinstance(build, dict):
         raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
@@ -217,6 +236,7 @@ def load_recipe(name: str, root: Path = DEFAULT_RECIPES_DIR) -> Recipe:
         weight_bits=bits,
         build=dict(build),
         content_hash=digest.hexdigest(),
+        weights_hash=weights_hash,
     )
     recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe

@@ -32,10 +32,13 @@ class CompileSpec:
 
     def key_fields(self) -> dict[str, Any]:
         """Canonical, path-free inputs for the compile key (the backend adds its toolchain)."""
-        return {
+        fields = {
             "recipe": self.recipe.name,
             "recipe_hash": self.recipe.content_hash,
             "npu_family": self.npu.family,
             "num_devices": self.num_devices,
             "attention": self.attention.to_json(),
         }
+        if self.recipe.weights_hash is not None:  # a local checkpoint: its content is an input
+            fields["weights_hash"] = self.recipe.weights_hash
+        return fields

@@ -2,6 +2,7 @@
 
     rbln-build explain model=qwen3_8b device=rebel100
     rbln-build explain model=qwen3_8b device=atom_max_x4 budgets=0.3,0.5,1.0 --json
+    rbln-build explain model=qwen3_8b device=rebel100 --plot qwen3_8b.rebel100.png
 
 Prints, from the memory model (``rbln_build.memory``) and the estimator: weights, workspace and
 runtime buffers per chiplet, KV bytes per block, the full pool and the floor, the budget needed
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from ..errors import BuildError, EstimateError, RblnBuildError, UserError
 from ..estimator import WORDS_SYNOPSIS, GiB, MiB, align_2mib, budget_from_text
 from ._recipes import DEFAULT_RECIPES_DIR, list_recipes, load_recipe
 
-__all__ = ["main", "explain", "render", "load_device", "DEFAULT_DEVICE_DIR", "DEFAULT_BUDGETS"]
+__all__ = ["main", "explain", "explain_with_report", "render", "load_device", "DEFAULT_DEVICE_DIR", "DEFAULT_BUDGETS"]
 
 DEFAULT_DEVICE_DIR = Path(__file__).resolve().parents[2] / "conf" / "device"
 DEFAULT_BUDGETS: tuple[object, ...] = (0.1, 0.2, 0.3, 0.5, 1.0)
@@ -32,7 +34,7 @@ _INT_KEYS = {"batch_size", "max_seq_len", "kvcache_partition_len", "prefill_chun
 _KEYS = {"model", "device", "budgets", *_BUILD_KEYS}
 
 USAGE = """\
-usage: rbln-build explain model=<recipe> device=<device> [key=value ...] [--json]
+usage: rbln-build explain model=<recipe> device=<device> [key=value ...] [--json] [--plot FILE.png]
 
 Explain the memory plan of one model on one device target: weights, workspace and runtime
 buffers per chiplet, KV-cache bytes per block, the full pool and the floor, the budget each
@@ -48,6 +50,9 @@ options (defaults: the recipe's build section, then optimum-rbln's defaults for 
   budgets=B,B,...            memory budgets to resolve (default {budgets}); each is
                              {budget_forms}
   --json                     one deterministic JSON object instead of the table
+  --plot FILE                also draw the blocks-vs-budget curve and the per-chiplet DRAM stacks
+                             into FILE (.png or .svg; byte-identical from run to run); needs
+                             matplotlib: pip install 'rbln-build[report]'
   -h, --help                 this text
 
 The numbers come from rbln-build's NPU memory model, not from the Rebellions compiler: they are
@@ -96,12 +101,19 @@ def _parse_budget(text: str) -> object:
         raise _UsageError(f"explain: budgets=: {error}") from None
 
 
-def _parse(argv: list[str]) -> tuple[dict[str, str], bool]:
+def _parse(argv: list[str]) -> tuple[dict[str, str], bool, Path | None]:
     opts: dict[str, str] = {}
     as_json = False
-    for arg in argv:
+    plot: Path | None = None
+    args = iter(argv)
+    for arg in args:
         if arg == "--json":
             as_json = True
+        elif arg == "--plot" or arg.startswith("--plot="):
+            value = arg.partition("=")[2] if "=" in arg else next(args, "")
+            if not value:
+                raise _UsageError("explain: --plot needs a file name, e.g. --plot qwen3_8b.png.")
+            plot = Path(value)
         elif "=" in arg and not arg.startswith("-"):
             key, _, value = arg.partition("=")
             if key not in _KEYS:
@@ -112,7 +124,7 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], bool]:
     for key in ("model", "device"):
         if key not in opts:
             raise _UsageError(f"explain: missing {key}=...; see rbln-build explain --help.")
-    return opts, as_json
+    return opts, as_json, plot
 
 
 def explain(
@@ -122,6 +134,16 @@ def explain(
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The explanation as a plain JSON value (what ``--json`` prints)."""
+    return explain_with_report(model, device, budgets, overrides)[0]
+
+
+def explain_with_report(
+    model: str,
+    device: str,
+    budgets: tuple[object, ...] = DEFAULT_BUDGETS,
+    overrides: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], Any]:
+    """``explain``'s value and the AllocationReport it was computed from (for ``--plot``)."""
     from ..estimator import Request, estimate
     from ..estimator._npu import resolve_npu
     from ._model import ACTIVATION_LIVE_SETS, build_report
@@ -202,7 +224,7 @@ def explain(
         "budgets": rows,
         "warnings": list(base.warnings),
         "estimate": "model-based (rbln_build.memory), calibrated to the specification's figures; not a compiler report",
-    }
+    }, report
 
 
 def _mib(n: int | None) -> str:
@@ -280,13 +302,19 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``rbln-build explain ARGS`` (``argv`` excludes the ``explain`` word)."""
+PlotFn = Callable[[dict[str, Any], Any, Path], None]
+
+
+def main(argv: list[str], plot_with: PlotFn | None = None) -> int:
+    """Entry point of ``rbln-build explain ARGS`` (``argv`` excludes the ``explain`` word).
+
+    ``plot_with(data, report, path)`` draws ``--plot FILE``; the caller passes it (the CLI passes
+    ``rbln_build.reporting.plot_explanation``), since drawing lives in a layer above this one."""
     if any(a in ("-h", "--help", "help") for a in argv):
         sys.stdout.write(_usage())
         return 0
     try:
-        opts, as_json = _parse(argv)
+        opts, as_json, plot = _parse(argv)
         overrides: dict[str, Any] = {}
         for key in _BUILD_KEYS:
             if key in opts:
@@ -300,7 +328,11 @@ def main(argv: list[str]) -> int:
         budgets = DEFAULT_BUDGETS
         if "budgets" in opts:
             budgets = tuple(_parse_budget(b) for b in opts["budgets"].split(","))
-        data = explain(opts["model"], opts["device"], budgets, overrides)
+        data, report = explain_with_report(opts["model"], opts["device"], budgets, overrides)
+        if plot is not None:
+            if plot_with is None:
+                raise _UsageError("explain: --plot is not available from this entry point; use rbln-build explain.")
+            plot_with(data, report, plot)
     except UserError as error:
         sys.stderr.write(f"{error}\n")
         return 2

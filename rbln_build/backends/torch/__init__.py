@@ -3,8 +3,10 @@
     _weights     deterministic seeded weights (tiny recipes) or a checkpoint's safetensors
     _paged       the paged-attention wrapper around transformers' modules, and its export
     _export      the Backend: compile (export + report) and finalize (pool of N blocks)
-    _runtime     loading an artifact and greedy generation on CPU
-    _run         ``python -m rbln_build.run``
+    _runtime     loading an artifact (verified first) and greedy generation on CPU
+    _archive     the .pt2 allowlist: nothing torch would unpickle gets loaded
+
+``python -m rbln_build.run`` (rbln_build/run.py) is the command line over ``_runtime``.
 
 Importing this package does not import torch; its modules do.
 """

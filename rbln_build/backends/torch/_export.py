@@ -11,10 +11,14 @@ finalize (once per cell) writes the cell artifact, which is self-contained::
 
     program.pt2     a hard link to (or copy of) the baseline's program
     config.json     the HF config
-    rbln_config.json  optimum-rbln key names; kvcache_num_blocks = the resolved count; npu
+    rbln-build.json optimum-rbln key names; kvcache_num_blocks = the resolved count; npu; the KV pool
+                    geometry; ``programs``: the program's sha256, checked before every load
+
+No ``rbln_config.json``: a CPU program is not something optimum-rbln or vllm-rbln can load, so
+nothing in it is named as if it were.
 
 A recipe without weights gets a plan: compile writes report.json, config.json and baseline.json
-(``"produced": "plan"``), finalize writes rbln_config.json with ``"artifact": "plan"`` and no
+(``"produced": "plan"``), finalize writes rbln-build.json with ``"artifact": "plan"`` and no
 program. Nothing is ever faked.
 
 Files are byte-identical for identical inputs: JSON is written with sorted keys, and
@@ -33,29 +37,21 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildError
-from .._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan, rbln_config_for, write_json
+from .._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
+from .._record import record_for, sha256_file, write_json, write_record
 
-__all__ = ["TorchExportBackend", "PROGRAM_FILE", "write_json", "rbln_config_for"]
+__all__ = ["TorchExportBackend", "PROGRAM_FILE"]
 
 PROGRAM_FILE = "program.pt2"
 BASELINE_FILE = "baseline.json"
 FORMAT = "rbln-build/torch-export/1"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class TorchExportBackend(Backend):
     name = "torch"
 
     def toolchain(self) -> dict[str, str]:
-        return {"torch": metadata.version("torch"), "transformers": metadata.version("transformers"),
-                "format": FORMAT}
+        return {"torch": metadata.version("torch"), "transformers": metadata.version("transformers"), "format": FORMAT}
 
     def compile(self, spec: CompileSpec, out_dir: Path) -> CompileResult:
         out_dir = Path(out_dir)
@@ -66,7 +62,6 @@ class TorchExportBackend(Backend):
         import torch
 
         from ... import memory  # lazily: the memory model pulls in the inventory machinery
-
         from . import _paged as paged
         from ._weights import build_model
 
@@ -92,7 +87,7 @@ class TorchExportBackend(Backend):
                 "produced": "program",
                 "exports": 1,
                 "program": PROGRAM_FILE,
-                "program_sha256": _sha256(out_dir / PROGRAM_FILE),
+                "program_sha256": sha256_file(out_dir / PROGRAM_FILE),
                 "pool": {
                     "num_layers": wrapper.num_layers,
                     "kv_heads": wrapper.kv_heads,
@@ -124,15 +119,18 @@ class TorchExportBackend(Backend):
             return finalize_plan(spec, baseline_dir, num_blocks, out_dir)
         if produced != "program":
             raise BuildError(f"{baseline_dir / BASELINE_FILE}: unknown 'produced' {produced!r}; recompile.")
-        config = rbln_config_for(spec, num_blocks, "program")
         src = baseline_dir / PROGRAM_FILE
-        if not src.is_file() or _sha256(src) != baseline.get("program_sha256"):
+        if not src.is_file() or sha256_file(src) != baseline.get("program_sha256"):
             raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
         _link_or_copy(src, out_dir / PROGRAM_FILE)
-        config["kv_pool"] = dict(baseline["pool"], num_blocks=num_blocks)
-        config["program"] = PROGRAM_FILE
-        config["program_sha256"] = baseline["program_sha256"]
-        write_json(out_dir / "rbln_config.json", config)
+        record = record_for(
+            spec,
+            num_blocks,
+            "program",
+            programs={PROGRAM_FILE: baseline["program_sha256"]},
+            kv_pool=dict(baseline["pool"], num_blocks=num_blocks),
+        )
+        write_record(out_dir, record)
         shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
 
 

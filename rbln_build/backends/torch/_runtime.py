@@ -3,7 +3,10 @@
     artifact = load_artifact("build/cells/<id>")     # needs only the artifact folder
     artifact.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)   -> [[...8 ids], [...8 ids]]
 
-The KV pool has exactly ``kvcache_num_blocks`` blocks (from the artifact's rbln_config.json).
+The KV pool has exactly ``kvcache_num_blocks`` blocks (from the artifact's rbln-build.json).
+Artifacts are code: the program's sha256 (recorded in rbln-build.json) is checked and its archive is
+checked for anything torch would unpickle (``_archive``) before torch sees a byte of it; the bytes
+that were checked are the bytes that are loaded.
 Blocks are handed out as optimum-rbln's page table does: one free list shared by the whole batch,
 a block taken when a sequence first writes into it, all of a sequence's blocks returned when it
 is done. A pool smaller than the full pool therefore serves a batch whose sequences are short.
@@ -13,16 +16,20 @@ A request that could run out of blocks is refused before any compute with
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from ...errors import BuildError, RuntimeLimitError, UserError
+from .._record import RECORD_FILE, read_record, verify_programs
+from ._archive import check_program_archive
 
 __all__ = ["Artifact", "PageTable", "load_artifact"]
 
@@ -40,7 +47,9 @@ class PageTable:
         table = self.tables[row]
         while len(table) <= last_position // self.block_size:
             if not self.free:  # the up-front check in Artifact.generate makes this unreachable
-                raise RuntimeLimitError(f"KV-cache pool exhausted while sequence {row} reached position {last_position}.")
+                raise RuntimeLimitError(
+                    f"KV-cache pool exhausted while sequence {row} reached position {last_position}."
+                )
             table.append(self.free.popleft())
 
     def release(self, row: int) -> None:
@@ -60,13 +69,16 @@ class Artifact:
     path: Path
     config: dict[str, Any]
     pools: list[torch.Tensor]
+    program_file: str = "program.pt2"
+    _verified: bytes = field(default=b"", repr=False)  # the checked program bytes, until loaded
     _program: Any = None
 
     @property
     def program(self) -> Any:
         """The exported program as a callable module, loaded on first use (requests are checked first)."""
         if self._program is None:
-            self._program = _load_program(self.path / str(self.config.get("program", "program.pt2")))
+            self._program = _load_program(self.path / self.program_file, self._verified)
+            self._verified = b""
         return self._program
 
     @property
@@ -110,7 +122,7 @@ class Artifact:
             rows = ", ".join(f"prompt {i}: {n}" for i, n in enumerate(per_row))
             raise RuntimeLimitError(
                 f"this request needs {sum(per_row)} KV-cache blocks of {self.block_size} tokens ({rows}), "
-                f"but the artifact's pool has {self.num_blocks} (kvcache_num_blocks in {self.path.name}/rbln_config.json). "
+                f"but the artifact's pool has {self.num_blocks} (kvcache_num_blocks in {self.path.name}/{RECORD_FILE}). "
                 "Send fewer prompts at once, shorten them or lower --max-new-tokens, "
                 "or rebuild the cell with a larger memory budget."
             )
@@ -170,34 +182,44 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_artifact(path: str | Path) -> Artifact:
-    """Load a cell artifact folder; its pool is allocated with exactly ``kvcache_num_blocks`` blocks."""
+    """Load a cell artifact folder; its pool is allocated with exactly ``kvcache_num_blocks`` blocks.
+
+    The program is verified here, before anything else happens: its sha256 against rbln-build.json
+    and its archive against the pickle allowlist. Either failing raises IntegrityError."""
     path = Path(path)
     if not path.is_dir():
-        raise UserError(f"{path}: not a directory; pass a cell artifact folder (it holds rbln_config.json).")
-    cfg = _read_json(path / "rbln_config.json")
-    if cfg.get("artifact") == "plan":
+        raise UserError(f"{path}: not a directory; pass a cell artifact folder (it holds {RECORD_FILE}).")
+    cfg = read_record(path)
+    if cfg["artifact"] == "plan":
         raise UserError(
             f"{path}: this cell is a resolved plan, not a compiled program (the recipe has no weights); "
             "set weights in the recipe to build a program that can run."
         )
-    hf = _read_json(path / "config.json")
+    if cfg["artifact"] != "program":
+        raise UserError(
+            f"{path}: this cell holds models compiled for a Rebellions NPU ({cfg['artifact']!r}, target "
+            f"{cfg.get('npu')}); load it with optimum-rbln (RBLNAutoModelForCausalLM.from_pretrained) on an NPU host."
+        )
     pool = cfg.get("kv_pool")
     num_blocks = cfg.get("kvcache_num_blocks")
-    if not isinstance(pool, dict) or not isinstance(num_blocks, int) or num_blocks < 1:
-        raise BuildError(f"{path / 'rbln_config.json'}: no kv_pool / kvcache_num_blocks; not a torch artifact.")
-    program_file = path / str(cfg.get("program", "program.pt2"))
-    if not program_file.is_file():
-        raise BuildError(f"{program_file}: missing; the artifact is incomplete, rebuild the cell.")
+    programs = cfg["programs"]
+    if not isinstance(pool, dict) or not isinstance(num_blocks, int) or num_blocks < 1 or len(programs) != 1:
+        raise BuildError(f"{path / RECORD_FILE}: no kv_pool / kvcache_num_blocks / one program; not a torch artifact.")
+    [(program_file, data)] = verify_programs(path, cfg, keep=True).items()
+    check_program_archive(data, path / program_file)
+    hf = _read_json(path / "config.json")
     dtype = getattr(torch, str(pool["dtype"]))
     shape = (num_blocks, int(pool["kv_heads"]), int(pool["block_size"]), int(pool["head_dim"]))
     pools = [torch.zeros(shape, dtype=dtype) for _ in range(2 * int(pool["num_layers"]))]
     cfg = dict(cfg, vocab_size=_vocab_size(hf))
-    return Artifact(path=path, config=cfg, pools=pools)
+    return Artifact(path=path, config=cfg, pools=pools, program_file=program_file, _verified=data)
 
 
-def _load_program(program_file: Path) -> Any:
+def _load_program(program_file: Path, data: bytes) -> Any:
+    if not data:  # loaded once; a second load would have to verify again
+        raise BuildError(f"{program_file}: the verified program bytes were already consumed; load the artifact again.")
     try:
-        return torch.export.load(str(program_file)).module()
+        return torch.export.load(io.BytesIO(data)).module()
     except Exception as exc:  # a truncated or foreign file: torch raises many types here
         raise BuildError(
             f"{program_file}: cannot load the exported program ({type(exc).__name__}: {exc}); rebuild the cell."

@@ -62,13 +62,23 @@ def load_weights(model: torch.nn.Module, directory: Path) -> None:
     """Load every ``*.safetensors`` file of a local HF checkpoint directory into ``model``."""
     from safetensors.torch import load_file
 
-    files = sorted(Path(directory).glob("*.safetensors"))
-    if not files:
-        raise RecipeError(f"{directory}: no *.safetensors files; point weights.path at a local HF checkpoint.")
+    from ...memory._checkpoint import INDEX_FILE, inspect_checkpoint
+
+    checkpoint = inspect_checkpoint(Path(directory))  # present and complete, or an error naming the file
     state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(str(f)))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    for f in checkpoint.files:
+        if f.name != INDEX_FILE:
+            state.update(load_file(str(f)))
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a shape mismatch: name the tensor and the file it came from
+        first = str(exc).strip().splitlines()[-1].strip()
+        name = first.split(":", 1)[0].replace("size mismatch for", "").strip()
+        where = checkpoint.tensors.get(name, (None, None, "?"))[2]
+        raise RecipeError(
+            f"{Path(directory) / where}: checkpoint does not match the config ({first}); "
+            "check that config.json belongs to these weights."
+        ) from None
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     missing = [m for m in missing if m not in tied]
     if missing or unexpected:

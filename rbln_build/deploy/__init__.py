@@ -1,0 +1,57 @@
+"""Co-location: plan several models that share one NPU target (pure; nothing heavy imported).
+
+    _inputs    the target, the tenants (a model and its report), reservations, and what a tenant
+               occupies per (node, chiplet) at every count (the estimator's arithmetic)
+    _search    the exact search: max-min by binary search, then branch and bound
+    _planner   one mode's plan (budget: even budget shares; blocks: explicit counts)
+    _plan      both modes, and for an infeasible plan the conflicting models and verified changes
+    _render    the plan and the per-chiplet table as text and as JSON
+
+It imports the estimator only; the build layer (rbln_build.build._deployment) gives it reports from
+the compile cache or the memory model, and turns a plan into cells.
+"""
+
+from __future__ import annotations
+
+from ._inputs import Demand, Grid, Reservation, Target, Tenant
+from ._plan import MEASURE, DeploymentPlan, Reshape, Suggestion, plan_deployment
+from ._planner import (
+    BLOCKS,
+    BUDGET,
+    MODES,
+    NODE_LIMIT,
+    OBJECTIVE,
+    Assignment,
+    ModePlan,
+    Objective,
+    Problem,
+    budget_value,
+)
+from ._render import mib, plan_json, render_chiplets, render_plan
+
+__all__ = [
+    "Assignment",
+    "BLOCKS",
+    "BUDGET",
+    "Demand",
+    "DeploymentPlan",
+    "Grid",
+    "MEASURE",
+    "MODES",
+    "ModePlan",
+    "NODE_LIMIT",
+    "OBJECTIVE",
+    "Objective",
+    "Problem",
+    "Reservation",
+    "Reshape",
+    "Suggestion",
+    "Target",
+    "Tenant",
+    "budget_value",
+    "mib",
+    "plan_deployment",
+    "plan_json",
+    "render_chiplets",
+    "render_plan",
+]

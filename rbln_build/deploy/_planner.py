@@ -1,0 +1,384 @@
+"""The co-location planner: block counts (and budgets) for models that share one device target.
+
+Two ways to make several models fit one target, both planned every time:
+
+* **budget** (``mode: budget``): each planned model gets a ``memory_budget``. The estimator splits a
+  budget evenly over the chiplets, so a model holds ``budget // num_chiplets`` bytes of *every*
+  chiplet, and the count it resolves is the largest whose tightest chiplet fits that share. The
+  plan fits when, on every chiplet, the budgets' shares plus the reservations fit the chiplet's
+  available DRAM. Even splitting wastes the room a model does not use on its other chiplets (a
+  model whose lm_head sits on the last chiplet pays for that chiplet on all of them).
+* **blocks** (``mode: blocks``): each planned model gets an explicit ``kvcache_num_blocks``. The
+  plan fits when, on every (node, chiplet), the bytes the models really occupy at their counts plus
+  the reservations fit. Nothing is split, so it packs at least as tight.
+
+A model with a fixed ``memory_budget`` is not planned: its count is what the estimator resolves
+from that budget; it is charged its budget's even share (budget plan) or what it occupies (blocks
+plan). Reservations are charged on their chiplet, or spread evenly.
+
+**The objective** (``OBJECTIVE``), over the planned models, in this order:
+
+1. the largest smallest share ``kvcache_num_blocks / full pool`` (max-min: no model is starved);
+2. then the largest weighted sum of shares (``weight``: who gets the room left over);
+3. then the most blocks in total;
+4. then the plan that gives more blocks to the models listed first (so the answer is unique).
+
+**Exact.** Every count between a model's lower bound (its floor, or ``min_blocks``) and its full
+pool is considered; counts whose bytes equal the next count's are dominated by it (2 MiB alignment
+makes plateaus) and skipped. Step 1 is a binary search over the candidate shares (fitting is
+monotone: fewer blocks never need more bytes); step 2-4 is a depth-first branch and bound over the
+models in their listed order, counts high to low, with a bound that is never below the truth, so
+the first best plan found is the optimum and its tie-break. Integers and fractions only: no floats
+decide anything. A search that grows past ``NODE_LIMIT`` nodes stops with an error rather than
+answer approximately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..errors import BuildError, ConfigError
+from ..estimator import Request, estimate, fraction_for_bytes
+from ._inputs import Demand, Reservation, Target, Tenant
+from ._search import SearchLimit, Vector, branch_and_bound, max_min_start
+
+__all__ = [
+    "BUDGET",
+    "BLOCKS",
+    "MODES",
+    "OBJECTIVE",
+    "NODE_LIMIT",
+    "Objective",
+    "Assignment",
+    "ModePlan",
+    "Problem",
+    "budget_value",
+]
+
+BUDGET, BLOCKS = "budget", "blocks"
+MODES = (BUDGET, BLOCKS)
+NODE_LIMIT = 2_000_000
+MiB = 2**20
+
+OBJECTIVE = (
+    "maximize the smallest share of its full pool (kvcache_num_blocks / full pool) that any planned model "
+    "gets; then the weighted sum of shares; then the total number of blocks; ties go to the models listed first"
+)
+
+
+def budget_value(nbytes: int) -> object:
+    """The ``memory_budget`` a planned budget is built with: ``"<N>MB"`` when it is a whole number of
+    MiB (it resolves to exactly ``nbytes``; binary units), else the int byte count."""
+    return f"{nbytes // MiB}MB" if nbytes % MiB == 0 else nbytes
+
+
+@dataclass(frozen=True)
+class Objective:
+    min_share: Fraction
+    weighted_share: Fraction
+    total_blocks: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "min_share": float(self.min_share),
+            "weighted_share": float(self.weighted_share),
+            "total_blocks": self.total_blocks,
+        }
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One model in one plan. Vectors are flat per (node, chiplet), node-major (``Target.buckets``)."""
+
+    name: str
+    fixed: bool
+    kvcache_num_blocks: int
+    num_full_blocks: int
+    num_min_blocks: int
+    lower_bound: int
+    weight: Fraction
+    memory_budget: object  # what a cell is built with: the planned or fixed budget; None for an explicit count
+    budget_bytes: int | None  # per device
+    budget_fraction: float | None  # smallest float memory_budget resolving to >= budget_bytes
+    usage: Vector  # bytes it occupies at its count
+    charge: Vector  # bytes the plan sets aside for it (its budget's even share, or its usage)
+
+    @property
+    def share(self) -> Fraction:
+        return Fraction(self.kvcache_num_blocks, self.num_full_blocks)
+
+
+@dataclass(frozen=True)
+class ModePlan:
+    mode: str
+    target: Target
+    feasible: bool
+    assignments: tuple[Assignment, ...]  # in the deployment's order; empty when infeasible
+    reserved: Vector
+    objective: Objective | None
+    conflict: tuple[str, ...] = ()  # infeasible: a minimal set of models that cannot reach their floors together
+    reason: str | None = None
+    nodes: int = 0  # branch-and-bound nodes visited
+
+    def assignment(self, name: str) -> Assignment:
+        return next(a for a in self.assignments if a.name == name)
+
+    def _sum(self, attr: str) -> Vector:
+        total = list(self.reserved)
+        for a in self.assignments:
+            for k, v in enumerate(getattr(a, attr)):
+                total[k] += v
+        return tuple(total)
+
+    def charged(self) -> Vector:
+        """Reservations plus what the plan sets aside for each model, per bucket."""
+        return self._sum("charge")
+
+    def used(self) -> Vector:
+        """Reservations plus what the models really occupy, per bucket."""
+        return self._sum("usage")
+
+    def headroom(self) -> Vector:
+        available = self.target.available_per_chiplet
+        return tuple(available - c for c in self.charged())
+
+    def unused_in_budgets(self) -> Vector:
+        """Bytes set aside by budgets that their models do not occupy (0 in a blocks plan)."""
+        return tuple(c - u for c, u in zip(self.charged(), self.used(), strict=True))
+
+    def stranded(self) -> Vector:
+        """Headroom no budget can reach: a budget takes the same share of every chiplet, so the
+        chiplet with the least headroom bounds them all (0 in a blocks plan, which has no shares)."""
+        if self.mode != BUDGET:
+            return (0,) * len(self.reserved)
+        headroom = self.headroom()
+        least = min(headroom)
+        return tuple(h - least for h in headroom)
+
+
+class Problem:
+    """One deployment's planning problem: the demands are computed once and shared by both modes."""
+
+    def __init__(self, target: Target, tenants: Sequence[Tenant], reservations: Sequence[Reservation] = ()) -> None:
+        names = [t.name for t in tenants]
+        if len(set(names)) != len(names) or not names:
+            raise ConfigError(f"deployment: model names must be unique and at least one is needed, got {names}.")
+        C = target.num_chiplets
+        per_chiplet = [0] * C
+        for r in reservations:
+            if r.chiplet is not None and not 0 <= r.chiplet < C:
+                raise ConfigError(
+                    f"deployment reservation {r.name}: chiplet {r.chiplet} does not exist on {target.npu.name} "
+                    f"({C} chiplet(s) per device: 0..{C - 1}); or leave it null to spread it evenly."
+                )
+            if r.nbytes <= 0:
+                raise ConfigError(f"deployment reservation {r.name}: bytes must be positive, got {r.nbytes}.")
+            per_chiplet = [a + b for a, b in zip(per_chiplet, r.per_chiplet(C), strict=True)]
+        self.target = target
+        self.tenants = tuple(tenants)
+        self.reservations = tuple(reservations)
+        self.demands = tuple(Demand(t, target) for t in tenants)
+        self.reserved: Vector = tuple(per_chiplet[c] for _, c in target.buckets())
+        self._fixed: dict[str, tuple[int, int] | str] = {}
+
+    # -- the pieces ---------------------------------------------------------------------------------
+
+    def fixed_resolution(self, d: Demand) -> tuple[int, int] | str:
+        """(count, budget bytes) the estimator resolves from a fixed budget, or its error message."""
+        t = d.tenant
+        if t.name not in self._fixed:
+            request = Request.for_attention(
+                self.target.npu.name,
+                self.target.num_devices,
+                t.attention,
+                memory_budget=t.memory_budget,
+                current_blocks=t.report.current_blocks,
+            )
+            res = estimate(request, t.report)
+            if res.ok and res.kvcache_num_blocks is not None and res.breakdown is not None:
+                assert res.breakdown.budget_bytes is not None
+                self._fixed[t.name] = (res.kvcache_num_blocks, res.breakdown.budget_bytes)
+            else:
+                self._fixed[t.name] = f"its fixed memory_budget {t.memory_budget!r}: {res.error}"
+        return self._fixed[t.name]
+
+    def _charge(self, d: Demand, mode: str, count: int, budget: int | None) -> Vector:
+        if mode == BLOCKS:
+            return d.need(count)
+        share = max(d.slice(count), 0 if budget is None else budget // self.target.num_chiplets)
+        return (share,) * len(self.reserved)
+
+    def capacity(self, mode: str) -> Vector:
+        available = self.target.available_per_chiplet
+        if mode == BUDGET:  # even shares: the most-reserved chiplet bounds every share sum
+            return (available - max(self.reserved),)
+        return tuple(available - r for r in self.reserved)
+
+    def _cost(self, d: Demand, mode: str, count: int) -> Vector:
+        # a budget is at least one byte per chiplet (the estimator takes no zero budget)
+        return (max(d.slice(count), 1),) if mode == BUDGET else d.need(count)
+
+    def options(self, d: Demand, mode: str) -> list[tuple[int, Vector]]:
+        """(count, cost) from the lower bound to the full pool, skipping counts whose cost equals the
+        next count's (the next one is as cheap and gives more); ascending, costs non-decreasing."""
+        t = d.tenant
+        out = []
+        for n in range(t.lower_bound, t.full + 1):
+            cost = self._cost(d, mode, n)
+            if n == t.full or self._cost(d, mode, n + 1) != cost:
+                out.append((n, cost))
+        return out
+
+    def _fixed_costs(self, mode: str, members: set[str] | None) -> tuple[Vector, list[str]]:
+        """The fixed tenants' total cost (in the mode's dimensions) and those whose budget fails."""
+        dims = len(self.capacity(mode))
+        total = [0] * dims
+        failing = []
+        for d in self.demands:
+            if not d.tenant.fixed or (members is not None and d.tenant.name not in members):
+                continue
+            fixed = self.fixed_resolution(d)
+            if isinstance(fixed, str):
+                failing.append(d.tenant.name)
+                continue
+            count, budget = fixed
+            charge = self._charge(d, mode, count, budget)
+            cost = (charge[0],) if mode == BUDGET else charge
+            total = [a + b for a, b in zip(total, cost, strict=True)]
+        return tuple(total), failing
+
+    def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
+        """Whether the given models (all by default), each at its lower bound, fit with the reservations."""
+        fixed_cost, failing = self._fixed_costs(mode, members)
+        if failing:
+            return False
+        room = [c - f for c, f in zip(self.capacity(mode), fixed_cost, strict=True)]
+        for d in self.demands:
+            if d.tenant.fixed or (members is not None and d.tenant.name not in members):
+                continue
+            first = self.options(d, mode)[0][1]
+            room = [r - c for r, c in zip(room, first, strict=True)]
+        return all(r >= 0 for r in room)
+
+    def conflict(self, mode: str) -> tuple[tuple[str, ...], str]:
+        """A minimal set of models that cannot reach their floors together (each one is needed for the
+        conflict: a deletion filter in the listed order), and a sentence saying so."""
+        for d in self.demands:
+            if d.tenant.fixed:
+                fixed = self.fixed_resolution(d)
+                if isinstance(fixed, str):
+                    return (d.tenant.name,), f"{d.tenant.name} cannot reach its floor with {fixed}"
+        members = [t.name for t in self.tenants]
+        for name in list(members):
+            trial = [m for m in members if m != name]
+            if not self.fits_at_floors(mode, set(trial)):
+                members = trial
+        if not members:
+            return (), "the reservations alone exceed the available DRAM of a chiplet"
+        held = f" with the reservations ({', '.join(r.name for r in self.reservations)})" if self.reservations else ""
+        bounds = {t.name: _bound(t) for t in self.tenants}
+        if len(members) == 1:
+            return tuple(
+                members
+            ), f"{members[0]} cannot reach its {bounds[members[0]]} on {self.target.name} even alone{held}"
+        listed = ", ".join(f"{m} {bounds[m]}" for m in members)
+        return tuple(members), f"{', '.join(members)} cannot reach their lower bounds together ({listed}){held}"
+
+    # -- solving ------------------------------------------------------------------------------------
+
+    def solve(self, mode: str, limit: int = NODE_LIMIT) -> ModePlan:
+        if mode not in MODES:
+            raise ConfigError(f"deployment.mode: expected one of {', '.join(MODES)}, got {mode!r}.")
+        fixed_cost, failing = self._fixed_costs(mode, None)
+        room = tuple(c - f for c, f in zip(self.capacity(mode), fixed_cost, strict=True))
+        planned = [d for d in self.demands if not d.tenant.fixed]
+        options = [self.options(d, mode) for d in planned]
+        counts: list[int] | None = None
+        nodes = 0
+        if not failing:
+            start = max_min_start(planned, options, room)
+            if start is not None:
+                choices = [opts[s:] for opts, s in zip(options, start, strict=True)]
+                try:
+                    counts, nodes = branch_and_bound(planned, choices, room, limit)
+                except SearchLimit:
+                    raise ConfigError(
+                        f"deployment on {self.target.name}: the exact search passed {limit:,} nodes without "
+                        "finishing; fix some models' counts with min_blocks or memory_budget to shrink it."
+                    ) from None
+        if counts is None:
+            conflict, reason = self.conflict(mode)
+            return ModePlan(mode, self.target, False, (), self.reserved, None, conflict, reason, nodes)
+        return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts, strict=True)), nodes)
+
+    def _assemble(self, mode: str, counts: dict[str, int], nodes: int) -> ModePlan:
+        target, C = self.target, self.target.num_chiplets
+        out = []
+        for d in self.demands:
+            t = d.tenant
+            budget: int | None
+            if t.fixed:
+                resolved = self.fixed_resolution(d)
+                assert not isinstance(resolved, str)
+                count, budget = resolved
+                value = t.memory_budget
+            else:
+                count = counts[t.name]
+                budget = max(d.slice(count), 1) * C if mode == BUDGET else None
+                value = budget_value(budget) if budget is not None else None
+                if budget is not None:
+                    _check_resolves(self, d, value, count)
+            out.append(
+                Assignment(
+                    name=t.name,
+                    fixed=t.fixed,
+                    kvcache_num_blocks=count,
+                    num_full_blocks=t.full,
+                    num_min_blocks=t.floor,
+                    lower_bound=t.lower_bound,
+                    weight=t.weight,
+                    memory_budget=value,
+                    budget_bytes=budget,
+                    budget_fraction=None if budget is None else fraction_for_bytes(budget, target.npu.available_bytes),
+                    usage=d.need(count),
+                    charge=self._charge(d, mode, count, budget),
+                )
+            )
+        planned = [a for a in out if not a.fixed]
+        objective = Objective(
+            min_share=min((a.share for a in planned), default=Fraction(1)),
+            weighted_share=sum((a.weight * a.share for a in planned), Fraction(0)),
+            total_blocks=sum(a.kvcache_num_blocks for a in planned),
+        )
+        plan = ModePlan(mode, target, True, tuple(out), self.reserved, objective, nodes=nodes)
+        if min(plan.headroom()) < 0:  # the search only returns plans that fit; this is a bug if it fires
+            raise BuildError(f"planner: the {mode} plan does not fit its own capacity ({plan.headroom()}).")
+        return plan
+
+
+def _bound(t: Tenant) -> str:
+    if t.fixed:
+        return f"count at its fixed memory_budget {t.memory_budget!r}"
+    what = "full pool (eager attention)" if t.eager else "floor" if t.lower_bound == t.floor else "min_blocks"
+    return f"{what} of {t.lower_bound} blocks"
+
+
+def _check_resolves(problem: Problem, d: Demand, budget: object, count: int) -> None:
+    """A planned budget must resolve to exactly its count through the estimator itself."""
+    t = d.tenant
+    request = Request.for_attention(
+        problem.target.npu.name,
+        problem.target.num_devices,
+        t.attention,
+        memory_budget=budget,
+        current_blocks=t.report.current_blocks,
+    )
+    res = estimate(request, t.report)
+    if res.kvcache_num_blocks != count:
+        raise BuildError(
+            f"planner: {t.name}'s planned budget {budget!r} resolves to {res.kvcache_num_blocks} blocks "
+            f"({res.error or 'ok'}), not the planned {count}; this is a bug in rbln_build.deploy."
+        )

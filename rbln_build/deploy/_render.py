@@ -1,0 +1,267 @@
+"""A deployment plan as deterministic JSON and as text tables (``plan`` and ``explain``).
+
+Per-chiplet tables have one row per (device, chiplet) and one column per model, then the
+reservations, the total, what the chiplet offers and the headroom. Byte values are printed in MiB
+(two decimals when not whole); the JSON carries exact bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._plan import MEASURE, DeploymentPlan, Suggestion
+from ._planner import BLOCKS, BUDGET, OBJECTIVE, ModePlan
+
+__all__ = ["plan_json", "render_plan", "render_chiplets", "mib"]
+
+MiB = 2**20
+
+
+def mib(n: int) -> str:
+    return f"{n // MiB:,}" if n % MiB == 0 else f"{n / MiB:,.2f}"
+
+
+def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
+    grid = mp.target.grid
+    out: dict[str, Any] = {
+        "feasible": mp.feasible,
+        "objective": None if mp.objective is None else mp.objective.to_json(),
+        "conflict": list(mp.conflict),
+        "reason": mp.reason,
+        "search_nodes": mp.nodes,
+        "models": {},
+        "per_chiplet": None,
+    }
+    if not mp.feasible:
+        return out
+    for a in mp.assignments:
+        out["models"][a.name] = {
+            "fixed": a.fixed,
+            "kvcache_num_blocks": a.kvcache_num_blocks,
+            "num_full_blocks": a.num_full_blocks,
+            "share": float(a.share),
+            "memory_budget": a.memory_budget,
+            "budget_bytes": a.budget_bytes,
+            "budget_fraction": a.budget_fraction,
+            "usage": [list(r) for r in grid(a.usage)],
+            "charge": [list(r) for r in grid(a.charge)],
+        }
+    out["per_chiplet"] = {
+        "available": mp.target.available_per_chiplet,
+        "reserved": [list(r) for r in grid(mp.reserved)],
+        "charged": [list(r) for r in grid(mp.charged())],
+        "used": [list(r) for r in grid(mp.used())],
+        "headroom": [list(r) for r in grid(mp.headroom())],
+        "unused_in_budgets": [list(r) for r in grid(mp.unused_in_budgets())],
+    }
+    return out
+
+
+def _suggestion_json(s: Suggestion) -> dict[str, Any]:
+    return {
+        "kind": s.kind,
+        "subject": s.subject,
+        "old": s.old,
+        "new": s.new,
+        "given_up": float(s.given_up),
+        "description": s.describe(),
+        "plan": {a.name: a.kvcache_num_blocks for a in s.plan.assignments},
+    }
+
+
+def plan_json(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """The whole plan as a plain, deterministic JSON value (what ``plan --json`` prints)."""
+    t = plan.target
+    return {
+        "deployment": name,
+        "target": {
+            "device": t.name,
+            "npu": t.npu.name,
+            "product": t.npu.product,
+            "num_devices": t.num_devices,
+            "num_chiplets": t.num_chiplets,
+            "available_per_chiplet": t.available_per_chiplet,
+            "available_per_device": t.npu.available_bytes,
+        },
+        "objective": OBJECTIVE,
+        "mode": plan.mode,
+        "feasible": plan.feasible,
+        "models": [
+            {
+                "name": x.name,
+                "report": (sources or {}).get(x.name, x.source),
+                "batch_size": x.attention.batch_size,
+                "max_seq_len": x.attention.max_seq_len,
+                "kvcache_block_size": x.attention.kvcache_block_size,
+                "num_full_blocks": x.full,
+                "num_min_blocks": x.floor,
+                "lower_bound": x.lower_bound,
+                "weight": float(x.weight),
+                "fixed_memory_budget": x.memory_budget,
+            }
+            for x in plan.tenants
+        ],
+        "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in plan.reservations],
+        "plans": {BUDGET: _mode_json(plan, plan.budget), BLOCKS: _mode_json(plan, plan.blocks)},
+        "suggestions": [_suggestion_json(s) for s in plan.suggestions],
+        "suggestion_measure": MEASURE,
+    }
+
+
+def _table(rows: Sequence[tuple[str, ...]], right: frozenset[int] | set[int] = frozenset()) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
+    def fmt(r: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+
+    return [fmt(rows[0]), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows[1:])]
+
+
+def render_chiplets(mp: ModePlan, what: str) -> list[str]:
+    """One row per (device, chiplet), one column per model (``what``: usage or charge), then the
+    reservations, the total, the chiplet's available DRAM and the headroom (MiB)."""
+    t = mp.target
+    names = [a.name for a in mp.assignments]
+    cols = [getattr(a, what) for a in mp.assignments]
+    total = mp.charged() if what == "charge" else mp.used()
+    header = ("MiB", *names, "reserved", "total", "available", "headroom")
+    rows: list[tuple[str, ...]] = [header]
+    for k, (node, chiplet) in enumerate(t.buckets()):
+        label = f"chiplet {chiplet}" if t.num_devices == 1 else f"device {node} chiplet {chiplet}"
+        rows.append(
+            (
+                label,
+                *(mib(c[k]) for c in cols),
+                mib(mp.reserved[k]),
+                mib(total[k]),
+                mib(t.available_per_chiplet),
+                mib(t.available_per_chiplet - total[k]),
+            )
+        )
+    return _table(rows, right=set(range(1, len(header))))
+
+
+def _waste(plan: DeploymentPlan) -> list[str]:
+    """How much room even budget shares waste, and what explicit counts make of it."""
+    t, mp = plan.target, plan.budget
+    unused, stranded = mp.unused_in_budgets(), mp.stranded()
+    per_device = (sum(unused) + sum(stranded)) // t.num_devices
+    line = (
+        f"even budget shares waste {mib(per_device)} MiB per device: {mib(sum(unused) // t.num_devices)} MiB set "
+        "aside inside budgets but not occupied (a budget pays for its model's tightest chiplet on every chiplet), "
+        f"and {mib(sum(stranded) // t.num_devices)} MiB of headroom no budget can reach (every budget takes the "
+        "same share of each chiplet, so the fullest chiplet bounds them all)."
+    )
+    out = ["", line]
+    if plan.blocks.feasible:
+        gains = [
+            f"{a.name} {a.kvcache_num_blocks - mp.assignment(a.name).kvcache_num_blocks:+d}"
+            for a in plan.blocks.assignments
+            if not a.fixed
+        ]
+        if any(not g.endswith(" +0") for g in gains):
+            out.append(
+                f"explicit counts (mode: blocks) pack tighter: {', '.join(gains)} blocks against the budget plan."
+            )
+        else:
+            out.append(
+                "explicit counts (mode: blocks) give the same counts here: the tightest chiplets bind both plans."
+            )
+    return out
+
+
+def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None) -> str:
+    t = plan.target
+    out = [
+        f"deployment {name} on {t.name}: {t.num_devices} x {t.npu.name} ({t.npu.product}), {t.num_chiplets} "
+        f"chiplet(s) per device, {t.available_per_chiplet:,} B ({mib(t.available_per_chiplet)} MiB) available per chiplet",
+        f"objective: {OBJECTIVE}",
+    ]
+    for r in plan.reservations:
+        where = "spread evenly" if r.chiplet is None else f"on chiplet {r.chiplet}"
+        out.append(f"reserved: {r.name}, {r.nbytes:,} B per device ({where})")
+    out.append("")
+    rows: list[tuple[str, ...]] = [
+        ("model", "report", "batch", "max_seq_len", "block", "floor", "full", "lower bound", "weight", "fixed budget")
+    ]
+    for x in plan.tenants:
+        rows.append(
+            (
+                x.name,
+                (sources or {}).get(x.name, x.source),
+                str(x.attention.batch_size),
+                str(x.attention.max_seq_len),
+                str(x.attention.kvcache_block_size),
+                str(x.floor),
+                str(x.full),
+                str(x.lower_bound),
+                f"{float(x.weight):g}",
+                "-" if x.memory_budget is None else repr(x.memory_budget),
+            )
+        )
+    out += _table(rows, right={2, 3, 4, 5, 6, 7, 8})
+    for mp in (plan.budget, plan.blocks):
+        out.append("")
+        built = " (what `rbln-build deployment=" + name + "` builds)" if mp.mode == plan.mode else ""
+        title = (
+            "budget plan: memory_budget per model, split evenly over chiplets"
+            if mp.mode == BUDGET
+            else ("blocks plan: explicit kvcache_num_blocks per model, nothing split")
+        )
+        if not mp.feasible:
+            out.append(f"{title}{built}: DOES NOT FIT: {mp.reason}.")
+            continue
+        assert mp.objective is not None
+        out.append(
+            f"{title}{built}: fits; smallest share {float(mp.objective.min_share):.4f}, "
+            f"{mp.objective.total_blocks} blocks in total"
+        )
+        if mp.mode == BUDGET:
+            rows = [("model", "memory_budget", "bytes per device", "fraction", "kvcache_num_blocks", "share")]
+            for a in mp.assignments:
+                rows.append(
+                    (
+                        a.name + (" (fixed)" if a.fixed else ""),
+                        repr(a.memory_budget) if a.fixed else str(a.memory_budget),
+                        f"{a.budget_bytes:,}",
+                        f"{a.budget_fraction:.6f}" if a.budget_fraction is not None else "-",
+                        str(a.kvcache_num_blocks),
+                        f"{a.kvcache_num_blocks}/{a.num_full_blocks}",
+                    )
+                )
+            out += _table(rows, right={2, 3, 4})
+            out.append("per chiplet, each model's budget share:")
+            out += ["  " + line for line in render_chiplets(mp, "charge")]
+        else:
+            rows = [("model", "kvcache_num_blocks", "share", "vs budget plan")]
+            for a in mp.assignments:
+                other = plan.budget.assignment(a.name).kvcache_num_blocks if plan.budget.feasible else None
+                delta = "-" if other is None else f"{a.kvcache_num_blocks - other:+d}"
+                rows.append(
+                    (
+                        a.name + (" (fixed)" if a.fixed else ""),
+                        str(a.kvcache_num_blocks),
+                        f"{a.kvcache_num_blocks}/{a.num_full_blocks}",
+                        delta,
+                    )
+                )
+            out += _table(rows, right={1, 3})
+            out.append("per chiplet, what each model occupies:")
+            out += ["  " + line for line in render_chiplets(mp, "usage")]
+    if plan.budget.feasible:
+        out += _waste(plan)
+    if plan.suggestions:
+        out.append("")
+        out.append(f"changes that fit, each verified by planning again (smallest first; {MEASURE}):")
+        for s in plan.suggestions:
+            counts = ", ".join(f"{a.name} {a.kvcache_num_blocks}" for a in s.plan.assignments)
+            out.append(f"  {s.describe()}: gives up {float(s.given_up):.4f}; plan: {counts}")
+    elif not plan.feasible:
+        out.append("")
+        out.append(
+            "no single change found that fits (batch_size, max_seq_len, min_blocks, a fixed budget, a reservation)."
+        )
+    return "\n".join(out) + "\n"

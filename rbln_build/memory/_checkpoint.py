@@ -1,0 +1,198 @@
+"""Local Hugging Face checkpoints: check them cheaply, and digest their weights without re-hashing.
+
+A checkpoint directory holds ``config.json`` and ``*.safetensors`` (one file, or shards listed by
+``model.safetensors.index.json``). Everything here reads the standard library only (no torch): a
+safetensors file is an 8-byte little-endian header length, a JSON header (tensor name -> dtype,
+shape, data offsets), then the data, so a header tells the dtypes and shapes and whether the file
+is complete.
+
+``weights_digest`` is the checkpoint's content identity for the compile key: sha256 over each
+weight file's name, size and sha256. A file's sha256 is cached under its (size, mtime, ctime,
+inode), as the Store's fast path does, so a no-op build never re-reads gigabytes; any change of
+stat re-hashes that file (``ctime`` cannot be set from user space).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import RecipeError
+
+__all__ = ["Checkpoint", "inspect_checkpoint", "weights_digest", "INDEX_FILE", "DTYPES"]
+
+INDEX_FILE = "model.safetensors.index.json"
+DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}  # safetensors dtype -> recipe dtype
+_MAX_HEADER = 100 << 20
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    directory: Path
+    files: tuple[Path, ...]  # the weight files (and the index, if sharded), sorted
+    tensors: dict[str, tuple[str, tuple[int, ...], str]]  # name -> (dtype, shape, file name)
+    dtype: str  # the recipe dtype of the floating-point tensors (bfloat16, float16, float32)
+
+
+def _header(path: Path) -> dict[str, Any]:
+    """A safetensors file's header, checked against the file's size (a truncated copy fails)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise RecipeError(f"{path}: {size} bytes, too short for a safetensors file; the copy is partial.")
+            (n,) = struct.unpack("<Q", raw)
+            if n > _MAX_HEADER or 8 + n > size:
+                raise RecipeError(
+                    f"{path}: header of {n} bytes does not fit in the {size}-byte file; "
+                    "the file is partial or not safetensors."
+                )
+            header = json.loads(f.read(n))
+    except OSError as exc:
+        raise RecipeError(f"{path}: cannot read it ({exc.strerror}).") from None
+    except ValueError as exc:
+        raise RecipeError(f"{path}: the safetensors header is not valid JSON ({exc}).") from None
+    if not isinstance(header, dict):
+        raise RecipeError(f"{path}: the safetensors header is not a mapping.")
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(info["data_offsets"][1]))
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise RecipeError(f"{path}: tensor {name!r} has no valid data_offsets in the header.") from None
+    if 8 + n + end != size:
+        raise RecipeError(
+            f"{path}: the header describes {8 + n + end} bytes but the file has {size}; "
+            "the file is partial (an interrupted copy?) or damaged. Copy it again."
+        )
+    return header
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    index = directory / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_bytes())["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RecipeError(f"{index}: not a valid safetensors index ({exc}); it needs a 'weight_map'.") from None
+        for name in names:
+            if "/" in name or "\\" in name or not (directory / name).is_file():
+                raise RecipeError(
+                    f"{directory / name}: listed in {index.name} but missing; the checkpoint is incomplete."
+                )
+        return [directory / n for n in names]
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise RecipeError(
+            f"{directory}: no *.safetensors files (and no {INDEX_FILE}); point weights.path at a "
+            "local HF checkpoint saved with safetensors."
+        )
+    return files
+
+
+def inspect_checkpoint(directory: Path, config: dict[str, Any] | None = None) -> Checkpoint:
+    """Check a checkpoint's files (present, complete) and, given ``config``, that its embedding and
+    layer count match it. Errors name the file."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise RecipeError(f"{directory}: not a directory; point weights.path at a local HF checkpoint.")
+    files = _weight_files(directory)
+    tensors: dict[str, tuple[str, tuple[int, ...], str]] = {}
+    for path in files:
+        for name, info in _header(path).items():
+            if name != "__metadata__":
+                tensors[name] = (str(info.get("dtype")), tuple(info.get("shape") or ()), path.name)
+    index = directory / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_bytes())["weight_map"]
+        for name, file in sorted(weight_map.items()):
+            if name not in tensors or tensors[name][2] != file:
+                raise RecipeError(f"{directory / file}: {INDEX_FILE} says it holds {name!r}, but it does not.")
+    floats = sorted({DTYPES[d] for d, _s, _f in tensors.values() if d in DTYPES})
+    others = sorted({d for d, _s, _f in tensors.values() if d not in DTYPES})
+    if len(floats) != 1 or others:
+        raise RecipeError(
+            f"{directory}: weights in {', '.join(floats + others) or 'no dtype'}; rbln-build reads "
+            "checkpoints in one of bfloat16, float16 or float32."
+        )
+    if config is not None:
+        _check_against(directory, tensors, config)
+    extra = [index] if index.is_file() else []
+    return Checkpoint(directory, tuple(sorted(files + extra)), tensors, floats[0])
+
+
+def _check_against(
+    directory: Path, tensors: dict[str, tuple[str, tuple[int, ...], str]], config: dict[str, Any]
+) -> None:
+    c: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
+    embed = [n for n in tensors if n.endswith("embed_tokens.weight")]
+    if not embed:
+        raise RecipeError(f"{directory}: no '*embed_tokens.weight' tensor in the checkpoint; is it a decoder-only LM?")
+    _dtype, shape, file = tensors[embed[0]]
+    want = (c.get("vocab_size"), c.get("hidden_size"))
+    if shape != want:
+        raise RecipeError(
+            f"{directory / file}: {embed[0]} has shape {list(shape)} but config.json says "
+            f"vocab_size x hidden_size = {list(want)}; the weights and config.json do not belong together."
+        )
+    layers = {m.group(1) for m in map(_LAYER.search, tensors) if m is not None}
+    if layers and len(layers) != c.get("num_hidden_layers"):
+        raise RecipeError(
+            f"{directory}: the checkpoint has {len(layers)} layers but config.json says "
+            f"num_hidden_layers = {c.get('num_hidden_layers')}; the weights and config.json do not belong together."
+        )
+
+
+_memory_cache: dict[str, dict[str, Any]] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def weights_digest(checkpoint: Checkpoint, cache_dir: Path | None = None) -> str:
+    """sha256 over the weight files (name, size, sha256 each); per-file digests are reused while
+    the file's (size, mtime, ctime, inode) is unchanged. ``cache_dir`` keeps them across runs."""
+    real = str(checkpoint.directory.resolve())
+    cache_file = None if cache_dir is None else Path(cache_dir) / (hashlib.sha256(real.encode()).hexdigest() + ".json")
+    cached: dict[str, Any] = dict(_memory_cache.get(real, {}))
+    if cache_file is not None and not cached:
+        try:
+            loaded = json.loads(cache_file.read_bytes())
+            cached = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            cached = {}  # no cache yet, or a damaged one: re-hash (the cache is only a shortcut)
+    fresh: dict[str, Any] = {}
+    h = hashlib.sha256(b"rbln-build checkpoint weights v1\0")
+    for path in checkpoint.files:
+        st = path.stat()
+        stat = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        hit = cached.get(path.name)
+        sha = hit[1] if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat else _file_sha256(path)
+        fresh[path.name] = [stat, sha]
+        h.update(f"{path.name}\0{st.st_size}\0{sha}\0".encode())
+    _memory_cache[real] = fresh
+    if cache_file is not None and fresh != cached:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_name(f".tmp-{cache_file.name}-{os.getpid()}")
+            tmp.write_text(json.dumps(fresh, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass  # an unwritable cache only costs a re-hash next time
+    return "sha256:" + h.hexdigest()

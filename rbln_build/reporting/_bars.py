@@ -1,0 +1,167 @@
+"""The bar figures: each chiplet's DRAM (``dram_figure``) and the matrix grid as a picture
+(``grid_figure``), drawn as deterministically as every figure (``_figures``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ._curve import STACK_PARTS, ChipletStack
+from ._figures import (
+    GRID_COLORS,
+    OUTCOME_COLORS,
+    PART_COLORS,
+    PART_LABELS,
+    bytes_axis,
+    new_figure,
+    size_label,
+    style,
+)
+
+__all__ = ["DramCase", "draw_dram", "dram_figure", "grid_figure"]
+
+
+@dataclass(frozen=True)
+class DramCase:
+    """One bar group: the chiplets' stacks at one block count, against one budget."""
+
+    label: str
+    budget_bytes: int | None  # per device (None: no budget line)
+    stacks: tuple[ChipletStack, ...]
+    short: bool = False  # a failed cell: the stacks are at the floor, which does not fit
+
+
+def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> None:
+    """Bar groups, one per case; in each, one stacked bar per (node, chiplet) shown."""
+    per_chiplet_available = available_bytes // num_chiplets
+    tops = [s.total for c in cases for s in c.stacks] or [1]
+    budgets = [c.budget_bytes // num_chiplets for c in cases if c.budget_bytes is not None]
+    top = max(tops)
+    scale_top = max(
+        [top]
+        + [b for b in budgets if b <= 4 * top]
+        + ([per_chiplet_available] if per_chiplet_available <= 4 * top else [])
+    )
+    x, ticks, tick_labels, group_mid = 0.0, [], [], []
+    seen: set[str] = set()
+    for case in cases:
+        first = x
+        for stack in case.stacks:
+            bottom = 0
+            for part in STACK_PARTS:
+                value = stack.parts.get(part, 0)
+                if value:
+                    key = part + ("-short" if case.short and part == "kv" else "")
+                    label = (
+                        None
+                        if key in seen
+                        else PART_LABELS[part] + (" at the floor (does not fit)" if key != part else "")
+                    )
+                    seen.add(key)
+                    ax.bar(
+                        x,
+                        value,
+                        bottom=bottom,
+                        width=0.7,
+                        color=PART_COLORS[part],
+                        label=label,
+                        hatch="//" if case.short and part == "kv" else None,
+                        edgecolor="white",
+                        lw=0.3,
+                    )
+                    bottom += value
+            ticks.append(x)
+            tick_labels.append(
+                f"n{stack.node}c{stack.chiplet}" if len(case.stacks) > num_chiplets else f"c{stack.chiplet}"
+            )
+            x += 1
+        group_mid.append(((first + x - 1) / 2, case))
+        if case.budget_bytes is not None:
+            line = case.budget_bytes // num_chiplets
+            shown = min(line, scale_top * 1.12)
+            ax.plot(
+                [first - 0.45, x - 0.55],
+                [shown, shown],
+                color="black",
+                lw=1.4,
+                ls="-" if line == shown else ":",
+                label="budget per chiplet" if "budget" not in seen else None,
+            )
+            seen.add("budget")
+            if line != shown:
+                ax.annotate(
+                    f"budget {size_label(line)} ↑", ((first + x - 1) / 2, shown), ha="center", va="bottom", fontsize=6.5
+                )
+        x += 0.8
+    if per_chiplet_available <= scale_top * 1.12:
+        ax.axhline(
+            per_chiplet_available,
+            color="#c62828",
+            ls="--",
+            lw=1,
+            label=f"available per chiplet ({size_label(per_chiplet_available)})",
+        )
+    else:
+        note = f"available per chiplet: {size_label(per_chiplet_available)} (far above the bars)"
+        title = f"{title}; {note}" if title else note
+    ax.set_ylim(0, scale_top * 1.22)
+    ax.set_xticks(ticks, tick_labels, fontsize=6.5)
+    for mid, case in group_mid:
+        ax.annotate(
+            case.label,
+            (mid, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -22),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=7,
+            color=OUTCOME_COLORS["failed"] if case.short else "black",
+        )
+    unit = bytes_axis(ax.yaxis, scale_top * 1.22)
+    ax.set_ylabel(f"DRAM per chiplet ({unit})")
+    ax.set_title(title, loc="left", fontsize=8)
+
+
+def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> Figure:
+    bars = sum(len(c.stacks) for c in cases)
+    with style():
+        fig = new_figure(min(12.0, max(7.0, 3.6 + 0.3 * bars + 0.25 * len(cases))), 3.6)
+        ax = fig.subplots()
+        draw_dram(ax, cases, num_chiplets, available_bytes, "")
+        fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+    return fig
+
+
+def grid_figure(
+    rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[Sequence[str | None]], title: str
+) -> Figure:
+    """The matrix grid as a picture, for budget axes too long for a table: one colored square per
+    cell (white: no such cell), rows top to bottom, columns in budget order."""
+    from matplotlib.colors import ListedColormap
+
+    names = list(GRID_COLORS)
+    codes = [[0 if o is None else 1 + names.index(o) for o in row] for row in outcomes]
+    with style():
+        fig = new_figure(10.0, 1.2 + 0.28 * len(rows))
+        ax = fig.subplots()
+        cmap = ListedColormap(["#ffffff"] + [GRID_COLORS[n] for n in names])
+        ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(names), aspect="auto", interpolation="nearest")
+        ax.set_yticks(range(len(rows)), rows, fontsize=7)
+        step = max(1, len(columns) // 12)
+        ax.set_xticks(
+            range(0, len(columns), step),
+            [columns[i] for i in range(0, len(columns), step)],
+            fontsize=7,
+            rotation=45,
+            ha="right",
+        )
+        ax.set_xlabel("memory_budget (in budget order)")
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
+    return fig

@@ -1,0 +1,356 @@
+"""``build/report/index.html``: one self-contained page (figures embedded as PNG, no script, no network).
+
+Sections: the matrix at a glance (a grid per device target), the failures with the budget that would
+fix each, one pair of figures per compile group (blocks vs budget, where the DRAM goes), every cell,
+and the compile keys with their inputs. Everything is sorted and nothing depends on the time, the
+machine or where the build directory is, so one manifest gives one page, byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from collections.abc import Iterable
+from html import escape
+from importlib import metadata
+from typing import Any
+
+from ..errors import EstimateError
+from ._bars import grid_figure
+from ._compose import group_figures
+from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
+from ._figures import render
+
+__all__ = ["render_page"]
+
+MAX_GRID_COLUMNS = 24  # wider grids are drawn as a picture (the table follows, folded)
+OUTCOME_TEXT = {
+    "full_pool": "at the full pool",
+    "cut": "cut below the full pool",
+    "failed": "failed",
+    "unexpected_success": "unexpected success",
+    "expected_failure": "expected failure",
+}
+SHORT_TEXT = {
+    "full_pool": "full pool",
+    "cut": "cut",
+    "failed": "failed",
+    "unexpected_success": "unexpected success",
+    "expected_failure": "expected failure",
+}
+CSS = """
+body{font:14px/1.45 "DejaVu Sans",Verdana,sans-serif;margin:24px auto;max-width:1280px;color:#1d1d1d;padding:0 16px}
+h1{font-size:24px;margin:0 0 4px} h2{font-size:19px;margin:30px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:22px 0 4px} .muted{color:#666} code{font-size:12px}
+table{border-collapse:collapse;margin:6px 0 14px} th,td{border:1px solid #d0d0d0;padding:3px 7px;text-align:left}
+th{background:#f3f3f3;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.grid td{text-align:center;min-width:64px;font-weight:600} table.grid td.none{background:#fafafa}
+.full_pool{background:#c8e6c9} .cut{background:#ffe0a3} .failed{background:#ffcdd2}
+.unexpected_success{background:#f8bbd0} .expected_failure{background:#e0e0e0;color:#555}
+.swatch{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:-1px;border:1px solid #999}
+img{max-width:100%;display:block;margin:4px 0} .note{background:#fff8e1;padding:6px 10px;border-left:4px solid #e69f00}
+td.msg{max-width:640px;font-size:12px} table.cells{font-size:12px} table.cells td{white-space:nowrap}
+"""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rbln-build")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
+def _num(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**30:,.2f} GiB"
+
+
+def _ceil4(fraction: float) -> str:
+    """Rounded up: any budget at or above it still suffices."""
+    return f"{min(1.0, math.ceil(fraction * 10_000) / 10_000):.4f}"
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") -> str:
+    """Cells are HTML already (escaped by the caller); a cell starting with '<td' is used as is."""
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in r) + "</tr>\n" for r in rows)
+    return f"<table{f' class={cls!r}' if cls else ''}><tr>{head}</tr>\n{body}</table>\n"
+
+
+def _png(data: bytes, alt: str) -> str:
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
+
+
+def _fix(entry: dict[str, Any]) -> str:
+    """The budget that would fix a failed cell, from its breakdown."""
+    if entry["status"] == "unexpected_success":
+        return "it builds: remove it from matrix.expect_failure"
+    floor = entry.get("budget_for_floor")
+    if not floor:
+        return "-"
+    if floor.get("bytes") is None:
+        return escape(floor.get("reason") or "no budget fits")
+    return (
+        f"memory_budget &ge; {_ceil4(floor['fraction'])} ({_num(floor['bytes'])} B per device) "
+        f"for the floor of {floor['blocks']} blocks"
+    )
+
+
+# -- sections -----------------------------------------------------------------------------------------
+
+
+def _summary(view: BuildView) -> str:
+    counts: dict[str, int] = {}
+    for e in view.entries:
+        counts[outcome(e)] = counts.get(outcome(e), 0) + 1
+    parts = ", ".join(f"{counts[k]} {OUTCOME_TEXT[k]}" for k in OUTCOME_TEXT if counts.get(k))
+    backends = sorted({g.backend for g in view.groups})
+    toolchains = sorted(
+        {
+            json.dumps(m["toolchain"], sort_keys=True)
+            for m in view.compile_meta.values()
+            if isinstance(m.get("toolchain"), dict)
+        }
+    )
+    tool = (
+        "; ".join(escape(t) for t in toolchains)
+        if toolchains
+        else "not recorded in this build's compile entries (the compile keys below hash the toolchain versions)"
+    )
+    legend = "".join(f'<span class="swatch {k}"></span>{OUTCOME_TEXT[k]}' for k in OUTCOME_TEXT)
+    return (
+        f"<p>{len(view.entries)} cells: {parts or 'none'}.<br>"
+        f"manifest.json sha256 <code>{view.manifest_sha256}</code><br>"
+        f"rbln-build {escape(_version())}; backends: {escape(', '.join(backends) or '-')}; toolchain: {tool}</p>"
+        f"<p class=muted>Legend:{legend}</p>"
+    )
+
+
+def _grid(view: BuildView) -> str:
+    out = []
+    devices = sorted({(e["inputs"]["device"], e["inputs"]["npu"], e["inputs"]["num_devices"]) for e in view.entries})
+    for device, npu, n in devices:
+        cells = [e for e in view.entries if (e["inputs"]["device"], e["inputs"]["npu"]) == (device, npu)]
+        rows: dict[tuple[str, str, int], dict[Any, dict[str, Any]]] = {}
+        columns: dict[Any, tuple[bool, int, str]] = {}
+        for e in cells:
+            opts = json.dumps(e["inputs"]["build_options"], sort_keys=True)
+            rows.setdefault((e["inputs"]["model"], opts, e["inputs"]["kvcache_num_blocks"]), {})
+            col = (type(e["memory_budget"]).__name__, budget_label(e["memory_budget"]))
+            rows[(e["inputs"]["model"], opts, e["inputs"]["kvcache_num_blocks"])][col] = e
+            columns[col] = (e["budget_bytes"] is None, e["budget_bytes"] or 0, col[1])
+        order = sorted(columns, key=lambda c: columns[c])
+        header = ["model / options"] + [
+            escape(c[1] if c[0] != "str" or not c[1].isdigit() else json.dumps(c[1]))
+            + (f"<br><span class=muted>{_gib(columns[c][1])}</span>" if not columns[c][0] else "")
+            for c in order
+        ]
+        body = []
+        for (model, opts, explicit), by_col in sorted(rows.items()):
+            same = [k for k in rows if k[0] == model]
+            label = escape(model)
+            if len(same) > 1:
+                label += f" <span class=muted>{escape(opts)}" + (f" n={explicit}" if explicit else "") + "</span>"
+            row = [label]
+            for c in order:
+                if c not in by_col:
+                    row.append('<td class="none"></td>')
+                    continue
+                e = by_col[c]
+                o, blocks = outcome(e), e["kvcache_num_blocks"]
+                text = {"full_pool": f"{blocks}", "cut": f"{blocks} / {e['num_full_blocks']}"}.get(o, "&#10007;")
+                tip = f"{e['cell']}: {OUTCOME_TEXT[o]}" + (f" ({e['error_kind']})" if e.get("error_kind") else "")
+                row.append(f'<td class="{o}" title="{escape(tip)}">{text}</td>')
+            body.append(row)
+        title = f"{escape(device)}: {n} x {escape(npu)}"
+        table = _table(header, body, "grid")
+        if len(order) > MAX_GRID_COLUMNS:
+            picture = grid_figure(
+                [re.sub("<[^>]+>", "", r[0]) for r in body],
+                [c[1] for c in order],
+                [
+                    [None if c not in by_col else outcome(by_col[c]) for c in order]
+                    for _, by_col in sorted(rows.items())
+                ],
+                f"{device}: {n} x {npu}, {len(cells)} cells over {len(order)} budgets",
+            )
+            table = (
+                _png(render(picture), f"grid of {device}")
+                + f"<details><summary>the grid as a table ({len(order)} columns)</summary>{table}</details>"
+            )
+        out.append(f"<h3>{title}</h3>" + table)
+    return "".join(out)
+
+
+def _failures(view: BuildView) -> str:
+    """Counts by kind, then one row per compile and kind (its cells share the message's shape and
+    the budget that fixes them), then every id, folded."""
+    bad = [e for e in view.entries if e["status"] in (*FAILED_STATUSES, "expected_failure")]
+    if not bad:
+        return "<p>No cell failed.</p>"
+    groups: dict[tuple[str, str, str, str, str], list[dict[str, Any]]] = {}
+    for e in bad:
+        key = (
+            e["status"],
+            e["inputs"]["model"],
+            e["inputs"]["device"],
+            str(e.get("compile_key")),
+            e.get("error_kind") or "-",
+        )
+        groups.setdefault(key, []).append(e)
+    kinds: dict[tuple[str, str], int] = {}
+    for (status, *_, kind), members in groups.items():
+        kinds[(status, kind)] = kinds.get((status, kind), 0) + len(members)
+    summary = ", ".join(f"{n:,} {OUTCOME_TEXT[s]} ({escape(k)})" for (s, k), n in sorted(kinds.items()))
+    rows = []
+    for (status, *_, kind), members in sorted(groups.items()):
+        members.sort(key=lambda e: (e["budget_bytes"] is None, e["budget_bytes"] or 0, e["cell"]))
+        first, last = members[0], members[-1]
+        which = f"<code>{escape(first['cell'])}</code>"
+        if len(members) > 1:
+            which += (
+                f"<br>and {len(members) - 1:,} more, budgets {escape(budget_label(first['memory_budget']))}"
+                f" .. {escape(budget_label(last['memory_budget']))}"
+            )
+        rows.append(
+            [
+                which,
+                SHORT_TEXT[status],
+                escape(kind),
+                f'<td class="msg">{escape(first.get("error") or "-")}</td>',
+                _fix(first),
+            ]
+        )
+    ids = ", ".join(f"<code>{escape(e['cell'])}</code>" for e in bad)
+    return (
+        f"<p>{len(bad):,} cell{'' if len(bad) == 1 else 's'}: {summary}.</p>"
+        + _table(["cells", "status", "kind", "message (the first cell's)", "budget that would fix it"], rows)
+        + f"<details><summary>every failed cell ({len(bad):,})</summary><p>{ids}</p></details>"
+    )
+
+
+def _members(cells: list[dict[str, Any]]) -> str:
+    if len(cells) <= 8:
+        return "cells: " + ", ".join(f"<code>{escape(e['cell'])}</code>" for e in cells)
+    first, last = budget_label(cells[0]["memory_budget"]), budget_label(cells[-1]["memory_budget"])
+    return f"{len(cells):,} cells, budgets {escape(first)} .. {escape(last)} (listed under Cells)"
+
+
+def _groups(view: BuildView) -> str:
+    out = []
+    for g in view.groups:
+        a = g.attention
+        out.append(
+            f'<h3 id="{escape(g.slug)}">{escape(g.model)} on {escape(g.device)}: {g.num_devices} x {escape(g.npu)}</h3>'
+            f"<p class=muted>{escape(str(a.get('attn_impl')))}, batch_size {a.get('batch_size')}, max_seq_len "
+            f"{a.get('max_seq_len')}, block {a.get('kvcache_block_size')}; compile <code>{g.compile_key[:12]}</code>"
+            f" ({escape(g.backend)}, {escape(g.produced or '-')}); " + _members(g.cells) + "</p>"
+        )
+        problem = g.problem
+        if problem is None:
+            try:
+                curve_png, dram_png = group_figures(g)
+            except EstimateError as exc:
+                problem = f"the compile entry's report does not fit these cells: {exc}"
+            else:
+                out.append(
+                    _png(curve_png, f"blocks vs budget, {g.slug}") + _png(dram_png, f"DRAM per chiplet, {g.slug}")
+                )
+        if problem is not None:
+            out.append(f'<p class="note">No figures: {escape(problem)}</p>')
+    return "".join(out)
+
+
+def _cells(view: BuildView) -> str:
+    rows = []
+    for e in view.entries:
+        floor, full = e.get("budget_for_floor") or {}, e.get("budget_for_full_pool") or {}
+        art = (e.get("artifact") or {}).get("content_hash") or "-"
+        rows.append(
+            [
+                f"<code>{escape(e['cell'])}</code>",
+                f'<td class="{outcome(e)}">{SHORT_TEXT[outcome(e)]}</td>',
+                escape(budget_label(e["memory_budget"])),
+                f'<td class="num">{_num(e["budget_bytes"])}</td>',
+                *(
+                    f'<td class="num">{_num(e[k])}</td>'
+                    for k in ("kvcache_num_blocks", "num_full_blocks", "num_min_blocks")
+                ),
+                f'<td class="num">{_num(floor.get("bytes"))}</td>',
+                f'<td class="num">{_num(full.get("bytes"))}</td>',
+                escape(e.get("produced") or "-"),
+                f"<code>{escape(str(e.get('compile_key'))[:12])}</code>",
+                f"<code>{escape(e['cell_key'][:12])}</code>",
+                f"<code>{escape(art[:19])}</code>",
+            ]
+        )
+    return _table(
+        [
+            "cell",
+            "status",
+            "budget",
+            "budget bytes",
+            "blocks",
+            "full",
+            "floor",
+            "floor needs (B)",
+            "full pool needs (B)",
+            "produced",
+            "compile",
+            "cell key",
+            "artifact",
+        ],
+        rows,
+        "cells",
+    )
+
+
+def _inputs(view: BuildView) -> str:
+    seen: dict[str, dict[str, Any]] = {}
+    for e in view.entries:
+        if e.get("compile_key") and e["compile_key"] not in seen:
+            seen[e["compile_key"]] = e["inputs"]
+    rows = []
+    for key in sorted(seen):
+        i = seen[key]
+        rows.append(
+            [
+                f"<code>{key}</code>",
+                escape(i["recipe"]),
+                f"<code>{escape(i['recipe_hash'][:16])}</code>",
+                f"{i['num_devices']} x {escape(i['npu'])}",
+                escape(i["backend"]),
+                f"<code>{escape(json.dumps(i['attention'], sort_keys=True))}</code>",
+            ]
+        )
+    return _table(["compile key", "recipe", "recipe hash", "devices", "backend", "attention"], rows)
+
+
+def render_page(view: BuildView) -> bytes:
+    body = (
+        "<h1>rbln-build report</h1>"
+        + _summary(view)
+        + "<h2>The matrix at a glance</h2><p class=muted>Each cell shows its kvcache_num_blocks (cut cells: "
+        "blocks / full pool); hover for the cell id.</p>"
+        + _grid(view)
+        + "<h2>Failures</h2>"
+        + _failures(view)
+        + "<h2>Blocks vs budget, and where the DRAM goes</h2><p class=muted>Budgets are bytes per device. The "
+        "curve is exact: each step is the smallest budget at which one more block fits (rbln_build.estimator). "
+        "Bars show each chiplet at the cell's resolved count (a failed cell: at the floor, hatched).</p>"
+        + _groups(view)
+        + "<h2>Cells</h2>"
+        + _cells(view)
+        + "<h2>Compile keys and inputs</h2>"
+        + _inputs(view)
+    )
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>rbln-build report</title>'
+        f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
+    )
+    return page.encode("utf-8")

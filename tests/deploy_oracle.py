@@ -1,0 +1,105 @@
+"""A brute-force oracle for the co-location planner, independent of its internals.
+
+It enumerates every count of every planned model (every one from the lower bound to the full pool,
+no plateau skipping), prices each with the estimator's public functions (``non_kv_per_chiplet``,
+``kv_bytes_at``, ``estimate``), keeps the combinations that fit, and returns the best one under the
+documented objective: (smallest share, weighted sum of shares, total blocks, counts in listed order).
+
+Budget plans are priced as the estimator resolves a budget: for each count n the budget is the
+smallest even split that holds n on its tightest chiplet (``num_chiplets * max need``), the count is
+what ``estimate`` resolves from that budget, and the budget is charged ``budget // num_chiplets`` on
+every chiplet. (Any other budget that resolves to the same count costs at least as much.)
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from typing import Any
+
+from rbln_build.deploy import Reservation, Target, Tenant
+from rbln_build.estimator import Request, estimate, kv_bytes_at
+
+
+def need(target: Target, tenant: Tenant, n: int) -> list[int]:
+    non_kv = tenant.report.non_kv_per_chiplet()
+    kv = kv_bytes_at(tenant.report, n)
+    return [non_kv.get(b, 0) + kv.get(b, 0) for b in target.buckets()]
+
+
+def reserved(target: Target, reservations: list[Reservation]) -> list[int]:
+    C = target.num_chiplets
+    out = []
+    for _, c in target.buckets():
+        total = 0
+        for r in reservations:
+            if r.chiplet is None:
+                total += -(-r.nbytes // C)
+            elif r.chiplet == c:
+                total += r.nbytes
+        out.append(total)
+    return out
+
+
+def resolved(target: Target, tenant: Tenant, budget: object) -> Any:
+    request = Request.for_attention(
+        target.npu.name,
+        target.num_devices,
+        tenant.attention,
+        memory_budget=budget,
+        current_blocks=tenant.report.current_blocks,
+    )
+    return estimate(request, tenant.report)
+
+
+def choices(target: Target, tenant: Tenant, mode: str) -> list[tuple[int, list[int]]]:
+    C, width = target.num_chiplets, len(target.buckets())
+    full, floor = tenant.attention.num_full_blocks, tenant.attention.num_min_blocks
+    if tenant.memory_budget is not None:
+        res = resolved(target, tenant, tenant.memory_budget)
+        if not res.ok:
+            return []
+        count, budget = res.kvcache_num_blocks, res.breakdown.budget_bytes
+        if mode == "blocks":
+            return [(count, need(target, tenant, count))]
+        return [(count, [max(budget // C, max(need(target, tenant, count)))] * width)]
+    lower = full if tenant.attention.attn_impl == "eager" else max(floor, tenant.min_blocks or 0)
+    out = []
+    for n in range(lower, full + 1):
+        if mode == "blocks":
+            out.append((n, need(target, tenant, n)))
+            continue
+        budget = C * max(1, *need(target, tenant, n))  # the estimator takes no zero budget
+        if budget > target.npu.available_bytes:
+            continue
+        res = resolved(target, tenant, budget)
+        if res.ok:
+            count = res.kvcache_num_blocks
+            out.append((count, [max(budget // C, max(need(target, tenant, count)))] * width))
+    return out
+
+
+def best(target: Target, tenants: list[Tenant], reservations: list[Reservation], mode: str) -> dict[str, int] | None:
+    """The optimal counts by name, or None when nothing fits."""
+    base = reserved(target, reservations)
+    available = target.available_per_chiplet
+    options = [choices(target, t, mode) for t in tenants]
+    top: tuple[Any, ...] | None = None
+    answer = None
+    for combo in itertools.product(*options):
+        total = list(base)
+        for _, charge in combo:
+            total = [a + b for a, b in zip(total, charge, strict=True)]
+        if any(x > available for x in total):
+            continue
+        planned = [(t, n) for t, (n, _) in zip(tenants, combo, strict=True) if t.memory_budget is None]
+        shares = [Fraction(n, t.attention.num_full_blocks) for t, n in planned]
+        key = (
+            min(shares, default=Fraction(1)),
+            sum((t.weight * s for (t, _), s in zip(planned, shares, strict=True)), Fraction(0)),
+            sum(n for _, n in planned),
+            tuple(n for _, n in planned),
+        )
+        if top is None or key > top:
+            top, answer = key, {t.name: n for t, (n, _) in zip(tenants, combo, strict=True)}
+    return answer

@@ -1,1 +1,0 @@
-"""Stand-in namespace for ``optimum`` (tests only)."""

@@ -1,0 +1,282 @@
+"""Deployments through the real CLI (subprocesses): plan, explain, build, the manifest's record and
+serve-command. The models' parameter inventories are computed once per test process and copied into
+each test's cache (RBLN_BUILD_CACHE), so no subprocess builds one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from memory_helpers import _CACHE, inventory
+from test_cli import check_ok, manifest, rbln
+
+from rbln_build.estimator import resolve_budget, resolve_npu
+
+MiB = 2**20
+REBEL = resolve_npu("RBLN-CR03")
+ATOM = resolve_npu("RBLN-CA25")
+QL = "deployment=qwen3_8b_llama3_2_1b"
+FAKES = Path(__file__).parent / "fakes"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    for name in ("tiny_llama", "tiny_qwen3", "qwen3_8b", "llama3_2_1b"):
+        inventory(name)
+    shutil.copytree(_CACHE, tmp_path / "inv" / "inventory")
+    return {"RBLN_BUILD_CACHE": str(tmp_path / "inv")}
+
+
+def plan_json(args: list[str], tmp_path: Path, env: dict[str, str], code: int = 0) -> dict[str, Any]:
+    proc = rbln(["plan", *args, "--json", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=env)
+    check_ok(proc, code)
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def record_of(artifact: Path) -> dict[str, Any]:
+    """The cell's own record: rbln-build.json (every cell), else rbln_config.json (older artifacts)."""
+    for name in ("rbln-build.json", "rbln_config.json"):
+        if (artifact / name).is_file():
+            return json.loads((artifact / name).read_text())  # type: ignore[no-any-return]
+    raise AssertionError(f"{artifact} holds no record")
+
+
+def test_plan_json_of_the_tiny_pair(tmp_path: Path, env: dict[str, str]) -> None:
+    data = plan_json(["deployment=tiny_pair"], tmp_path, env)
+    assert (
+        data["feasible"]
+        and data["mode"] == "budget"
+        and data["target"]["available_per_chiplet"] == ATOM.available_bytes
+    )
+    budget, blocks = data["plans"]["budget"], data["plans"]["blocks"]
+    assert {
+        n: (m["memory_budget"], m["budget_bytes"], m["kvcache_num_blocks"]) for n, m in budget["models"].items()
+    } == {"tiny_llama": ("86MB", 86 * MiB, 6), "tiny_qwen3": ("140MB", 140 * MiB, 16)}
+    assert {n: m["kvcache_num_blocks"] for n, m in blocks["models"].items()} == {"tiny_llama": 6, "tiny_qwen3": 16}
+    assert budget["objective"] == {"min_share": 0.75, "weighted_share": 1.75, "total_blocks": 22}
+    assert budget["per_chiplet"]["headroom"] == [[0]]
+    assert [m["report"] for m in data["models"]] == ["memory model", "memory model"]
+    # the fraction resolves to the planned bytes
+    assert resolve_budget(budget["models"]["tiny_llama"]["budget_fraction"], ATOM) == 86 * MiB
+
+
+def test_plan_of_an_infeasible_pair_names_the_conflict_and_verified_changes(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    tight = ATOM.available_bytes - 194 * MiB  # see tests/test_deploy_planner.py for the arithmetic
+    proc = rbln(
+        ["plan", "deployment=tiny_pair", f"deployment.reservations.0.bytes={tight}", f"build_dir={tmp_path / 'build'}"],
+        cwd=tmp_path,
+        env=env,
+    )
+    check_ok(proc, 1)
+    out = proc.stdout
+    assert (
+        "budget plan: memory_budget per model, split evenly over chiplets (what `rbln-build deployment=tiny_pair` "
+        "builds): DOES NOT FIT: tiny_llama, tiny_qwen3 cannot reach their lower bounds together" in out
+    )
+    assert "  tiny_qwen3: max_seq_len 8192 -> 3072: gives up 0.6250; plan: tiny_llama 6, tiny_qwen3 4" in out
+    assert "  drop reservation other_tenant" in out
+    assert not (tmp_path / "build" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param([], "no deployment chosen: add deployment=<name>", id="none"),
+        pytest.param(["deployment=nope"], "Could not find 'deployment/nope'", id="unknown"),
+        pytest.param(["deployment=tiny_pair", "deployment.mode=fast"], "Invalid value 'fast'", id="mode"),
+    ],
+)
+def test_plan_errors_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    proc = rbln(["plan", *args], cwd=tmp_path)
+    check_ok(proc, 2)
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_qwen3_8b_and_llama3_2_1b_on_one_rebel100_planned_built_and_served(tmp_path: Path, env: dict[str, str]) -> None:
+    build = tmp_path / "build"
+    planned = plan_json([QL], tmp_path, env)["plans"]["budget"]["models"]
+    proc = rbln([QL, f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    assert (
+        "deployment qwen3_8b_llama3_2_1b (budget): qwen3_8b 28 blocks, llama3_2_1b 25 blocks; per-chiplet "
+        "totals from the built reports fit" in proc.stdout
+    )
+    m = manifest(build)
+    record = m["deployments"]["qwen3_8b_llama3_2_1b"]
+    assert record["status"] == "ok" and record["fits"] and record["problems"] == []
+    models = record["models"]
+    for name, expected in (("qwen3_8b", ("50784MB", 28)), ("llama3_2_1b", ("10488MB", 25))):
+        entry = m["cells"][models[name]["cell"]]
+        assert (
+            (entry["memory_budget"], entry["kvcache_num_blocks"])
+            == expected
+            == (planned[name]["memory_budget"], planned[name]["kvcache_num_blocks"])
+        )
+        assert entry["produced"] == "plan" and models[name]["planned_blocks"] == entry["kvcache_num_blocks"]
+    assert set(m["cells"]) == {models["qwen3_8b"]["cell"], models["llama3_2_1b"]["cell"]}
+    # per-chiplet totals, recomputed from the record: reservation + each model's bytes <= available
+    per = record["per_chiplet"]
+    assert per["available"] == REBEL.available_per_chiplet
+    totals = [per["reserved"][0][c] + sum(models[n]["usage"][0][c] for n in models) for c in range(4)]
+    assert totals == per["total"][0] and max(totals) <= REBEL.available_per_chiplet
+    assert per["reserved"][0] == [20 * 2**30, 0, 0, 0]
+    # budgets, split evenly, fit every chiplet with the reservation
+    shares = [resolve_budget(m["cells"][models[n]["cell"]]["memory_budget"], REBEL) // 4 for n in models]
+    assert 20 * 2**30 + sum(shares) <= REBEL.available_per_chiplet
+
+    # the hand-off: one command per model, flags that agree with the artifact
+    proc = rbln(["serve-command", QL, "--json", f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    commands = json.loads(proc.stdout)["commands"]
+    assert [(c["model"], c["port"], c["env"]) for c in commands] == [
+        ("qwen3_8b", 8000, {"RBLN_VISIBLE_DEVICES": "0"}),
+        ("llama3_2_1b", 8001, {"RBLN_VISIBLE_DEVICES": "0"}),
+    ]
+    for c in commands:
+        artifact = build / "artifacts" / c["cell"]
+        check_flags(c["argv"], record_of(artifact), m["cells"][c["cell"]])
+    text = rbln(["serve-command", QL, f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(text)
+    assert (
+        "RBLN_VISIBLE_DEVICES=0 vllm serve Qwen/Qwen3-8B --port 8000 --max-num-seqs 8 --max-model-len 40960 "
+        "--block-size 8192 --max-num-batched-tokens 512 --dtype bfloat16" in text.stdout
+    )
+
+    # explain: one column per model
+    proc = rbln(["explain", QL, f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    assert "  MiB        qwen3_8b  llama3_2_1b  reserved   total  available  headroom" in proc.stdout
+    assert "report: cache (plan, torch)" in proc.stdout
+
+    # nothing changed: nothing is redone, and the plan from the compile cache imports nothing heavy
+    modules = tmp_path / "modules.txt"
+    again = rbln([QL, f"build_dir={build}"], cwd=tmp_path, env=env, modules=modules)
+    check_ok(again)
+    assert "2 cells: 0 compiled, 0 finalized, 2 skipped" in again.stdout
+    assert modules.read_text() == ""
+    assert manifest(build) == m
+    check_ok(rbln(["plan", QL, f"build_dir={build}"], cwd=tmp_path, env=env, modules=modules))
+    assert modules.read_text() == ""  # planned from the compile cache
+    data = json.loads(rbln(["explain", QL, "--json", f"build_dir={build}"], cwd=tmp_path, env=env).stdout)
+    assert list(data["plans"]) == ["budget"] and data["plans"]["budget"]["per_chiplet"]["used"][0][0] == 35_779_510_272
+
+
+def check_flags(argv: list[str], record: dict[str, Any], entry: dict[str, Any]) -> None:
+    """vllm-rbln's flags against the artifact's own record, as vllm-rbln 0.12.0 would read it."""
+    flags = dict(zip(argv[5::2], argv[6::2], strict=True))  # vllm serve MODEL --port N --flag value ...
+    assert int(flags["--max-num-seqs"]) == record["batch_size"]
+    assert int(flags["--max-model-len"]) == record["max_seq_len"]
+    assert int(flags["--block-size"]) == (record.get("kvcache_block_size") or record["kvcache_partition_len"])
+    assert int(flags["--max-num-batched-tokens"]) == record["prefill_chunk_size"]
+    # optimum-rbln writes num_devices only when set (None: one device)
+    assert int(flags["--rbln-num-devices-per-local-rank"]) == (record.get("num_devices") or 1)
+    assert flags["--dtype"] == record.get("dtype", flags["--dtype"])  # optimum-rbln's own file may not say
+    assert record["kvcache_num_blocks"] == entry["kvcache_num_blocks"] == entry["serving"]["kvcache_num_blocks"]
+    if entry["serving"]["precompiled"]:
+        assert argv[2].endswith(f"artifacts/{entry['cell']}") and "--gpu-memory-utilization" not in flags
+    else:  # compiled at start-up: the fraction resolves to the cell's budget, hence its count
+        npu = resolve_npu(record["npu"])
+        assert int(npu.available_bytes * float(flags["--gpu-memory-utilization"])) == entry["budget_bytes"]
+
+
+def test_a_blocks_deployment_builds_explicit_counts(tmp_path: Path, env: dict[str, str]) -> None:
+    build = tmp_path / "build"
+    proc = rbln([QL, "deployment.mode=blocks", f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    record = manifest(build)["deployments"]["qwen3_8b_llama3_2_1b"]
+    assert {n: (m["memory_budget"], m["kvcache_num_blocks"]) for n, m in record["models"].items()} == {
+        "qwen3_8b": (None, 33),
+        "llama3_2_1b": (None, 29),
+    }
+    assert record["models"]["qwen3_8b"]["cell"] == "qwen3_8b.rebel100.bs8.s40960.bnone.n33"
+    assert record["fits"] and max(record["per_chiplet"]["total"][0]) <= REBEL.available_per_chiplet
+    serving = manifest(build)["cells"]["qwen3_8b.rebel100.bs8.s40960.bnone.n33"]["serving"]
+    assert serving["exact"] is False and "explicit kvcache_num_blocks (33) cannot be passed" in serving["notes"][-1]
+
+
+def test_an_infeasible_deployment_builds_nothing(tmp_path: Path, env: dict[str, str]) -> None:
+    build = tmp_path / "build"
+    proc = rbln(
+        [QL, "deployment.reservations.0.bytes=140GB", "deployment.reservations.0.chiplet=null", f"build_dir={build}"],
+        cwd=tmp_path,
+        env=env,
+    )
+    check_ok(proc, 2)
+    assert "deployment qwen3_8b_llama3_2_1b: the budget plan does not fit, so nothing was built." in proc.stderr
+    assert "drop reservation vision_encoder" in proc.stderr
+    assert not (build / "manifest.json").exists()
+
+
+def test_serve_command_before_a_build_says_how_to_build(tmp_path: Path) -> None:
+    proc = rbln(["serve-command", "deployment=tiny_pair", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path)
+    check_ok(proc, 1)
+    assert "holds no build of deployment tiny_pair; build it first: rbln-build deployment=tiny_pair" in proc.stderr
+
+
+@pytest.mark.slow  # two builds through the stand-in SDK (~25 s)
+def test_rbln_cells_are_served_precompiled_and_replanned_from_their_compiled_reports(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # The stand-in compiler (tests/fakes) reports other sizes than the memory model: the first build,
+    # planned before anything was compiled, says so; the next one plans from the compiled reports.
+    build = tmp_path / "build"
+    rbln_env = dict(env, PYTHONPATH=f"{FAKES}:{env.get('PYTHONPATH', '')}")
+    args = ["deployment=tiny_pair", "matrix.backend=rbln", f"build_dir={build}"]
+    first = rbln(args, cwd=tmp_path, env=rbln_env)
+    check_ok(first, 1)
+    assert "run the build again to plan from the compiled reports" in first.stderr
+    assert manifest(build)["deployments"]["tiny_pair"]["status"] == "failed"
+    second = rbln(args, cwd=tmp_path, env=rbln_env)
+    check_ok(second)
+    m = manifest(build)
+    record = m["deployments"]["tiny_pair"]
+    assert record["status"] == "ok" and record["fits"]
+    assert all(v["kvcache_num_blocks"] == v["planned_blocks"] for v in record["models"].values())
+    proc = rbln(["serve-command", *args, "--json"], cwd=tmp_path, env=rbln_env)
+    check_ok(proc)
+    for c in json.loads(proc.stdout)["commands"]:
+        entry = m["cells"][c["cell"]]
+        assert entry["serving"]["precompiled"] and entry["serving"]["exact"]
+        artifact = build / "artifacts" / c["cell"]
+        config = json.loads((artifact / "rbln_config.json").read_text())  # what vllm-rbln loads
+        check_flags(c["argv"], config, entry)
+        assert c["argv"][2] == str(artifact.relative_to(tmp_path)) or c["argv"][2] == str(artifact)
+
+
+@pytest.mark.slow  # two torch exports (~10 s) and a CPU prefill
+def test_built_tiny_deployment_fits_per_chiplet_and_each_pool_holds_its_planned_count(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    from rbln_build.backends.torch._runtime import load_artifact
+    from rbln_build.errors import RuntimeLimitError
+    from rbln_build.estimator import AllocationReport, kv_bytes_at
+
+    build = tmp_path / "build"
+    check_ok(rbln(["deployment=tiny_pair", f"build_dir={build}"], cwd=tmp_path, env=env))
+    m = manifest(build)
+    record = m["deployments"]["tiny_pair"]
+    assert {n: v["kvcache_num_blocks"] for n, v in record["models"].items()} == {"tiny_llama": 6, "tiny_qwen3": 16}
+    # the sum of the built reports (the compile entries the cells were resized from), at the built
+    # counts, plus the reservation, fits the one chiplet
+    total = 16_640_901_120
+    for _name, v in record["models"].items():
+        entry = m["cells"][v["cell"]]
+        stored = json.loads((build / "cache" / "compile" / entry["compile_key"] / "entry.json").read_text())
+        report = AllocationReport.from_json(stored["meta"]["report"])
+        total += report.non_kv_per_chiplet()[(0, 0)] + kv_bytes_at(report, v["kvcache_num_blocks"])[(0, 0)]
+    assert total == record["per_chiplet"]["total"][0][0] <= ATOM.available_per_chiplet
+    assert total == ATOM.available_per_chiplet  # 86 + 140 MiB fill the 226 MiB left exactly
+    # each artifact's pool holds exactly its planned count; tiny_llama's (6 of 8 blocks: 2 x 3 blocks
+    # of 1024 tokens) serves a request that needs all of it and refuses one that needs one block more
+    for _name, v in record["models"].items():
+        assert load_artifact(build / "artifacts" / v["cell"]).num_blocks == v["planned_blocks"]
+    llama = load_artifact(build / "artifacts" / record["models"]["tiny_llama"]["cell"])
+    with pytest.raises(RuntimeLimitError, match="needs 7 KV-cache blocks"):
+        llama.check_request([[1] * 3073, [1] * 3071], 1)  # 3073 positions need 4 blocks
+    out = llama.generate([[1] * 3071, [2] * 3071], 2)  # 3072 positions each: 3 blocks each
+    assert [len(o) for o in out] == [2, 2]

@@ -1,0 +1,281 @@
+"""The co-location planner (rbln_build.deploy): hand-computed plans on the tiny recipes, optimality
+against a brute-force oracle (tests/deploy_oracle.py), conflicts and verified changes.
+
+What the tiny recipes occupy (the memory model's reports; `rbln-build explain model=<m> device=<d>`),
+per chiplet at N blocks, in MiB. Each layer's K and V tensors are rounded up to 2 MiB after scaling,
+which makes plateaus:
+
+    on 1 x RBLN-CA25 (one chiplet, 16,096 MiB available):
+      tiny_llama (batch 2, 4096 tokens, block 1024; floor 5, full 8):  62 + 8 per 2 blocks
+                 N = 5,6: 86   7,8: 94
+      tiny_qwen3 (batch 2, 8192 tokens, block 1024; floor 9, full 16): 92 + 12 per 4 blocks
+                 N = 9..12: 128   13..16: 140
+    on 1 x RBLN-CR03 (chiplets 0..3, 35,840 MiB each):
+      tiny_llama N = 5,6: [50, 36, 0, 8]   7,8: [54, 40, 0, 8]
+      tiny_qwen3 N = 9..12: [52, 38, 38, 8]   13..16: [56, 42, 42, 8]
+
+A reservation of ``available - cap`` leaves ``cap`` MiB per chiplet to the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+from deploy_oracle import best, need, reserved
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from memory_helpers import report, spec
+
+from rbln_build.deploy import BLOCKS, BUDGET, Problem, Reservation, Target, Tenant, plan_deployment
+from rbln_build.errors import ConfigError
+from rbln_build.estimator import AllocationReport, KVTensor, resolve_attention, resolve_npu
+
+MiB = 2**20
+CA, CR = resolve_npu("RBLN-CA25"), resolve_npu("RBLN-CR03")
+ATOM, REBEL = Target("atom_max", CA, 1), Target("rebel100", CR, 1)
+
+
+def tiny(name: str, target: Target, **kw: object) -> Tenant:
+    build = {k: kw.pop(k) for k in ("batch_size", "max_seq_len") if k in kw}
+    s = spec(name, target.npu.name, target.num_devices, **build)
+    rep = report(name, target.npu.name, target.num_devices, **build)
+    return Tenant(name, rep, s.attention, options=tuple(sorted(build.items())), **kw)  # type: ignore[arg-type]
+
+
+def leave(target: Target, cap_mib: int, chiplet: int | None = None) -> Reservation:
+    """A reservation that leaves ``cap_mib`` MiB of each chiplet (of ``chiplet`` only, when given)."""
+    per_chiplet = target.available_per_chiplet - cap_mib * MiB
+    nbytes = per_chiplet if chiplet is not None else per_chiplet * target.num_chiplets
+    return Reservation("other", nbytes, chiplet)
+
+
+def counts(mode_plan) -> dict[str, int]:
+    return {a.name: a.kvcache_num_blocks for a in mode_plan.assignments}
+
+
+def reshape(tenant: Tenant, change: dict[str, int]) -> Tenant:
+    """The tenant at another geometry, its report from the memory model (as the build layer does)."""
+    options = {**dict(tenant.options), **change}
+    changed = tiny(tenant.name, ATOM, **options)
+    return replace(changed, weight=tenant.weight, min_blocks=tenant.min_blocks, memory_budget=tenant.memory_budget)
+
+
+# -- hand-computed plans ---------------------------------------------------------------------------
+
+
+def test_two_models_fit_and_the_plan_is_optimal() -> None:
+    # 226 MiB: (6, 12) = 86 + 128 = 214, (8, 12) = 222 and (6, 16) = 226 fit; (8, 16) = 234 does not.
+    # Each gives min share 3/4; weighted sums 3/2, 7/4, 7/4; totals 18, 20, 22 -> (6, 16), headroom 0.
+    tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
+    plan = plan_deployment(ATOM, tenants, [leave(ATOM, 226)])
+    assert plan.feasible and counts(plan.budget) == counts(plan.blocks) == {"tiny_llama": 6, "tiny_qwen3": 16}
+    llama, qwen = plan.budget.assignments
+    assert (llama.memory_budget, llama.budget_bytes) == ("86MB", 90_177_536)
+    assert (qwen.memory_budget, qwen.budget_bytes) == ("140MB", 146_800_640)
+    assert plan.budget.objective.min_share == Fraction(3, 4)
+    assert plan.budget.objective.weighted_share == Fraction(7, 4) and plan.budget.objective.total_blocks == 22
+    assert plan.budget.headroom() == (0,) and plan.blocks.headroom() == (0,)
+    for mode in (BUDGET, BLOCKS):
+        assert best(ATOM, tenants, [leave(ATOM, 226)], mode) == {"tiny_llama": 6, "tiny_qwen3": 16}
+
+
+@pytest.mark.parametrize(
+    ("cap", "weights", "expected"),
+    [
+        pytest.param(None, (1, 1), {"tiny_llama": 8, "tiny_qwen3": 16}, id="no-reservation-full-pools"),
+        pytest.param(226, (1, 1), {"tiny_llama": 6, "tiny_qwen3": 16}, id="226MiB"),
+        # (6, 16) = 226 no longer fits; (8, 12) = 222 beats (6, 12) = 214 on the weighted sum (7/4 > 3/2)
+        pytest.param(222, (1, 1), {"tiny_llama": 8, "tiny_qwen3": 12}, id="222MiB"),
+        # 214 MiB: only the floors' plateaus, (6, 12)
+        pytest.param(214, (1, 1), {"tiny_llama": 6, "tiny_qwen3": 12}, id="214MiB"),
+        # weight 2 on tiny_llama: (8, 12) scores 2 + 3/4 = 11/4 > (6, 16)'s 2 * 3/4 + 1 = 5/2
+        pytest.param(226, (2, 1), {"tiny_llama": 8, "tiny_qwen3": 12}, id="226MiB-weight-llama"),
+    ],
+)
+def test_a_reservation_changes_the_plan(cap, weights, expected) -> None:
+    tenants = [
+        tiny("tiny_llama", ATOM, weight=Fraction(weights[0])),
+        tiny("tiny_qwen3", ATOM, weight=Fraction(weights[1])),
+    ]
+    reservations = [] if cap is None else [leave(ATOM, cap)]
+    plan = plan_deployment(ATOM, tenants, reservations)
+    assert counts(plan.budget) == counts(plan.blocks) == expected
+    assert best(ATOM, tenants, reservations, BUDGET) == expected
+
+
+def test_a_reservation_on_one_chiplet_costs_budgets_more_than_explicit_counts() -> None:
+    # 80 MiB left on chiplet 1 only. Budgets split evenly, so every share is bounded by 80 MiB: the
+    # floors' tightest chiplets need 50 + 52 = 102 MiB, so no budget plan exists. Explicit counts
+    # only have to fit chiplet 1 there: (6, 16) = 36 + 42 = 78 MiB (and 50 + 56 = 106 on chiplet 0).
+    tenants = [tiny("tiny_llama", REBEL), tiny("tiny_qwen3", REBEL)]
+    plan = plan_deployment(REBEL, tenants, [leave(REBEL, 80, chiplet=1)], mode=BUDGET)
+    assert not plan.budget.feasible and plan.budget.conflict == ("tiny_llama", "tiny_qwen3")
+    assert counts(plan.blocks) == {"tiny_llama": 6, "tiny_qwen3": 16}
+    assert plan.blocks.used() == tuple(x * MiB for x in (106, 78 + 35_760, 42, 16))
+    first = plan.suggestions[0]
+    assert (first.kind, first.given_up, counts(first.plan)) == ("mode", 0, {"tiny_llama": 6, "tiny_qwen3": 16})
+    assert best(REBEL, tenants, [leave(REBEL, 80, chiplet=1)], BUDGET) is None
+
+
+def test_even_budget_shares_waste_the_room_a_model_does_not_use_on_its_other_chiplets() -> None:
+    tenants = [tiny("tiny_llama", REBEL), tiny("tiny_qwen3", REBEL)]
+    plan = plan_deployment(REBEL, tenants)
+    assert counts(plan.budget) == {"tiny_llama": 8, "tiny_qwen3": 16}
+    # budgets: 4 x 54 and 4 x 56 MiB; occupied: [54, 40, 0, 8] and [56, 42, 42, 8]
+    assert [a.budget_bytes for a in plan.budget.assignments] == [216 * MiB, 224 * MiB]
+    assert plan.budget.unused_in_budgets() == tuple(x * MiB for x in (0, 28, 68, 94))
+
+
+def test_an_infeasible_pair_gets_the_smallest_fitting_change_verified() -> None:
+    # 194 MiB: the floors need 86 + 128 = 214. tiny_llama cannot give enough (batch 1 or 2048 tokens
+    # still need 78 + 128 = 206), nor tiny_qwen3's batch 1 (86 + 116 = 202). Shorter tiny_qwen3
+    # lengths: 7168..4096 tokens keep its floor's plateau at 116 MiB (202); 3072 tokens (3 blocks a
+    # sequence, floor 4) need 104: 86 + 104 = 190 fits, with (6, 4). Dropping the reservation fits too.
+    tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
+    reservations = [leave(ATOM, 194)]
+    plan = plan_deployment(ATOM, tenants, reservations, reshape=reshape)
+    assert not plan.feasible and plan.chosen.conflict == ("tiny_llama", "tiny_qwen3")
+    assert "tiny_llama floor of 5 blocks, tiny_qwen3 floor of 9 blocks" in plan.chosen.reason
+    found = [(s.kind, s.subject, s.old, s.new, s.given_up) for s in plan.suggestions]
+    assert found == [
+        ("max_seq_len", "tiny_qwen3", 8192, 3072, Fraction(5, 8)),
+        ("drop_reservation", "other", reservations[0].nbytes, None, Fraction(1)),
+    ]
+    assert counts(plan.suggestions[0].plan) == {"tiny_llama": 6, "tiny_qwen3": 4}
+    # verified: 3072 fits and the next longer length does not
+    shorter = [tenants[0], reshape(tenants[1], {"max_seq_len": 3072})]
+    longer = [tenants[0], reshape(tenants[1], {"max_seq_len": 4096})]
+    assert plan_deployment(ATOM, shorter, reservations).feasible
+    assert not plan_deployment(ATOM, longer, reservations).feasible
+    assert best(ATOM, shorter, reservations, BUDGET) == {"tiny_llama": 6, "tiny_qwen3": 4}
+
+
+def test_suggestions_are_ranked_by_what_they_give_up() -> None:
+    # 206 MiB (floors 214): tiny_qwen3 at 7168 tokens (86 + 116 = 202, gives up 1/8), tiny_llama at
+    # 3072 tokens (78 + 128 = 206, 1/4), either at batch 1 (1/2; listed order breaks the tie), the
+    # reservation (all of it).
+    tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
+    plan = plan_deployment(ATOM, tenants, [leave(ATOM, 206)], reshape=reshape)
+    found = [(s.kind, s.subject, s.new, s.given_up) for s in plan.suggestions]
+    assert found == [
+        ("max_seq_len", "tiny_qwen3", 7168, Fraction(1, 8)),
+        ("max_seq_len", "tiny_llama", 3072, Fraction(1, 4)),
+        ("batch_size", "tiny_llama", 1, Fraction(1, 2)),
+        ("batch_size", "tiny_qwen3", 1, Fraction(1, 2)),
+        ("drop_reservation", "other", None, Fraction(1)),
+    ]
+    for s in plan.suggestions:
+        assert s.plan.feasible and min(s.plan.headroom()) >= 0
+
+
+def test_a_model_that_cannot_fit_even_alone_is_named_alone() -> None:
+    tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
+    plan = plan_deployment(ATOM, tenants, [leave(ATOM, 120)])  # tiny_qwen3's floor alone needs 128
+    assert plan.chosen.conflict == ("tiny_qwen3",)
+    assert "tiny_qwen3 cannot reach its floor of 9 blocks on atom_max even alone" in plan.chosen.reason
+
+
+def test_min_blocks_and_a_fixed_budget() -> None:
+    # tiny_qwen3 fixed at 130MB resolves 12 blocks and takes 130 MiB; 96 MiB are left for tiny_llama:
+    # its 8 blocks need 94. min_blocks 7 on tiny_llama is satisfied by that.
+    tenants = [tiny("tiny_llama", ATOM, min_blocks=7), tiny("tiny_qwen3", ATOM, memory_budget="130MB")]
+    plan = plan_deployment(ATOM, tenants, [leave(ATOM, 226)])
+    assert counts(plan.budget) == {"tiny_llama": 8, "tiny_qwen3": 12}
+    fixed = plan.budget.assignment("tiny_qwen3")
+    assert fixed.fixed and fixed.memory_budget == "130MB" and fixed.charge == (130 * MiB,)
+    # with 222 MiB the fixed 130 MiB leave 92 < 94: min_blocks 7 cannot be met; 6 blocks (86) could
+    tight = plan_deployment(ATOM, tenants, [leave(ATOM, 222)])
+    assert not tight.feasible and tight.chosen.conflict == ("tiny_llama", "tiny_qwen3")
+    kinds = {(s.kind, s.subject): s.new for s in tight.suggestions}
+    assert kinds[("min_blocks", "tiny_llama")] == 6 and kinds[("memory_budget", "tiny_qwen3")] == 128 * MiB
+
+
+def test_bad_inputs_are_config_errors() -> None:
+    llama = tiny("tiny_llama", ATOM)
+    with pytest.raises(ConfigError, match="min_blocks 9 exceeds its full pool"):
+        Problem(ATOM, [replace(llama, min_blocks=9)])
+    with pytest.raises(ConfigError, match="below its floor"):
+        Problem(ATOM, [replace(llama, min_blocks=3)])
+    with pytest.raises(ConfigError, match="chiplet 1 does not exist"):
+        Problem(ATOM, [llama], [Reservation("x", MiB, chiplet=1)])
+    with pytest.raises(ConfigError, match="unique"):
+        Problem(ATOM, [llama, llama])
+    with pytest.raises(
+        ConfigError, match="its report covers 1 device.s. of 1 chiplet.s., but the target is 1 x RBLN-CR03"
+    ):
+        Problem(REBEL, [llama])  # a report of another target
+
+
+# -- optimality against brute force ----------------------------------------------------------------
+
+
+@st.composite
+def deployments(draw):
+    npu = draw(st.sampled_from([CA, CR]))
+    target = Target(npu.name, npu, draw(st.sampled_from([1, 1, 2])))
+    C = npu.num_chiplets
+    tenants = []
+    for i in range(draw(st.integers(1, 3))):
+        batch, per_seq = draw(st.integers(1, 3)), draw(st.integers(2, 4))
+        attention = resolve_attention(
+            npu, batch_size=batch, max_seq_len=1024 * per_seq, attn_impl="flash_attn", kvcache_partition_len=1024
+        )
+        grid = st.lists(
+            st.lists(st.integers(0, 6 * MiB), min_size=C, max_size=C),
+            min_size=target.num_devices,
+            max_size=target.num_devices,
+        )
+        kv = {
+            f"kv{j}": KVTensor(
+                draw(st.sampled_from([True, True, True, False])),
+                tuple(
+                    tuple(r)
+                    for r in draw(
+                        st.lists(
+                            st.lists(st.integers(0, 3 * MiB), min_size=C, max_size=C),
+                            min_size=target.num_devices,
+                            max_size=target.num_devices,
+                        )
+                    )
+                ),
+            )
+            for j in range(draw(st.integers(1, 3)))
+        }
+        rep = AllocationReport(alloc={"prefill": {"weights": tuple(tuple(r) for r in draw(grid))}}, kv_tensors=kv)
+        tenant = Tenant(f"m{i}", rep, attention, weight=Fraction(draw(st.sampled_from([1, 1, 2, 3])), 2))
+        if draw(st.booleans()) and attention.num_full_blocks > attention.num_min_blocks:
+            tenant = replace(tenant, min_blocks=draw(st.integers(attention.num_min_blocks, attention.num_full_blocks)))
+        tenants.append(tenant)
+    if len(tenants) > 1 and draw(st.integers(0, 4)) == 0:
+        nbytes = draw(st.integers(1, 40)) * MiB * C
+        tenants[-1] = replace(tenants[-1], memory_budget=nbytes, min_blocks=None)
+    floors = [max(need(target, t, t.attention.num_min_blocks)) for t in tenants]
+    fulls = [max(need(target, t, t.attention.num_full_blocks)) for t in tenants]
+    cap = draw(st.integers(sum(floors) * 9 // 10, sum(fulls) + 4 * MiB))
+    chiplet = draw(st.sampled_from([None, *range(C)]))
+    return target, tenants, [leave_bytes(target, cap, chiplet)]
+
+
+def leave_bytes(target: Target, cap: int, chiplet: int | None) -> Reservation:
+    per_chiplet = target.available_per_chiplet - cap
+    return Reservation("other", per_chiplet if chiplet is not None else per_chiplet * target.num_chiplets, chiplet)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deployments())
+def test_the_planner_matches_brute_force(case) -> None:
+    target, tenants, reservations = case
+    plan = plan_deployment(target, tenants, reservations)
+    for mode_plan in (plan.budget, plan.blocks):
+        expected = best(target, tenants, reservations, mode_plan.mode)
+        if expected is None:
+            assert not mode_plan.feasible and mode_plan.conflict is not None
+            continue
+        assert mode_plan.feasible and counts(mode_plan) == expected
+        base = reserved(target, reservations)  # independently: what the plan charges fits every chiplet
+        charged = [sum(col) for col in zip(base, *(a.charge for a in mode_plan.assignments), strict=True)]
+        assert max(charged) <= target.available_per_chiplet
+        for a in mode_plan.assignments:
+            assert list(a.usage) == need(target, plan.tenant(a.name), a.kvcache_num_blocks)

@@ -1,0 +1,78 @@
+"""The serving record of a manifest entry: vllm-rbln 0.12.0 flags that agree with the cell."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rbln_build.build._config import compose_settings
+from rbln_build.build._manifest import entry_for
+from rbln_build.build._matrix import expand
+from rbln_build.build._result import CellResult
+from rbln_build.build._serving import command_for, serving_for
+from rbln_build.estimator import resolve_budget
+
+TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
+
+
+def cell(cell_id: str, *overrides: str):
+    return {c.id: c for c in expand(compose_settings(["matrix=plans", *overrides]), TOOLCHAIN)}[cell_id]
+
+
+def ok(blocks: int, budget_bytes: int | None, produced: str = "plan") -> CellResult:
+    return CellResult(
+        "c" * 64,
+        "k" * 64,
+        kvcache_num_blocks=blocks,
+        num_full_blocks=40,
+        num_min_blocks=9,
+        budget_bytes=budget_bytes,
+        produced=produced,
+        artifact_key="a" * 64,
+        artifact_hash="sha256:" + "b" * 64,
+    )
+
+
+def test_a_plan_is_compiled_at_start_up_with_the_cells_budget_as_the_fraction() -> None:
+    c = cell("qwen3_8b.rebel100.b0.3")
+    serving = entry_for(c, ok(21, 45_097_156_608))["serving"]
+    assert serving["model"] == "Qwen/Qwen3-8B" and not serving["precompiled"] and serving["exact"]
+    flags = serving["flags"]
+    assert {k: v for k, v in flags.items() if k != "gpu_memory_utilization"} == {
+        "max_num_seqs": 8,
+        "max_model_len": 40960,
+        "block_size": 8192,
+        "max_num_batched_tokens": 512,
+        "dtype": "bfloat16",
+        "rbln_num_devices_per_local_rank": 1,
+    }
+    assert resolve_budget(flags["gpu_memory_utilization"], c.npu) == 45_097_156_608
+
+
+def test_an_rbln_program_is_served_precompiled_from_its_artifact() -> None:
+    c = replace(cell("qwen3_8b.atom_max_x4.b0.5"), backend="rbln")
+    serving = serving_for(c, ok(14, 8_438_939_648, produced="rbln"))
+    assert serving is not None and serving["precompiled"] and serving["exact"]
+    assert (
+        serving["model"] == "artifacts/qwen3_8b.atom_max_x4.b0.5" and "gpu_memory_utilization" not in serving["flags"]
+    )
+    assert (
+        serving["flags"]["max_num_batched_tokens"] == 128 and serving["flags"]["rbln_num_devices_per_local_rank"] == 4
+    )
+    command = command_for(serving, 8000, (4, 5, 6, 7), "build")
+    assert command["env"] == {"RBLN_VISIBLE_DEVICES": "4,5,6,7"}
+    assert command["argv"][:5] == ["vllm", "serve", "build/artifacts/qwen3_8b.atom_max_x4.b0.5", "--port", "8000"]
+    assert command["argv"][-2:] == ["--additional-config", '{"optimum_overrides": {"device": [0, 1, 2, 3]}}']
+    assert command["shell"].startswith("RBLN_VISIBLE_DEVICES=4,5,6,7 vllm serve build/artifacts/")
+
+
+def test_an_explicit_count_cannot_be_reproduced_by_compiling_at_start_up() -> None:
+    c = cell("qwen3_8b.rebel100.bnone.n12", "matrix.budgets=[null]", "matrix.kvcache_num_blocks=[12]")
+    serving = serving_for(c, ok(12, 150_323_855_360))
+    assert serving is not None and not serving["exact"] and "gpu_memory_utilization" not in serving["flags"]
+    assert "explicit kvcache_num_blocks (12) cannot be passed" in serving["notes"][-1]
+
+
+def test_a_failed_cell_has_no_serving_record() -> None:
+    c = cell("qwen3_8b.rebel100.b0.3")
+    failed = CellResult("c" * 64, "k" * 64, error="x", error_kind="insufficient_memory")
+    assert entry_for(c, failed)["serving"] is None and serving_for(c, None) is None
