@@ -91,7 +91,7 @@ def test_ray_local_cluster_builds_the_manifest_of_a_local_build(
     out = tmp_path / "build"
     proc = rbln([*PLANS, "executor=ray", "executor.address=local", f"build_dir={out}"], cwd=tmp_path, env=ray_env)
     check_ok(proc)
-    assert "[parallel] 4 compile key(s) and 8 cell(s) on Ray (1 node(s)" in proc.stderr
+    assert proc.stderr.count(": plan (") == 4  # each compile on a Ray worker (host:pid)
     assert summary(out)["compiled"] == 4
     assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
 
@@ -155,7 +155,7 @@ def test_two_node_cluster_retries_a_killed_worker_and_fails_a_key_only_when_retr
     proc, bad = _kill_mid_compile(tmp_path, two_nodes, "retried")
     check_ok(proc)
     assert bad == []
-    assert "on Ray (2 node(s), 2 CPU(s))" in proc.stderr
+    assert proc.stderr.count(": plan (") == 4  # each compile on a Ray worker (host:pid)
     assert (tmp_path / "retried" / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes()
     assert not list((tmp_path / "retried").rglob(".tmp-*"))
 
