@@ -200,7 +200,8 @@ def test_a_real_build_logs_plain_lines_and_a_rebuild_counts_what_was_up_to_date(
         inventory(name)
     (tmp_path / "inv").mkdir()
     os.symlink(_CACHE, tmp_path / "inv" / "inventory")
-    args = [sys.executable, "-m", "rbln_build.build.cli", "matrix=plans", f"build_dir={tmp_path / 'build'}"]
+    # jobs=1: the doit tasks themselves run the stages, in order (jobs=N's lines: tests/test_parallel.py)
+    args = [sys.executable, "-m", "rbln_build.build.cli", "matrix=plans", "jobs=1", f"build_dir={tmp_path / 'build'}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_BUILD_CACHE=str(tmp_path / "inv"), TERM="xterm")
     env.pop("CI", None)
     first = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)

@@ -32,6 +32,7 @@ from ..errors import ConfigError, EstimateError
 from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
 from ..memory._shipped import shipped_dir
+from ._scale import CacheConf, ExecutorConf, Scale, scale_from_config
 
 __all__ = [
     "AttnImpl",
@@ -148,6 +149,9 @@ class BuildConf:
     build_dir: str = "build"  # relative to the current directory
     recipes_dir: Optional[str] = None  # null: the repository's recipes/
     progress: bool = True  # one line per compile and per cell
+    jobs: Optional[int] = None  # worker processes for compiles (null: the cores); see _scale
+    executor: ExecutorConf = field(default_factory=ExecutorConf)  # conf/executor/: local or ray
+    cache: CacheConf = field(default_factory=CacheConf)  # cache.remote: a shared second level
 
 
 _registered = False
@@ -250,6 +254,7 @@ class BuildSettings:
     progress: bool
     deployment: Any = None  # a _deployment.Deployment: build its planned cells instead of the matrix
     recipe_dirs: tuple[Path, ...] = ()  # searched in order (a project's recipes/, then the shipped); () = recipes_dir
+    scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.build._scale)
 
 
 def _dirs(conf_dir: Path | Sequence[Path]) -> tuple[Path, ...]:
@@ -521,6 +526,7 @@ def settings_from_config(
         progress=bool(cfg.progress),
         deployment=deployment,
         recipe_dirs=recipe_dirs,
+        scale=scale_from_config(cfg),
     )
 
 

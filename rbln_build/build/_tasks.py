@@ -22,13 +22,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from ._executors import Parallel, StoreRef
 from ._matrix import Cell
 from ._progress import HISTORY_FILE, make_progress
 from ._publish import collect, publish, write_summary
 from ._result import CellResult, CompileOutcome
+from ._scale import Scale
 from ._stages import build_cell, compile_done, compile_once, reusable
 from ._store import Store
 
@@ -60,6 +63,7 @@ class BuildRun:
     def __init__(
         self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None,
         sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
+        scale: Scale | None = None, publish: bool = True,
     ) -> None:
         self.build_dir = Path(build_dir)
         self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
@@ -69,7 +73,11 @@ class BuildRun:
         self.warnings: list[str] = []
         # what the run shows: a live status line on a terminal, plain lines otherwise (_progress)
         self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
-        self.store = Store(self.build_dir / "cache", warn=self._warn)
+        self.scale = scale or Scale()
+        self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
+        self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
+        self.store: Store = self.ref.open(self._warn)
+        self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
         for cell in cells:
             if cell.compile_key is not None:
@@ -87,10 +95,13 @@ class BuildRun:
         from doit.reporter import ErrorOnlyReporter
 
         display, labels = self.display, {compile_label(c): _label(c) for c in self.compiles.values()}
+        run = self
 
         class Reporter(ErrorOnlyReporter):  # type: ignore[misc]
             def skip_uptodate(self, task: Any) -> None:
                 kind, _, name = task.name.partition(":")
+                if run.parallel is not None and (labels.get(name, name) if kind == "compile" else name) in run.parallel.shown:
+                    return  # built ahead of doit: shown already
                 if kind == "compile" and name in labels:
                     display.compile_cached(labels[name])
                 elif kind == "cell" and name:
@@ -143,6 +154,13 @@ class BuildRun:
         return ns
 
     def _compile(self, key: str) -> None:
+        done = None if self.parallel is None else self.parallel.compile_results.get(key)
+        if done is not None:  # compiled ahead of doit (shown already)
+            if done.fresh:
+                self.compiled.append(key)
+            return
+        if compile_done(self.store, key):  # in the Store already (doit's state did not know): nothing to do
+            return
         cell = self.compiles[key]
         assert cell.spec is not None
         label = _label(cell)
@@ -158,6 +176,8 @@ class BuildRun:
 
     def _cell(self, cell: Cell) -> None:
         self.redone.add(cell.id)
+        if self.parallel is not None and cell.id in self.parallel.cell_results:
+            return  # built ahead of doit (shown already)
         result = build_cell(self.store, cell)
         if result.ok:
             what = (f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
@@ -167,6 +187,8 @@ class BuildRun:
         self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
 
     def _publish(self) -> None:
+        if not self.publish:
+            return
         rows = collect(self.store, self.cells)
         self.entries = publish(self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows))
 
@@ -183,7 +205,14 @@ class BuildRun:
         if removed:
             self.display.warn(f"removed {removed} temporary file(s) left by an interrupted build")
         self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
+        if probe is not None and not probe():
+            self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
         try:
+            self.parallel = Parallel(
+                self.store, self.ref, self.scale, self.compiles, self.cells, self.display, _label, self._warn
+            )
+            self.parallel.run()
             return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
         finally:
             self.display.close()

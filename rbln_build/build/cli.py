@@ -33,6 +33,7 @@ def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tu
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    from . import _sweep
     from ._config import register_configs, settings_from_config
     from ..errors import RblnBuildError
 
@@ -43,6 +44,16 @@ def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tu
 
     @hydra.main(version_base="1.3", config_path=str(project.primary_conf), config_name=project.config_name)
     def job(cfg: Any) -> None:
+        if _sweep.in_worker():  # a launcher runs this job in its own process: it builds its cells there
+            hc = HydraConfig.get()
+            try:
+                settings = settings_from_config(cfg, dict(hc.runtime.choices), cwd=project.root,
+                                                conf_dirs=project.conf_dirs, recipe_dirs=project.recipe_dirs)
+                error = None
+            except RblnBuildError as exc:
+                settings, error = None, exc
+            _sweep.run_job(hc.job.num, list(hc.overrides.task), settings, error)
+            return
         called[0] = True
         try:
             jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices), cwd=project.root,
@@ -52,12 +63,20 @@ def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tu
 
     searchpath = project.searchpath_override()
     sys.argv = [prog, *args, *([searchpath] if searchpath else [])]
+    sweep = _sweep.begin()
     try:
         job()
     except SystemExit as exc:  # Hydra printed a composition error: a configuration error, exit 2
         if exc.code not in (0, None):
             raise SystemExit(2) from None
         raise
+    finally:
+        elsewhere = _sweep.finish(sweep, project)
+    if elsewhere:  # the launcher ran the jobs in other processes; they built, this merges
+        return elsewhere, errors, True
+    argv = sys.argv[1:]
+    if not called[0] and {"-m", "--multirun"} & set(argv) and not {"-h", "--help", "--hydra-help", "-c", "--cfg", "--info", "-i"} & set(argv):
+        raise _sweep.no_report_error(argv)
     return jobs, errors, called[0]
 
 
@@ -109,7 +128,7 @@ def _build(jobs: list[Any]) -> int:
         print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        build = BuildRun(build_dir, cells, progress=progress, sections=records)
+        build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale)
         code = build.run()
         summary = build.summary()
         entries = build.entries or []
@@ -195,6 +214,9 @@ def main() -> None:
     except RblnBuildError as exc:
         print(f"rbln-build: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
+        print("rbln-build: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)
+        sys.exit(130)
     sys.exit(code)
 
 

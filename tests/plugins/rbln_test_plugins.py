@@ -17,6 +17,8 @@ from rbln_build.backends.torch._export import TorchExportBackend
 from rbln_build.errors import BuildError, InputFailure
 
 SLEEP_ENV = "RBLN_TEST_BACKEND_SLEEP_S"
+SLEEP_FAMILY_ENV = "RBLN_TEST_SLEEP_FAMILY"  # only this NPU family lingers (unset: every compile)
+SLEEP_ONCE_ENV = "RBLN_TEST_SLEEP_ONCE_FILE"  # linger only while this file does not exist; create it first
 FAIL_FAMILY_ENV = "RBLN_TEST_FAIL_FAMILY"
 FAIL_ERROR_ENV = "RBLN_TEST_FAIL_ERROR"  # build | runtime | input
 
@@ -27,6 +29,15 @@ class SlowBackend(TorchExportBackend):
     def compile(self, spec: Any, out_dir: Path) -> Any:
         result = super().compile(spec, out_dir)
         sleep_s = float(os.environ.get(SLEEP_ENV) or 0)
+        family = os.environ.get(SLEEP_FAMILY_ENV)
+        if family and spec.npu.family != family:
+            sleep_s = 0
+        once = os.environ.get(SLEEP_ONCE_ENV)
+        if once:
+            if os.path.exists(once):
+                sleep_s = 0  # a retry (the first attempt was killed): commit at once
+            else:
+                Path(once).write_text(str(os.getpid()))
         print(f"(test backend) compile of {spec.recipe.name} sleeping {sleep_s}s before commit", file=sys.stderr, flush=True)
         time.sleep(sleep_s)
         return result

@@ -1,0 +1,114 @@
+"""jobs=N: compile keys and cells in worker processes give the manifest and artifacts of jobs=1, print
+whole progress lines, stop cleanly on Ctrl-C, and the next run resumes. Real CLI runs (subprocesses)
+over matrix=plans (4 compile keys, 8 cells)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from test_cli import PLANS, check_ok, manifest, rbln, summary
+
+SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"
+LINE = re.compile(
+    r"\[compile \d+/\d+\] \S+ for RBLN-C[AR] x\d+ \(\S+\) \.\.\."
+    r"|\[compile \d+/\d+\] \S+ for RBLN-C[AR] x\d+ \(\S+\): (plan|program) (\(\S+:\d+\)|from the cache) in \d+\.\d+s"
+    r"|\[compile \d+/\d+\] .*: FAILED after \d+\.\d+s: .+"
+    r"|\[cell \d+/\d+\] \S+: (\d+ blocks \(full \d+, floor \d+\), (plan|program)|FAILED \(\w+\)( \(expected\))?)"
+    r"|\(test backend\) compile of \S+ sleeping \S+s before commit"
+)
+
+
+def tree(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (following the artifacts/ links into the cache)."""
+    out = {}
+    for folder, _, files in os.walk(root, followlinks=True):
+        for name in files:
+            path = Path(folder) / name
+            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def test_jobs_2_builds_what_jobs_1_builds_byte_for_byte(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    check_ok(rbln([*PLANS, "jobs=1", f"build_dir={one}"], cwd=tmp_path))
+    proc = rbln([*PLANS, "jobs=2", f"build_dir={two}"], cwd=tmp_path)
+    check_ok(proc)
+    assert (one / "manifest.json").read_bytes() == (two / "manifest.json").read_bytes()
+    assert tree(one / "artifacts") == tree(two / "artifacts") and len(tree(two / "artifacts")) >= 8
+    assert summary(two)["compiled"] == summary(one)["compiled"] == 4
+    lines = proc.stderr.splitlines()
+    assert [ln for ln in lines if not LINE.fullmatch(ln)] == []  # whole lines only, none interleaved
+    finished = [ln for ln in lines if ln.startswith("[compile") and ": plan (" in ln]  # each names its worker
+    assert sorted(ln.split("]")[0] for ln in finished) == [f"[compile {i}/4" for i in range(1, 5)]
+    again = rbln([*PLANS, "jobs=2", f"build_dir={two}"], cwd=tmp_path)  # a no-op starts no worker
+    check_ok(again)
+    assert "[compile" not in again.stderr and summary(two)["skipped"] == 7
+
+
+def test_ctrl_c_stops_the_workers_keeps_whole_entries_and_the_next_run_resumes(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    # The RBLN-CR compiles linger; the RBLN-CA ones finish. Ctrl-C comes once both CA keys are in.
+    env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_FAMILY="RBLN-CR")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.build.cli", *PLANS, SLOW, "jobs=2", f"build_dir={build}"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group, as a terminal's job is
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if sum("RBLN-CA" in ln and ": plan (" in ln for ln in seen) == 2 and sum("sleeping" in ln for ln in seen) >= 1:
+            break
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    assert len(workers) >= 2, "".join(seen)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted; finished compiles and cells are kept, the next run resumes" in err
+    assert "Traceback" not in err
+    _, alive = psutil.wait_procs(workers, timeout=15)
+    assert not [(w.pid, w.cmdline()) for w in alive]
+    assert not list(build.rglob(".tmp-*"))  # the workers removed their unfinished entries
+    assert not (build / "manifest.json").exists()
+    done = [p.name for p in (build / "cache" / "compile").iterdir()]
+    assert len(done) == 2  # the two RBLN-CA keys, whole
+    again = rbln([*PLANS, SLOW, "jobs=2", f"build_dir={build}"], cwd=tmp_path)
+    check_ok(again)
+    assert summary(build)["compiled"] == 2  # only the interrupted keys
+    assert sorted(p.name for p in (build / "cache" / "compile").iterdir()) == sorted(
+        {*done, *(e["compile_key"] for e in manifest(build)["cells"].values())}
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        pytest.param("jobs=0", "jobs: expected a positive number of worker processes", id="jobs-zero"),
+        pytest.param("executor.max_retries=-1", "executor.max_retries: expected 0 or more", id="retries"),
+        pytest.param("cache.remote=ftp://host/x", "cache.remote: expected an fsspec URL", id="remote-scheme"),
+        pytest.param("cache.remote=s3://key:secret@bucket/x", "cache.remote: the URL holds credentials", id="creds"),
+    ],
+)
+def test_scale_settings_are_checked(tmp_path: Path, override: str, says: str) -> None:
+    proc = rbln([*PLANS, override, f"build_dir={tmp_path / 'build'}"], cwd=tmp_path)
+    check_ok(proc, 2)
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "build").exists()
