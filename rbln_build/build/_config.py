@@ -33,6 +33,7 @@ from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
 from ..memory._shipped import shipped_dir
 from ._scale import CacheConf, ExecutorConf, Scale, scale_from_config
+from ._checks import check_build_dir, check_count, check_name, check_options, expected_failure_fields
 
 __all__ = [
     "AttnImpl",
@@ -277,6 +278,7 @@ def load_group_option(group: str, name: str, where: str, conf_dir: Path | Sequen
     """Load conf/<group>/<name>.yaml against its schema; errors name the file and the key. With
     several config folders (a project's, then the shipped), the first that has the file wins."""
     schema = {"device": DeviceConf, "model": ModelConf}[group]
+    check_name(where, name)
     dirs = _dirs(conf_dir)
     found = [d / group / f"{name}.yaml" for d in dirs] if isinstance(name, str) else []
     path = next((f for f in found if f.is_file()), None)
@@ -291,13 +293,14 @@ def load_group_option(group: str, name: str, where: str, conf_dir: Path | Sequen
 
 
 def _device(name: str, node: Any) -> Device:
-    if not isinstance(node.num_devices, int) or node.num_devices < 1:
-        raise ConfigError(f"device {name}: num_devices must be a positive integer, got {node.num_devices!r}.")
+    check_count(f"device {name} (conf/device/{name}.yaml): num_devices", "num_devices", node.num_devices)
     return Device(name=name, npu=str(node.npu), num_devices=int(node.num_devices))
 
 
 def _model(name: str, node: Any) -> Model:
     options = {k: _plain(node[k]) for k in node if k != "recipe" and node[k] is not None}
+    check_name(f"model {name} (conf/model/{name}.yaml): recipe", node.recipe)
+    check_options(f"model {name} (conf/model/{name}.yaml)", options)
     return Model(name=name, recipe=str(node.recipe), options=tuple(sorted(options.items())))
 
 
@@ -307,9 +310,9 @@ def _positive_ints(where: str, values: Any) -> tuple[int, ...] | None:
     out = tuple(_plain(values))
     if not out:
         raise ConfigError(f"{where}: an empty list builds nothing; give at least one value or null for the default.")
+    key = "batch_size" if where.endswith("batch_sizes") else "max_seq_len"
     for i, v in enumerate(out):
-        if v <= 0:
-            raise ConfigError(f"{where}[{i}]: expected a positive integer, got {v!r}.")
+        check_count(f"{where}[{i}]", key, v)
     return out
 
 
@@ -345,8 +348,7 @@ def _budgets(where: str, values: Any, scalar: bool = False) -> tuple[Any, ...]:
 def _blocks(where: str, values: Any) -> tuple[int, ...]:
     out = tuple(values)
     for i, b in enumerate(out):
-        if b < 0:
-            raise ConfigError(f"{where}[{i}]: expected 0 (auto) or a positive count, got {b}.")
+        check_count(f"{where}[{i}]", "kvcache_num_blocks", b, zero_ok=True)
     if not out:
         raise ConfigError(f"{where}: an empty list builds nothing; use [0] for auto.")
     return out
@@ -357,6 +359,10 @@ def _names(where: str, values: Any) -> list[str]:
     if not out:
         raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
     return out
+
+
+def _partition(where: str, value: Any) -> int | None:
+    return None if value is None else check_count(where, "kvcache_partition_len", value)
 
 
 def _backend(name: str) -> str:
@@ -380,6 +386,9 @@ class _Axes:
         self.model: Model | None = None
         self.device: Device | None = None
         self.budgets: tuple[Any, ...] | None = None
+        for group in ("matrix", "model", "device", "deployment"):
+            if choices.get(group) is not None:
+                check_name(group, choices[group])
         if cfg.model is not None:
             self.model = _model(str(choices.get("model")), cfg.model)
         if cfg.device is not None:
@@ -462,7 +471,7 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
         max_seq_lens=_positive_ints(*get("max_seq_lens")),
         kvcache_num_blocks=_blocks(*get("kvcache_num_blocks")),
         attn_impl=get("attn_impl")[1],
-        kvcache_partition_len=get("kvcache_partition_len")[1],
+        kvcache_partition_len=_partition(*get("kvcache_partition_len")),
     )
 
 
@@ -498,10 +507,11 @@ def settings_from_config(
         max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
         kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
         attn_impl=_plain(m.attn_impl),
-        kvcache_partition_len=m.kvcache_partition_len,
+        kvcache_partition_len=_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
         backend=_backend(str(m.backend)),
         expect_failure=tuple(
-            ExpectedFailure(cell=str(e.cell), kind=str(e.kind), message=e.message) for e in m.expect_failure
+            ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))
+            for i, e in enumerate(m.expect_failure)
         ),
         include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
     )
@@ -515,7 +525,7 @@ def settings_from_config(
                 "apply to it (set them in conf/deployment/<name>.yaml)."
             )
         deployment = deployment_from_config(str(choices.get("deployment")), cfg.deployment, conf_dirs)
-    build_dir = Path(str(cfg.build_dir))
+    build_dir = check_build_dir(cfg.build_dir, cwd)
     if cfg.recipes_dir is not None:
         explicit = Path(str(cfg.recipes_dir))
         recipe_dirs = (explicit if explicit.is_absolute() else cwd / explicit,)

@@ -33,6 +33,7 @@ from ..errors import ConfigError, EstimateError
 from ._keys import cell_key, compile_key, digest, key_code_versions
 from ..estimator._npu import NpuTarget, resolve_npu
 from ..memory._recipes import Recipe, load_recipe
+from ..estimator._limits import cell_id_problem
 
 if TYPE_CHECKING:
     from ..estimator import Request
@@ -189,6 +190,9 @@ def _expand_part(
                                 f"{model.name}.{device.name}{_suffix(m, batch, seq)}"
                                 f".b{format_budget(budget)}" + (f".n{blocks}" if blocks else "")
                             )
+                            problem = cell_id_problem(cid)
+                            if problem is not None:
+                                raise ConfigError(f"{m.where}: {problem}.")
                             if cid in seen:
                                 raise ConfigError(
                                     f"{m.where}: two cells have the id {cid!r} (budgets {seen[cid]} and {budget!r}); "

@@ -199,7 +199,11 @@ def finalize(store: Store, cell: "Cell", result: CellResult) -> CellResult:
 
 def build_cell(store: Store, cell: "Cell") -> CellResult:
     """Resolve and finalize one cell, and record the result in the Store (failures included)."""
-    result = finalize(store, cell, resolve(store, cell))
+    try:
+        result = finalize(store, cell, resolve(store, cell))
+    except Exception as exc:  # resolve has no handler of its own: a damaged report, a bug
+        base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
+        result = base.failed(*describe(exc, _log_path(store, "cell", cell.cell_key)))
     try:
         store.save_record("results", cell.cell_key, result.to_json())
     except OSError as exc:

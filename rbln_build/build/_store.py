@@ -232,7 +232,10 @@ class Store:
         removed = 0
         if not self.root.is_dir():
             return 0
-        for kind_dir in [self.root, *[p for p in self.root.iterdir() if p.is_dir()]]:
+        kinds = [p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink()]
+        # An entry's own folder too: a verified lookup rewrites its entry.json (write_atomic) in place.
+        entries = [e for k in kinds for e in k.iterdir() if is_key(e.name) and e.is_dir() and not e.is_symlink()]
+        for kind_dir in [self.root, *kinds, *entries]:
             for tmp in kind_dir.glob(".tmp-*"):
                 if tmp.is_dir() and not tmp.is_symlink():
                     shutil.rmtree(tmp, ignore_errors=True)
@@ -243,6 +246,10 @@ class Store:
 
     def _discard(self, path: Path, message: str) -> None:
         self.warn(message)
+        real_root = self.root.resolve()
+        if real_root not in path.resolve().parents:  # e.g. a kind folder replaced by a link elsewhere
+            self.warn(f"{path} resolves outside {real_root}; left in place")
+            return
         try:
             if path.is_dir() and not path.is_symlink():
                 aside = _tmp_name(path)

@@ -14,11 +14,14 @@ Up-to-date checks (doit ``uptodate``), each from one hash of the whole canonical
 * ``manifest``: always runs; it rewrites ``manifest.json`` only when its bytes change.
 
 The content-addressed Store is the ground truth; doit's state (``<build_dir>/.doit.sqlite3``, the
-sqlite3 backend) only saves the checks. A failure never fails a doit task: it is recorded in the Store.
+sqlite3 backend) only saves the checks, so a damaged state file is moved aside with a warning and the
+run goes on from the Store. A failure never fails a doit task: it is recorded in the Store. If the
+outputs (manifest, links, summary) cannot be written, ``output_error`` says why and the CLI reports it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -27,12 +30,23 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from ._executors import Parallel, StoreRef
+from ..errors import BuildError
+from ._manifest import entry_for, summarize
 from ._matrix import Cell
 from ._progress import HISTORY_FILE, make_progress
-from ._publish import collect, publish, write_summary
+from ._publish import (
+    ARTIFACTS_DIR,
+    MANIFEST_FILE,
+    SUMMARY_FILE,
+    clean_leftovers,
+    collect,
+    publish,
+    recover,
+    write_summary,
+)
 from ._result import CellResult, CompileOutcome
 from ._scale import Scale
-from ._stages import build_cell, compile_done, compile_once, reusable
+from ._stages import LOG_DIR, build_cell, compile_done, compile_once, describe, reusable
 from ._store import Store
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
@@ -84,7 +98,8 @@ class BuildRun:
                 self.compiles.setdefault(cell.compile_key, cell)
         self.compiled: list[str] = []
         self.redone: set[str] = set()
-        self.entries: list[dict[str, Any]] | None = None  # the published manifest entries
+        self.entries: list[dict[str, Any]] | None = None  # the manifest entries (written unless output_error)
+        self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -180,17 +195,32 @@ class BuildRun:
             return  # built ahead of doit (shown already)
         result = build_cell(self.store, cell)
         if result.ok:
-            what = (f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
-                    f"{result.produced}")
+            what = (
+                f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
+                f"{result.produced}"
+            )
         else:
             what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
         self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
 
     def _publish(self) -> None:
+        """Write the manifest and the links. A failure to write them is kept in ``output_error`` (the
+        entries are still known, for the report), never raised into doit."""
         if not self.publish:
             return
-        rows = collect(self.store, self.cells)
-        self.entries = publish(self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows))
+        try:
+            rows = collect(self.store, self.cells)
+            self.entries = [entry_for(cell, result) for cell, result in rows]
+            self.entries = publish(
+                self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows)
+            )
+        except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
+            message = (
+                str(exc)
+                if isinstance(exc, (OSError, BuildError))
+                else describe(exc, self.build_dir / LOG_DIR / "publish.txt")[0]
+            )
+            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {message}"
 
     # -- a whole run ------------------------------------------------------------------------------
 
@@ -201,28 +231,102 @@ class BuildRun:
 
         self.build_dir.mkdir(parents=True, exist_ok=True)
         scope_inventory_cache(self.build_dir)
-        removed = self.store.clean_temporaries()
-        if removed:
-            self.display.warn(f"removed {removed} temporary file(s) left by an interrupted build")
+        self.prepare()
         self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
         if probe is not None and not probe():
             self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
+        # doit prints a traceback when it cannot run (e.g. its state DB on a full disk): that one write
+        # goes to logs/ as a warning; everything else written to stderr streams through as it comes.
+        stream = _TracebackTrap(sys.stderr)
         try:
             self.parallel = Parallel(
                 self.store, self.ref, self.scale, self.compiles, self.cells, self.display, _label, self._warn
             )
             self.parallel.run()
-            return int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+            with contextlib.redirect_stderr(stream):
+                code = int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
         finally:
             self.display.close()
+        for text in stream.trapped:
+            self._doit_said(text)
+        return code
+
+    def _doit_said(self, text: str) -> None:
+        """A traceback doit printed: to ``logs/``, and one warning naming the file."""
+        last = [ln for ln in text.splitlines() if ln.strip()][-1]
+        log = self.build_dir / LOG_DIR / f"doit-{os.getpid()}.txt"
+        try:
+            log.parent.mkdir(exist_ok=True)
+            log.write_text(text, encoding="utf-8")
+            where = f"; details in {log}"
+        except OSError:
+            where = ""
+        self._warn(f"doit stopped before running every task: {last}{where}")
+
+    def prepare(self) -> None:
+        """Before any task (holding the lock): remove what killed runs left, roll the links forward
+        to the manifest, and move a damaged doit state file aside."""
+        removed = self.store.clean_temporaries() + clean_leftovers(self.build_dir)
+        if removed:
+            self.display.warn(f"removed {removed} temporary file(s) left by an interrupted build")
+        relinked = recover(self.build_dir, self.store)
+        if relinked:
+            self.display.warn(f"re-linked {relinked} artifact(s) to the manifest of an interrupted build")
+        check_state_file(self.build_dir / STATE_FILE, self._warn)
 
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
         if self.entries is None:  # doit did not reach the manifest task
             self._publish()
-        assert self.entries is not None
-        return write_summary(self.build_dir, self.entries, len(self.compiled), self.redone, self.warnings)
+        entries = self.entries or []
+        try:
+            return write_summary(self.build_dir, entries, len(self.compiled), self.redone, self.warnings)
+        except OSError as exc:
+            self.output_error = self.output_error or f"{SUMMARY_FILE}: {exc}"
+            return summarize(entries, len(self.compiled), self.redone)
+
+
+class _TracebackTrap:
+    """A stderr that keeps each write that is a whole traceback (doit writes one in a single call)
+    and passes everything else through to ``real`` at once."""
+
+    def __init__(self, real: TextIO) -> None:
+        self.real = real
+        self.trapped: list[str] = []
+
+    def write(self, text: str) -> int:
+        if text.startswith("Traceback (most recent call last)"):
+            self.trapped.append(text)
+            return len(text)
+        return self.real.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def check_state_file(path: Path, warn: Any) -> None:
+    """Move a doit state file that sqlite cannot read (truncated, overwritten) aside, with a warning:
+    it only saves the up-to-date checks, which the Store answers again."""
+    import sqlite3
+
+    if not path.exists():
+        return
+    try:
+        conn = sqlite3.connect(path)
+        try:
+            ok = conn.execute("pragma quick_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        ok = False
+    if not ok:
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        warn(
+            f"{path} is damaged (not a readable sqlite database); moved it to {aside.name} and rebuilding the "
+            "up-to-date checks from the cache."
+        )
 
 
 def _label(cell: Cell) -> str:

@@ -14,7 +14,9 @@ built by one doit run under the build directory's lock. A sweep therefore shares
 directory, one cache and one manifest, and gives exactly the entries of the equivalent matrix.
 
 Exit status: 0 when every cell built or failed as declared in ``matrix.expect_failure``; 1 when a
-cell failed otherwise; 2 for a configuration error (nothing is written).
+cell failed otherwise, or the outputs could not be written (then no manifest path is printed); 2 for
+a configuration error (one line naming the key or file; nothing is written); 3 for an internal error
+(one line naming the file that holds the traceback). No input produces a traceback.
 """
 
 from __future__ import annotations
@@ -27,15 +29,23 @@ from typing import Any
 
 __all__ = ["main"]
 
-def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tuple[list[Any], list[BaseException], bool]:
+
+def _compose_jobs(
+    project: Any, args: list[str], prog: str = "rbln-build"
+) -> tuple[list[Any], list[BaseException], bool]:
     """Compose ``args`` (Hydra overrides and flags) over ``project``'s configs: one BuildSettings
     per Hydra job. The project's conf/ is the primary config folder; the shipped one follows."""
+    import contextlib
+    import io
+
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import OmegaConfBaseException
 
+    from ..errors import ConfigError, RblnBuildError
     from . import _sweep
     from ._config import register_configs, settings_from_config
-    from ..errors import RblnBuildError
+    from ._guard import one_line
 
     register_configs()
     jobs: list[Any] = []
@@ -56,22 +66,40 @@ def _compose_jobs(project: Any, args: list[str], prog: str = "rbln-build") -> tu
             return
         called[0] = True
         try:
-            jobs.append(settings_from_config(cfg, dict(HydraConfig.get().runtime.choices), cwd=project.root,
-                                             conf_dirs=project.conf_dirs, recipe_dirs=project.recipe_dirs))
+            jobs.append(
+                settings_from_config(
+                    cfg,
+                    dict(HydraConfig.get().runtime.choices),
+                    cwd=project.root,
+                    conf_dirs=project.conf_dirs,
+                    recipe_dirs=project.recipe_dirs,
+                )
+            )
         except RblnBuildError as exc:
+            errors.append(exc)
+        except OmegaConfBaseException as exc:  # e.g. a missing value or interpolation met while converting
+            errors.append(ConfigError(one_line(str(exc))))
+        except Exception as exc:  # a bug: reported by main() as one line with a log file
             errors.append(exc)
 
     searchpath = project.searchpath_override()
     sys.argv = [prog, *args, *([searchpath] if searchpath else [])]
-    sweep = _sweep.begin()
+    launch = _sweep.begin()
+    captured = io.StringIO()  # Hydra's own error reports span several lines; the user gets one
     try:
-        job()
-    except SystemExit as exc:  # Hydra printed a composition error: a configuration error, exit 2
+        with contextlib.redirect_stderr(captured):
+            job()
+    except SystemExit as exc:  # Hydra reported a composition error: a configuration error, exit 2
         if exc.code not in (0, None):
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                sys.stderr.write(captured.getvalue())
+            print(f"rbln-build: {one_line(captured.getvalue())}", file=sys.stderr)
             raise SystemExit(2) from None
+        sys.stderr.write(captured.getvalue())
         raise
     finally:
-        elsewhere = _sweep.finish(sweep, project)
+        elsewhere = _sweep.finish(launch, project)
+    sys.stderr.write(captured.getvalue())  # warnings of a successful composition
     if elsewhere:  # the launcher ran the jobs in other processes; they built, this merges
         return elsewhere, errors, True
     argv = sys.argv[1:]
@@ -106,11 +134,32 @@ def _table(entries: list[dict[str, Any]], redone: set[str]) -> str:
     return "\n".join(lines)
 
 
-def _build(jobs: list[Any]) -> int:
+def _lock(build_dir: Path) -> Any:
+    """Create the build directory and hold its lock; a place that cannot be written is a
+    configuration error naming build_dir (exit 2)."""
     from filelock import FileLock, Timeout
 
+    from ..errors import ConfigError
+    from ._tasks import LOCK_FILE
+
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(build_dir / LOCK_FILE))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
+            lock.acquire()
+    except OSError as exc:
+        raise ConfigError(
+            f"build_dir: cannot create or lock {build_dir} ({exc.strerror or exc}); choose a writable directory."
+        ) from None
+    return lock
+
+
+def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     from ._matrix import expand_all
-    from ._tasks import LOCK_FILE, BuildRun
+    from ._tasks import BuildRun
 
     build_dir, cells = expand_all(jobs)
     records = None  # a deployment's record for the manifest (rbln_build.build._colocation)
@@ -120,14 +169,10 @@ def _build(jobs: list[Any]) -> int:
         records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
     started = time.perf_counter()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(build_dir / LOCK_FILE))
+    lock = _lock(build_dir)
+    state["build_dir"] = build_dir
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
-        lock.acquire()
-    try:
+        sweep.publish(build_dir)
         build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale)
         code = build.run()
         summary = build.summary()
@@ -136,11 +181,20 @@ def _build(jobs: list[Any]) -> int:
         lock.release()
     print(_table(entries, build.redone))
     took = time.perf_counter() - started
-    print(
+    counts = (
         f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['finalized']} finalized, "
         f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
-        f"({took:.1f}s). Manifest: {build_dir / 'manifest.json'}"
+        f"({took:.1f}s)."
     )
+    if build.output_error is not None:
+        print(counts)
+        print(
+            f"rbln-build: the build's outputs in {build_dir} could not be written: {build.output_error}. "
+            "The manifest there does not describe this run; fix the cause and run again.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
     for line in records.lines if records is not None else ():
         print(line)
     for problem in records.problems if records is not None else ():
@@ -206,17 +260,26 @@ def main() -> None:
         except RblnBuildError as exc:
             print(f"rbln-build {argv[0]}: {exc}", file=sys.stderr)
             sys.exit(2)
+    from ._guard import DeferredSweep, report_internal
+
+    sweep = DeferredSweep(argv)  # a sweep's multirun.yaml waits until every job composed
+    state: dict[str, Any] = {}
     try:
         jobs = compose(argv)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             sys.exit(0)
-        code = _build(jobs)
+        code = _build(jobs, sweep, state)
     except RblnBuildError as exc:
         print(f"rbln-build: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
         print("rbln-build: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:  # a bug: one line, the traceback in a file
+        print(report_internal(exc, state.get("build_dir")), file=sys.stderr)
+        sys.exit(3)
+    finally:
+        sweep.close()
     sys.exit(code)
 
 

@@ -62,7 +62,10 @@ ACCEPTED_FORMS = (
 FORMS_SYNOPSIS = 'null, 0.3, "30%", 10737418240 or "10GB"'  # the same forms, as JSON values
 WORDS_SYNOPSIS = "a fraction (0.3), a percentage (30%), or bytes (10GB, 1073741824)"  # as budget_from_text reads them
 
-_BYTE_STRING = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
+# ASCII digits only ('١٠GB' is not a byte budget), and a bounded length: no budget needs more than
+# MAX_BUDGET_CHARS characters, and int() of a longer digit string is slow or refused.
+_BYTE_STRING = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE | re.ASCII)
+MAX_BUDGET_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,10 @@ def parse_budget(memory_budget: object) -> ParsedBudget:
         return ParsedBudget()
     if isinstance(memory_budget, bool):
         raise _invalid(f"memory_budget must not be a boolean, got {memory_budget!r}.")
+    if isinstance(memory_budget, str) and len(memory_budget) > MAX_BUDGET_CHARS:
+        raise _invalid(
+            f"memory_budget is a string of {len(memory_budget)} characters, over the limit of {MAX_BUDGET_CHARS}."
+        )
     if isinstance(memory_budget, float) or (isinstance(memory_budget, str) and memory_budget.strip().endswith("%")):
         return ParsedBudget(fraction=_fraction_of(memory_budget))
     if isinstance(memory_budget, (int, str)):

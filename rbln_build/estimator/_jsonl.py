@@ -119,7 +119,7 @@ def handle_line(text: str | bytes, line: int = 0) -> dict[str, Any] | None:
     ident: object = None
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nesting deeper than the parser goes
         result = _error_result(f"Line {line} is not valid JSON: {error}.", "invalid_request")
     else:
         if isinstance(obj, dict):
@@ -137,9 +137,18 @@ def handle_line(text: str | bytes, line: int = 0) -> dict[str, Any] | None:
 def run(lines: Iterable[str | bytes]) -> Iterator[str]:
     """Results, one compact JSON text per non-blank input line (1-based line numbers)."""
     for number, text in enumerate(lines, start=1):
-        result = handle_line(text, number)
-        if result is not None:
-            yield json.dumps(result, sort_keys=True, separators=(",", ":"))
+        try:
+            result = handle_line(text, number)
+            out = None if result is None else json.dumps(result, sort_keys=True, separators=(",", ":"))
+        except (ValueError, RecursionError, TypeError, ArithmeticError, MemoryError) as error:
+            # Whatever a line holds, it gets an answer and the stream goes on.
+            failed = _error_result(
+                f"Line {number} could not be answered: {type(error).__name__}: {error}.", "invalid_request"
+            )
+            failed.update(line=number, id=None)
+            out = json.dumps(failed, sort_keys=True, separators=(",", ":"))
+        if out is not None:
+            yield out
 
 
 def _help_epilog() -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from ..errors import RecipeError
+from ..estimator._limits import count_problem, name_problem
 from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
@@ -102,21 +103,25 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
     c = _text_config(cfg)
 
-    def need(key: str) -> Any:
+    def need(key: str) -> int:
         if key not in c:
             raise RecipeError(f"{where}: missing '{key}' (a published HF config.json has it); add it to the file.")
-        return c[key]
+        return _count(where, c, key)
 
-    num_layers = int(need("num_hidden_layers"))
-    heads = int(need("num_attention_heads"))
-    hidden = int(need("hidden_size"))
-    head_dim = int(c.get("head_dim") or hidden // heads)
+    num_layers = need("num_hidden_layers")
+    heads = need("num_attention_heads")
+    hidden = need("hidden_size")
+    head_dim = _count(where, c, "head_dim") if c.get("head_dim") is not None else hidden // heads
+    if head_dim < 1:
+        raise RecipeError(f"{where}: hidden_size {hidden} is smaller than num_attention_heads {heads}; set head_dim.")
     layer_types = c.get("layer_types")
-    sliding = c.get("sliding_window")
+    sliding = _count(where, c, "sliding_window") if c.get("sliding_window") is not None else None
+    if layer_types is not None and not (isinstance(layer_types, list) and all(isinstance(t, str) for t in layer_types)):
+        raise RecipeError(f"{where}: 'layer_types' must be a list of layer type names, got {layer_types!r}.")
     if layer_types is None and sliding is not None and c.get("sliding_window_pattern"):
         # Gemma 3 configs published before `layer_types` existed: every `sliding_window_pattern`-th
         # layer is full attention, the others slide (as transformers' Gemma3TextConfig derives it).
-        pattern = int(c["sliding_window_pattern"])
+        pattern = _count(where, c, "sliding_window_pattern")
         layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
     if layer_types is None:
         uses_window = sliding is not None and c.get("use_sliding_window", True)
@@ -133,17 +138,66 @@ def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
         model_type=str(c.get("model_type", cfg.get("model_type", ""))),
         num_layers=num_layers,
         hidden_size=hidden,
-        intermediate_size=int(need("intermediate_size")),
+        intermediate_size=need("intermediate_size"),
         num_attention_heads=heads,
-        num_key_value_heads=int(c.get("num_key_value_heads") or heads),
+        num_key_value_heads=_count(where, c, "num_key_value_heads") if c.get("num_key_value_heads") else heads,
         head_dim=head_dim,
-        vocab_size=int(need("vocab_size")),
+        vocab_size=need("vocab_size"),
         tie_word_embeddings=bool(
             cfg.get("tie_word_embeddings", c.get("tie_word_embeddings", _tie_default(c.get("model_type"))))
         ),
         layer_types=tuple(layer_types),
-        sliding_window=int(sliding) if sliding is not None and "sliding_attention" in layer_types else None,
+        sliding_window=sliding if sliding is not None and "sliding_attention" in layer_types else None,
     )
+
+
+def _count(where: Path, c: dict[str, Any], key: str) -> int:
+    """``c[key]`` as a count within its bound (rbln_build.estimator._limits); else a RecipeError naming the file."""
+    problem = count_problem(key, c[key])
+    if problem is not None:
+        raise RecipeError(f"{where}: '{key}': {problem}.")
+    return c[key]  # type: ignore[no-any-return]
+
+
+def _check_fields(recipe_file: Path, meta: dict[str, Any]) -> None:
+    """The types of recipe.yaml's fields (their values are checked where they are read)."""
+    for key, kinds, form in (
+        ("family", (str,), "a string"),
+        ("source", (dict,), "a mapping such as {model_id: Qwen/Qwen3-8B, revision: null}"),
+        ("dtype", (str,), "a dtype name (float32, float16, bfloat16)"),
+        ("quantization", (dict,), "a mapping such as {weight_bits: 16}"),
+        ("build", (dict,), "a mapping of build options"),
+    ):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, kinds):
+            raise RecipeError(f"{recipe_file}: {key} must be {form}, got {value!r}.")
+    quantization = meta.get("quantization") or {}
+    if set(quantization) - {"weight_bits"}:
+        raise RecipeError(
+            f"{recipe_file}: quantization has unknown key(s) {sorted(map(str, quantization))}; it knows weight_bits."
+        )
+    _check_build(recipe_file, meta.get("build") or {})
+
+
+_BUILD_COUNTS = ("batch_size", "max_seq_len", "kvcache_partition_len", "kvcache_block_size", "prefill_chunk_size")
+
+
+def _check_build(recipe_file: Path, build: dict[str, Any]) -> None:
+    """A recipe's default build options: known keys, bounded counts, a known attn_impl."""
+    for key, value in build.items():
+        if key not in (*_BUILD_COUNTS, "attn_impl"):
+            raise RecipeError(
+                f"{recipe_file}: build.{key} is not a build option; known: {', '.join((*_BUILD_COUNTS, 'attn_impl'))}."
+            )
+        if value is None:
+            continue
+        if key == "attn_impl":
+            if value not in ("eager", "flash_attn"):
+                raise RecipeError(f"{recipe_file}: build.attn_impl must be eager, flash_attn or null, got {value!r}.")
+            continue
+        problem = count_problem(key, value)
+        if problem is not None:
+            raise RecipeError(f"{recipe_file}: build.{key}: {problem}.")
 
 
 def _roots(root: Path | Sequence[Path]) -> tuple[Path, ...]:
@@ -160,6 +214,9 @@ def load_recipe(
     """The recipe ``name`` from the first of ``root`` (one folder, or several searched in order:
     a project's recipes/ before the shipped ones) that has it. ``digest_cache``: where the weights'
     stat-keyed digests are kept (``_checkpoint``); None keeps them in memory only."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise RecipeError(f"recipe {name!r}: {problem}.")
     roots = _roots(root)
     root = next((r for r in roots if (r / name / "recipe.yaml").is_file()), roots[0])
     directory = root / name
@@ -175,14 +232,18 @@ def load_recipe(
     config_bytes = config_file.read_bytes()
     try:
         meta = yaml.safe_load(recipe_bytes) or {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise RecipeError(f"{recipe_file}: not valid YAML ({exc}).") from None
     try:
         hf_config = json.loads(config_bytes)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, too deep, too many digits
         raise RecipeError(f"{config_file}: not valid JSON ({exc}).") from None
     if not isinstance(meta, dict):
         raise RecipeError(f"{recipe_file}: expected a mapping of recipe fields, got {type(meta).__name__}.")
+    if not isinstance(hf_config, dict):
+        raise RecipeError(
+            f"{config_file}: expected a JSON object (the model's HF config), got {type(hf_config).__name__}."
+        )
     unknown = set(meta) - _RECIPE_KEYS
     if unknown:
         raise RecipeError(
@@ -190,11 +251,12 @@ def load_recipe(
         )
     if meta.get("name", name) != name:
         raise RecipeError(f"{recipe_file}: name is {meta.get('name')!r} but the folder is '{name}'; make them equal.")
+    _check_fields(recipe_file, meta)
     dtype = meta.get("dtype", hf_config.get("torch_dtype", "bfloat16"))
-    if dtype not in _DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:
         raise RecipeError(f"{recipe_file}: dtype {dtype!r} is not one of {', '.join(_DTYPE_BYTES)}.")
     bits = (meta.get("quantization") or {}).get("weight_bits", 16)
-    if bits not in _WEIGHT_BITS:
+    if isinstance(bits, bool) or bits not in _WEIGHT_BITS:
         raise RecipeError(f"{recipe_file}: quantization.weight_bits is {bits!r}; use 16, 8 or 4.")
     weights = meta.get("weights")
     weights_path: Path | None = None
@@ -208,7 +270,9 @@ def load_recipe(
                 raise RecipeError(f"{recipe_file}: weights.seed must be an integer, got {weights['seed']!r}.")
             seed = weights["seed"]
         else:
-            weights_path = (directory / str(weights["path"])).resolve()
+            if not isinstance(weights["path"], str) or not weights["path"]:
+                raise RecipeError(f"{recipe_file}: weights.path must be a directory name, got {weights['path']!r}.")
+            weights_path = (directory / weights["path"]).resolve()
             if not weights_path.is_dir():
                 raise RecipeError(
                     f"{recipe_file}: weights.path {weights['path']!r} is not a directory ({weights_path}); "

@@ -1,0 +1,93 @@
+"""Checks of configuration values that become names, paths or allocations (docs/security.md).
+
+Each raises ``ConfigError`` naming the key, so that a bad value stops the run at composition (exit
+2, nothing written). The rules themselves (the identifier pattern, the bounds) live in
+``rbln_build.estimator._limits``, shared with the recipe loader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..estimator._limits import count_problem, name_problem
+
+__all__ = [
+    "check_name",
+    "check_count",
+    "check_options",
+    "check_build_dir",
+    "expected_failure_fields",
+    "PSEUDO_FILESYSTEMS",
+]
+
+PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))  # never a place for a build directory
+_COUNT_OPTIONS = ("batch_size", "max_seq_len", "kvcache_partition_len", "kvcache_block_size", "prefill_chunk_size")
+_ATTN_IMPLS = ("eager", "flash_attn")
+
+
+def check_name(where: str, value: object) -> str:
+    """``value`` if it is an identifier (rbln_build.estimator._limits); else a ConfigError at ``where``."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}.")
+    return value  # type: ignore[return-value]
+
+
+def check_count(where: str, key: str, value: object, zero_ok: bool = False) -> int:
+    """``value`` if it is a count within ``key``'s bound; else a ConfigError at ``where``."""
+    problem = count_problem(key, value, zero_ok=zero_ok)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}.")
+    return value  # type: ignore[return-value]
+
+
+def check_options(where: str, options: Mapping[str, Any]) -> None:
+    """Build options (a model config's or a recipe's): every count bounded, attn_impl a known name."""
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key in _COUNT_OPTIONS:
+            check_count(f"{where}.{key}", key, value)
+        elif key == "attn_impl" and value not in _ATTN_IMPLS:
+            raise ConfigError(f"{where}.attn_impl: expected one of {', '.join(_ATTN_IMPLS)} or null, got {value!r}.")
+
+
+def check_build_dir(value: object, cwd: Path) -> Path:
+    """The build directory ``value`` names (relative to ``cwd``), if a build can be written there: not
+    empty, not a file, not under a file, not in a pseudo file system. Nothing is created here."""
+    text = "" if value is None else str(value)
+    if not text.strip():
+        raise ConfigError("build_dir: is empty; give a directory (the default is build, relative to the current one).")
+    path = Path(text)
+    path = path if path.is_absolute() else cwd / path
+    existing = path
+    while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is" if existing == path else f"is under {existing}, which is"
+        raise ConfigError(f"build_dir: {path} {where} a file, not a directory; choose another build_dir.")
+    real = existing.resolve()
+    for pseudo in PSEUDO_FILESYSTEMS:
+        if real == pseudo or pseudo in real.parents:
+            raise ConfigError(f"build_dir: {path} is in {pseudo}, a pseudo file system; choose another build_dir.")
+    return path
+
+
+def expected_failure_fields(where: str, entry: Any) -> tuple[str, str, str | None]:
+    """(cell, kind, message) of one ``matrix.expect_failure`` entry; a missing or empty cell or kind
+    is a ConfigError naming the entry's key."""
+    from omegaconf import OmegaConf
+
+    values: dict[str, Any] = {}
+    for key in ("cell", "kind"):
+        if OmegaConf.is_missing(entry, key) or entry[key] is None or not str(entry[key]).strip():
+            raise ConfigError(
+                f"{where}.{key}: missing; an expected failure names its cell and the error kind it fails with "
+                "(e.g. {cell: qwen3_8b.atom_max_x4.b0.3, kind: insufficient_memory})."
+            )
+        values[key] = str(entry[key])
+    message = entry.get("message")
+    return values["cell"], values["kind"], None if message is None else str(message)
