@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rbln_build import memory  # noqa: E402
-from rbln_build.backends.torch import _paged as paged  # noqa: E402
 from rbln_build.backends import CompileSpec, get_backend  # noqa: E402
+from rbln_build.backends.torch import _paged as paged  # noqa: E402
 from rbln_build.estimator import Request, estimate, min_budget_for_blocks  # noqa: E402
 from rbln_build.estimator._npu import resolve_npu  # noqa: E402
 from rbln_build.memory._recipes import load_recipe  # noqa: E402
@@ -40,8 +40,9 @@ def _spec(recipe_name: str, npu_name: str) -> CompileSpec:
 
 
 def _resolve(spec: CompileSpec, report, budget) -> int:
-    request = Request.for_attention(spec.npu.name, spec.num_devices, spec.attention, memory_budget=budget,
-                                    current_blocks=report.current_blocks)
+    request = Request.for_attention(
+        spec.npu.name, spec.num_devices, spec.attention, memory_budget=budget, current_blocks=report.current_blocks
+    )
     return int(estimate(request, report).raise_for_error().kvcache_num_blocks)
 
 
@@ -132,19 +133,25 @@ def main(argv: list[str] | None = None) -> int:
 
             for i in range(len(budgets)):
                 load_artifact(root / "ours" / f"cell{i}").generate([[1, 2, 3], [4, 5]], 4)
-        print(f"matrix: {args.recipe} x {spec.npu.name} x {len(budgets)} budgets "
-              f"(picked with the memory model + estimator)")
+        print(
+            f"matrix: {args.recipe} x {spec.npu.name} x {len(budgets)} budgets "
+            f"(picked with the memory model + estimator)"
+        )
         print("budgets (bytes per device; None = 100%):", json.dumps(budgets))
         print("kvcache_num_blocks per cell:", ours_counts)
-        print(f"torch.export time per compile: median {sorted(exports)[len(exports) // 2]:.2f} s "
-              f"(min {min(exports):.2f}, max {max(exports):.2f}, n={len(exports)})")
+        print(
+            f"torch.export time per compile: median {sorted(exports)[len(exports) // 2]:.2f} s "
+            f"(min {min(exports):.2f}, max {max(exports):.2f}, n={len(exports)})"
+        )
         print()
         print("| approach                        | exports | wall time (s) |")
         print("|---------------------------------|--------:|--------------:|")
         print(f"| one compile + {len(budgets)} finalizes (ours) | {ours_exports:7d} | {ours_s:13.2f} |")
         print(f"| one compile per cell            | {per_exports:7d} | {per_s:13.2f} |")
-        print(f"\nspeed-up: {per_s / ours_s:.2f}x less wall time, {per_exports // max(ours_exports, 1)}x fewer exports; "
-              "cells are byte-identical either way.")
+        print(
+            f"\nspeed-up: {per_s / ours_s:.2f}x less wall time, {per_exports // max(ours_exports, 1)}x fewer exports; "
+            "cells are byte-identical either way."
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

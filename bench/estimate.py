@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rbln_build.estimator._jsonl import run  # noqa: E402
 from rbln_build.estimator import Request, estimate  # noqa: E402
+from rbln_build.estimator._jsonl import run  # noqa: E402
 from rbln_build.estimator._report import AllocationReport  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
@@ -106,7 +106,9 @@ def main() -> None:
     )
     rows.append(("JSON lines, subprocess incl. interpreter start", n, proc_time))
     startup = timed(
-        lambda: subprocess.run([sys.executable, "-m", "rbln_build.estimate"], input=b"", capture_output=True, check=True)
+        lambda: subprocess.run(
+            [sys.executable, "-m", "rbln_build.estimate"], input=b"", capture_output=True, check=True
+        )
     )
 
     # A matrix: a few cached reports (models x device targets), many cells (budgets x batch sizes).
@@ -122,8 +124,13 @@ def main() -> None:
         # half the cells get a byte budget of their own, so the searches are not all repeats
         budget = rnd.choice(BUDGETS) if rnd.random() < 0.5 else rnd.uniform(0.1, 1.0)
         req = Request(
-            npu=npu, max_seq_len=40_960, batch_size=rnd.choice([1, 4, 8, 16]), num_devices=devices,
-            attn_impl="flash_attn", kvcache_partition_len=8_192, memory_budget=budget,
+            npu=npu,
+            max_seq_len=40_960,
+            batch_size=rnd.choice([1, 4, 8, 16]),
+            num_devices=devices,
+            attn_impl="flash_attn",
+            kvcache_partition_len=8_192,
+            memory_budget=budget,
         )
         cells.append((req, cached[(npu, devices)]))
     results: list = []

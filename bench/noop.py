@@ -38,7 +38,7 @@ HYDRA_APP = f"""
 import hydra
 from rbln_build.build._config import register_configs
 register_configs()
-@hydra.main(version_base="1.3", config_path={str(REPO / 'conf')!r}, config_name="config")
+@hydra.main(version_base="1.3", config_path={str(REPO / "conf")!r}, config_name="config")
 def app(cfg):
     pass
 app()
@@ -100,7 +100,9 @@ def main() -> None:
     root = opts.root.resolve()
     fresh = {"default": ensure_built("default", [], root), "k1000": ensure_built("k1000", K1000, root)}
     baselines = {
-        "import hydra, doit": [timed([sys.executable, "-c", "import hydra, doit"], REPO)[0] for _ in range(opts.repeat)],
+        "import hydra, doit": [
+            timed([sys.executable, "-c", "import hydra, doit"], REPO)[0] for _ in range(opts.repeat)
+        ],
         "bare hydra app (our config)": [timed([sys.executable, "-c", HYDRA_APP], REPO)[0] for _ in range(opts.repeat)],
     }
     runs = {
@@ -114,8 +116,15 @@ def main() -> None:
     rows = []
     for label, times in {**baselines, **runs}.items():
         med = statistics.median(times)
-        rows.append({"what": label, "median_s": round(med, 3), "min_s": round(min(times), 3),
-                     "x_import": round(med / base, 2), "x_hydra_app": round(med / hydra_app, 2)})
+        rows.append(
+            {
+                "what": label,
+                "median_s": round(med, 3),
+                "min_s": round(min(times), 3),
+                "x_import": round(med / base, 2),
+                "x_hydra_app": round(med / hydra_app, 2),
+            }
+        )
     if opts.json:
         print(json.dumps({"repeat": opts.repeat, "fresh_build_s": fresh, "rows": rows}, indent=2))
         return
@@ -125,7 +134,9 @@ def main() -> None:
     width = max(len(r["what"]) for r in rows)
     print(f"{'what'.ljust(width)}  median    min  x import  x hydra app   (n={opts.repeat})")
     for r in rows:
-        print(f"{r['what'].ljust(width)}  {r['median_s']:5.2f}s {r['min_s']:5.2f}s  {r['x_import']:7.2f}  {r['x_hydra_app']:10.2f}")
+        print(
+            f"{r['what'].ljust(width)}  {r['median_s']:5.2f}s {r['min_s']:5.2f}s  {r['x_import']:7.2f}  {r['x_hydra_app']:10.2f}"
+        )
 
 
 if __name__ == "__main__":

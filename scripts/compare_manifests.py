@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     diffs = differences(old, new, tuple(args.ignore))
     for line in diffs:
         print(line)
-    print(f"{len(old['cells'])} vs {len(new['cells'])} cells; {len(diffs)} difference(s) "
-          f"(ignored: {', '.join(args.ignore)})")
+    print(
+        f"{len(old['cells'])} vs {len(new['cells'])} cells; {len(diffs)} difference(s) "
+        f"(ignored: {', '.join(args.ignore)})"
+    )
     return 1 if diffs else 0
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rbln_build.estimator._attention import resolve_attention
 from rbln_build.errors import EstimateError
+from rbln_build.estimator._attention import resolve_attention
 from rbln_build.estimator._npu import resolve_npu
 
 CR = resolve_npu("RBLN-CR03")
@@ -31,9 +31,7 @@ CA = resolve_npu("RBLN-CA25")
             ("flash_attn", 8192, 8192, 512, 5, 5),
             id="spec-batch1-full-equals-floor",
         ),
-        pytest.param(
-            CR, dict(batch_size=4, max_seq_len=4096), ("eager", None, 4096, 512, 4, 4), id="eager-default-cr"
-        ),
+        pytest.param(CR, dict(batch_size=4, max_seq_len=4096), ("eager", None, 4096, 512, 4, 4), id="eager-default-cr"),
         # flash with no partition: REBEL default partition 8192, ATOM 16384
         pytest.param(
             CR,

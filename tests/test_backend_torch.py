@@ -15,12 +15,12 @@ import pytest
 
 pytest.importorskip("torch")
 
+from _torch_cells import compiled, finalized, spec_for  # noqa: E402
+
 from rbln_build.backends import get_backend  # noqa: E402
 from rbln_build.errors import BuildError  # noqa: E402
-from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
 from rbln_build.estimator._report import AllocationReport  # noqa: E402
-
-from _torch_cells import compiled, finalized, spec_for  # noqa: E402
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
 
 REPO = DEFAULT_RECIPES_DIR.parent
 
@@ -50,7 +50,10 @@ def test_compile_produces_a_program_and_the_memory_model_report(name: str) -> No
     on_disk = AllocationReport.from_json(json.loads((c.baseline / "report.json").read_text()))
     assert on_disk == c.result.report
     assert sorted(p.name for p in c.baseline.iterdir()) == [
-        "baseline.json", "config.json", "program.pt2", "report.json"
+        "baseline.json",
+        "config.json",
+        "program.pt2",
+        "report.json",
     ]
 
 
@@ -77,16 +80,37 @@ def test_the_cell_record_uses_optimum_rbln_names_and_records_the_npu_and_the_pro
     assert cfg["programs"] == {"program.pt2": hashlib.sha256((cell / "program.pt2").read_bytes()).hexdigest()}
     assert {
         k: cfg[k]
-        for k in ("kvcache_num_blocks", "batch_size", "max_seq_len", "attn_impl", "kvcache_partition_len",
-                  "kvcache_block_size", "prefill_chunk_size", "num_devices", "npu")
+        for k in (
+            "kvcache_num_blocks",
+            "batch_size",
+            "max_seq_len",
+            "attn_impl",
+            "kvcache_partition_len",
+            "kvcache_block_size",
+            "prefill_chunk_size",
+            "num_devices",
+            "npu",
+        )
     } == {
-        "kvcache_num_blocks": 5, "batch_size": 2, "max_seq_len": 4096, "attn_impl": "flash_attn",
-        "kvcache_partition_len": 1024, "kvcache_block_size": 1024, "prefill_chunk_size": 128,
-        "num_devices": 1, "npu": "RBLN-CA25",
+        "kvcache_num_blocks": 5,
+        "batch_size": 2,
+        "max_seq_len": 4096,
+        "attn_impl": "flash_attn",
+        "kvcache_partition_len": 1024,
+        "kvcache_block_size": 1024,
+        "prefill_chunk_size": 128,
+        "num_devices": 1,
+        "npu": "RBLN-CA25",
     }
-    assert cfg["kv_pool"] == {"num_layers": 2, "kv_heads": 4, "block_size": 1024, "head_dim": 32,
-                              "dtype": "float32", "num_blocks": 5,
-                              "layer_types": ["full_attention", "full_attention"]}
+    assert cfg["kv_pool"] == {
+        "num_layers": 2,
+        "kv_heads": 4,
+        "block_size": 1024,
+        "head_dim": 32,
+        "dtype": "float32",
+        "num_blocks": 5,
+        "layer_types": ["full_attention", "full_attention"],
+    }
     assert json.loads((cell / "config.json").read_text()) == load_recipe("tiny_llama").hf_config
     assert sorted(p.name for p in cell.iterdir()) == ["config.json", "program.pt2", "rbln-build.json"]
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from rbln_build.estimator._budget import budget_hints, fraction_for_bytes, resolve_budget
 from rbln_build.errors import EstimateError
+from rbln_build.estimator._budget import budget_hints, fraction_for_bytes, resolve_budget
 from rbln_build.estimator._npu import resolve_npu
 
 CR = resolve_npu("RBLN-CR03")

@@ -158,7 +158,10 @@ def test_write_atomic_and_link_atomic(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key", ["../../victim", "k1", "A" * 64, "a" * 63, "a" * 64 + "/x", ""])
 def test_keys_that_are_not_hex_digests_never_become_paths(tmp_path: Path, key: str) -> None:
     store, _ = _store(tmp_path)
-    for call in (lambda: store.lookup("artifacts", key), lambda: store.load_record("results", key),
-                 lambda: store.entry_path("compile", key)):
+    for call in (
+        lambda: store.lookup("artifacts", key),
+        lambda: store.load_record("results", key),
+        lambda: store.entry_path("compile", key),
+    ):
         with pytest.raises(ValueError, match="not a cache key"):
             call()

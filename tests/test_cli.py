@@ -27,8 +27,9 @@ pytestmark = pytest.mark.integration  # every test here runs the real CLI as a s
 SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"  # tests/plugins: lingers before committing a compile
 
 
-def rbln(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600,
-         modules: Path | None = None) -> subprocess.CompletedProcess[str]:
+def rbln(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600, modules: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """The real CLI; with ``modules``, through tests/plugins/rbln_cli_imports, which lists there the
     torch/transformers modules the run imported."""
     runner = ["-m", "rbln_build.build.cli"] if modules is None else ["-m", "rbln_cli_imports", str(modules)]
@@ -89,7 +90,7 @@ def test_fresh_build(plans_build: Path) -> None:
     reference = m["cells"]["qwen3_8b.rebel100.b0.3"]  # the specification's figure: 1 x RBLN-CR at 0.3
     assert (reference["kvcache_num_blocks"], reference["num_full_blocks"], reference["num_min_blocks"]) == (21, 40, 9)
     assert m["cells"]["qwen3_8b.atom_max_x4.b0.5"]["kvcache_num_blocks"] == 14  # 4 x RBLN-CA at 0.5
-    for cid, e in m["cells"].items():
+    for e in m["cells"].values():
         if e["status"] != "ok":
             continue
         assert e["produced"] == "plan"
@@ -263,7 +264,7 @@ def test_two_builds_at_once_on_one_build_dir(plans_build: Path, tmp_path: Path) 
     slow = {"RBLN_TEST_BACKEND_SLEEP_S": "1"}
     procs = [popen([*PLANS, SLOW, f"build_dir={build}"], cwd=tmp_path, env=slow) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
     assert manifest(build) == manifest(slow_plans_build(tmp_path))
     assert not list(build.rglob(".tmp-*"))
@@ -301,7 +302,7 @@ def test_include_adds_cells_after_the_matrix_and_reuses_its_compiles(plans_build
     assert cut["num_min_blocks"] <= cut["kvcache_num_blocks"] < whole["kvcache_num_blocks"] == cut["num_full_blocks"]
     old = manifest(plans_build)["cells"]
     assert {cid: e for cid, e in cells.items() if cid in old} == old  # the matrix's own cells are unchanged
-    table = [line.split()[0] for line in proc.stdout.splitlines()[2:2 + PLAN_CELLS + 1]]
+    table = [line.split()[0] for line in proc.stdout.splitlines()[2 : 2 + PLAN_CELLS + 1]]
     assert table[-1] == "qwen3_8b.rebel100.b40GB"  # after the main product
     # Narrowed to a device the entry does not list, the entry yields no cells.
     check_ok(rbln([*PLANS, include, "device=atom_max_x4", f"build_dir={build}"], cwd=tmp_path))
@@ -329,11 +330,18 @@ def test_doit_from_the_repo_root_sees_the_same_tasks(plans_build: Path, tmp_path
     listed = subprocess.run(["doit", "list", "--all"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
     assert "cell:qwen3_8b.rebel100.b0.3" in listed.stdout and "manifest" in listed.stdout
-    info = subprocess.run(["doit", "info", "cell:qwen3_8b.rebel100.b0.3"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    info = subprocess.run(
+        ["doit", "info", "cell:qwen3_8b.rebel100.b0.3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert info.returncode == 0 and "up-to-date" in info.stdout, info.stdout + info.stderr
-    forget = subprocess.run(["doit", "forget", "cell:qwen3_8b.rebel100.b0.3"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=120)
+    forget = subprocess.run(
+        ["doit", "forget", "cell:qwen3_8b.rebel100.b0.3"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert forget.returncode == 0, forget.stderr
     proc = rbln([*PLANS, f"build_dir={build}"], cwd=tmp_path)
     check_ok(proc)
@@ -354,12 +362,16 @@ def test_default_matrix_builds_then_noops(tmp_path: Path) -> None:
     cells = manifest(build)["cells"]
     assert {e["produced"] for cid, e in cells.items() if cid.startswith("tiny_")} == {"program"}
     # The include cells: byte budgets that ship fewer blocks than the full pool, from the same compile.
-    for cut, full in (("tiny_llama.rebel100.b208MB", "tiny_llama.rebel100.b0.3"),
-                      ("tiny_qwen3.rebel100.b216MB", "tiny_qwen3.rebel100.b0.3")):
+    for cut, full in (
+        ("tiny_llama.rebel100.b208MB", "tiny_llama.rebel100.b0.3"),
+        ("tiny_qwen3.rebel100.b216MB", "tiny_qwen3.rebel100.b0.3"),
+    ):
         low, whole = cells[cut], cells[full]
         assert low["compile_key"] == whole["compile_key"]
-        assert low["num_min_blocks"] <= low["kvcache_num_blocks"] < whole["kvcache_num_blocks"] == whole["num_full_blocks"]
-    for cid, e in cells.items():
+        assert (
+            low["num_min_blocks"] <= low["kvcache_num_blocks"] < whole["kvcache_num_blocks"] == whole["num_full_blocks"]
+        )
+    for e in cells.values():
         if e["status"] == "ok":
             assert not (build / e["artifact"]["path"] / "rbln_config.json").exists()
             config = json.loads((build / e["artifact"]["path"] / "rbln-build.json").read_text())

@@ -8,8 +8,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from rbln_build.build._config import CONF_DIR, compose_settings, list_group_options, load_group_option
-from rbln_build.errors import ConfigError
 from rbln_build.build._matrix import expand_all
+from rbln_build.errors import ConfigError
 
 GROUPS = ("matrix", "model", "device")
 
@@ -54,29 +54,43 @@ def _composition_error(overrides: list[str]) -> str:
         pytest.param("matrix.attn_impl=flash", "matrix.attn_impl", id="unknown-attn"),
         pytest.param("progress=maybe", "progress", id="wrong-type-bool"),
         pytest.param("matrix.include=[{budgts:[1]}]", "matrix.include[0].budgts", id="include-misspelt-key"),
-        pytest.param("matrix.include=[{},{batch_sizes:[a]}]", "matrix.include[1].batch_sizes[0]",
-                     id="include-wrong-type-list-item"),
+        pytest.param(
+            "matrix.include=[{},{batch_sizes:[a]}]",
+            "matrix.include[1].batch_sizes[0]",
+            id="include-wrong-type-list-item",
+        ),
         pytest.param("matrix.include=[{attn_impl:flash}]", "matrix.include[0].attn_impl", id="include-unknown-attn"),
-        pytest.param("matrix.include=[{models:[tiny_llama,nope]}]", "matrix.include[0].models[1]",
-                     id="include-unknown-model"),
+        pytest.param(
+            "matrix.include=[{models:[tiny_llama,nope]}]", "matrix.include[0].models[1]", id="include-unknown-model"
+        ),
         pytest.param("matrix.include=[{devices:[atom]}]", "matrix.include[0].devices[0]", id="include-unknown-device"),
         pytest.param("matrix.include=[{budgets:[]}]", "matrix.include[0].budgets", id="include-empty-axis"),
         pytest.param("matrix.include=[{models:null}]", "matrix.include[0].models", id="include-null-axis"),
         pytest.param("matrix.include=[{budgets:[[1]]}]", "matrix.include[0].budgets[0]", id="include-list-budget"),
-        pytest.param("matrix.include=[{kvcache_num_blocks:[-1]}]", "matrix.include[0].kvcache_num_blocks[0]",
-                     id="include-negative-blocks"),
-        pytest.param("matrix.include=[{max_seq_lens:[0]}]", "matrix.include[0].max_seq_lens[0]",
-                     id="include-non-positive"),
+        pytest.param(
+            "matrix.include=[{kvcache_num_blocks:[-1]}]",
+            "matrix.include[0].kvcache_num_blocks[0]",
+            id="include-negative-blocks",
+        ),
+        pytest.param(
+            "matrix.include=[{max_seq_lens:[0]}]", "matrix.include[0].max_seq_lens[0]", id="include-non-positive"
+        ),
         pytest.param("matrix.include=[tiny_llama]", "matrix.include[0]", id="include-not-a-mapping"),
         pytest.param("matrix.include=null", "matrix.include", id="include-null"),
         # a malformed budget is a config error before anything compiles (over-DRAM stays a cell result)
         pytest.param("budget=abc", "budget: memory_budget 'abc' is not a valid byte size", id="budget-malformed"),
         pytest.param("budget=true", "budget: memory_budget must not be a boolean", id="budget-bool"),
-        pytest.param("matrix.budgets=[0.3,1.5]", "matrix.budgets[1]: memory_budget fraction must be in (0, 1]",
-                     id="budget-fraction-out-of-range"),
+        pytest.param(
+            "matrix.budgets=[0.3,1.5]",
+            "matrix.budgets[1]: memory_budget fraction must be in (0, 1]",
+            id="budget-fraction-out-of-range",
+        ),
         pytest.param("budget=[0.3,0]", "budget[1]: memory_budget byte count must be positive", id="budget-zero"),
-        pytest.param("matrix.include=[{budgets:['10 PB']}]", "matrix.include[0].budgets[0]: memory_budget",
-                     id="include-budget-malformed"),
+        pytest.param(
+            "matrix.include=[{budgets:['10 PB']}]",
+            "matrix.include[0].budgets[0]: memory_budget",
+            id="include-budget-malformed",
+        ),
     ],
 )
 def test_bad_override_names_the_key(override: str, key_path: str) -> None:
@@ -158,8 +172,14 @@ def test_misspelt_key_in_an_include_entry_of_a_matrix_file(tmp_path: Path) -> No
 
 
 def test_include_entries_keep_budget_types_and_inherit_omitted_keys() -> None:
-    s = compose_settings(["matrix=plans", "matrix.batch_sizes=[2]", "matrix.attn_impl=eager",
-                          "matrix.include=[{budgets:[1,1.0,null,'10GB']},{batch_sizes:null,attn_impl:null}]"])
+    s = compose_settings(
+        [
+            "matrix=plans",
+            "matrix.batch_sizes=[2]",
+            "matrix.attn_impl=eager",
+            "matrix.include=[{budgets:[1,1.0,null,'10GB']},{batch_sizes:null,attn_impl:null}]",
+        ]
+    )
     first, second = s.matrix.include
     assert [type(b) for b in first.budgets] == [int, float, type(None), str]
     assert (first.batch_sizes, first.attn_impl, first.where) == ((2,), "eager", "matrix.include[0]")

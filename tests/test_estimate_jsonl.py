@@ -44,9 +44,18 @@ def results(*lines):
         pytest.param({"kvcache_num_blocks": 12}, 12, id="explicit"),
         pytest.param({"kvcache_num_blocks": None, "memory_budget": 0.65}, 36, id="null-count-is-auto"),
         # sizes measured at 36 blocks: the same answer
-        pytest.param({"memory_budget": 0.65, "current_blocks": 36, "kv_tensors": {
-            "k0": {"can_resize": True, "sizes": [[108 * MiB]]}, "v0": {"can_resize": True, "sizes": [[108 * MiB]]}}},
-            36, id="re-estimation"),
+        pytest.param(
+            {
+                "memory_budget": 0.65,
+                "current_blocks": 36,
+                "kv_tensors": {
+                    "k0": {"can_resize": True, "sizes": [[108 * MiB]]},
+                    "v0": {"can_resize": True, "sizes": [[108 * MiB]]},
+                },
+            },
+            36,
+            id="re-estimation",
+        ),
     ],
 )
 def test_results_match_the_estimator(overrides, blocks):
@@ -123,14 +132,26 @@ def test_every_result_has_the_same_keys():
 def run_cli(stdin, *args):
     return subprocess.run(
         [sys.executable, "-m", "rbln_build.estimate", *args],
-        input=stdin, capture_output=True, timeout=60, check=False,
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
 
 
 @pytest.mark.integration
 def test_cli_subprocess_round_trip():
-    stdin = "\n".join([line(memory_budget=0.65), "", "not json", line(memory_budget="1TB", npu="RBLN-CR03",
-                       alloc={}, kv_tensors={})]) + "\n"
+    stdin = (
+        "\n".join(
+            [
+                line(memory_budget=0.65),
+                "",
+                "not json",
+                line(memory_budget="1TB", npu="RBLN-CR03", alloc={}, kv_tensors={}),
+            ]
+        )
+        + "\n"
+    )
     proc = run_cli(stdin.encode())
     assert proc.returncode == 0 and proc.stderr == b""
     out = proc.stdout.decode().splitlines()
@@ -166,9 +187,16 @@ def test_cli_help_explains_the_format_with_an_example_that_works():
 @pytest.mark.integration
 def test_cli_does_not_import_torch_or_transformers():
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys, rbln_build.estimate; "
-         "print(sorted(m for m in ('torch', 'transformers', 'hydra', 'doit') if m in sys.modules))"],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, rbln_build.estimate; "
+            "print(sorted(m for m in ('torch', 'transformers', 'hydra', 'doit') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert proc.stdout.strip() == "[]"
 

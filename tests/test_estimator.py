@@ -85,8 +85,9 @@ def test_full_pool_and_floor(npu, batch, full, floor):
         # exactly the full pool's bytes: 10 GiB + 240 MiB
         pytest.param(dict(FLASH_8, memory_budget=10 * GiB + 240 * MiB), BASE, 40, 0, id="full-pool-exact-budget"),
         # one byte less: 39 blocks take 2 * align(117 MiB) = 236 MiB, leaving 4 MiB - 1
-        pytest.param(dict(FLASH_8, memory_budget=10 * GiB + 240 * MiB - 1), BASE, 39, 4 * MiB - 1,
-                     id="full-pool-minus-one-byte"),
+        pytest.param(
+            dict(FLASH_8, memory_budget=10 * GiB + 240 * MiB - 1), BASE, 39, 4 * MiB - 1, id="full-pool-minus-one-byte"
+        ),
         # the floor exactly: 10 GiB + 56 MiB
         pytest.param(dict(FLASH_8, memory_budget="10296MB"), BASE, 9, 0, id="floor-exact-budget"),
     ],
@@ -299,16 +300,20 @@ def test_budget_and_explicit_count_are_mutually_exclusive_word_for_word(request_
         pytest.param(dict(FLASH_8, kvcache_num_blocks=20), 20, None, id="flash-within"),
         pytest.param(dict(FLASH_8, kvcache_num_blocks=9), 9, None, id="flash-at-floor"),
         pytest.param(
-            dict(FLASH_8, kvcache_num_blocks=41), 41,
+            dict(FLASH_8, kvcache_num_blocks=41),
+            41,
             "The set `kvcache_num_blocks` (41) is greater than the required number of blocks (40).",
             id="flash-above-full-warns",
         ),
         pytest.param(
-            dict(EAGER, kvcache_num_blocks=2), 2, "is less than `batch_size` (4) under eager attention",
+            dict(EAGER, kvcache_num_blocks=2),
+            2,
+            "is less than `batch_size` (4) under eager attention",
             id="eager-below-batch-warns",
         ),
         pytest.param(
-            dict(EAGER, kvcache_num_blocks=5), 5,
+            dict(EAGER, kvcache_num_blocks=5),
+            5,
             "The set `kvcache_num_blocks` (5) is greater than the required number of blocks (4).",
             id="eager-above-full-warns",
         ),
@@ -387,29 +392,63 @@ def test_no_budget_exists_is_stated_plainly():
     [
         pytest.param(dict(FLASH_8, npu="RBLN-XX"), "unknown_npu", "Known NPU families: RBLN-CA*, RBLN-CR*", id="npu"),
         pytest.param(dict(FLASH_8, npu=3), "unknown_npu", "got 3", id="npu-type"),
-        pytest.param(dict(FLASH_8, max_seq_len=0), "invalid_request", "`max_seq_len` must be a positive integer, got 0",
-                     id="max-seq-len-zero"),
-        pytest.param(dict(FLASH_8, batch_size="8"), "invalid_request", "`batch_size` must be a positive integer, got '8'",
-                     id="batch-str"),
+        pytest.param(
+            dict(FLASH_8, max_seq_len=0),
+            "invalid_request",
+            "`max_seq_len` must be a positive integer, got 0",
+            id="max-seq-len-zero",
+        ),
+        pytest.param(
+            dict(FLASH_8, batch_size="8"),
+            "invalid_request",
+            "`batch_size` must be a positive integer, got '8'",
+            id="batch-str",
+        ),
         pytest.param(dict(FLASH_8, batch_size=True), "invalid_request", "got True", id="batch-bool"),
-        pytest.param(dict(FLASH_8, num_devices=0), "invalid_request", "`num_devices` must be a positive integer, got 0",
-                     id="num-devices-zero"),
-        pytest.param(dict(FLASH_8, kvcache_num_blocks=-1), "invalid_request",
-                     "`kvcache_num_blocks` must be 0 (estimate automatically) or a positive integer, got -1",
-                     id="blocks-negative"),
+        pytest.param(
+            dict(FLASH_8, num_devices=0),
+            "invalid_request",
+            "`num_devices` must be a positive integer, got 0",
+            id="num-devices-zero",
+        ),
+        pytest.param(
+            dict(FLASH_8, kvcache_num_blocks=-1),
+            "invalid_request",
+            "`kvcache_num_blocks` must be 0 (estimate automatically) or a positive integer, got -1",
+            id="blocks-negative",
+        ),
         pytest.param(dict(FLASH_8, kvcache_num_blocks=None), "invalid_request", "got None", id="blocks-none"),
-        pytest.param(dict(FLASH_8, current_blocks=0), "invalid_request", "`current_blocks` must be a positive integer",
-                     id="current-zero"),
-        pytest.param(dict(FLASH_8, kvcache_partition_len=8192.0), "invalid_request",
-                     "`kvcache_partition_len` must be a positive integer or null (auto), got 8192.0", id="partition-float"),
+        pytest.param(
+            dict(FLASH_8, current_blocks=0),
+            "invalid_request",
+            "`current_blocks` must be a positive integer",
+            id="current-zero",
+        ),
+        pytest.param(
+            dict(FLASH_8, kvcache_partition_len=8192.0),
+            "invalid_request",
+            "`kvcache_partition_len` must be a positive integer or null (auto), got 8192.0",
+            id="partition-float",
+        ),
         pytest.param(dict(FLASH_8, attn_impl=1), "invalid_request", "`attn_impl` must be", id="attn-type"),
-        pytest.param(dict(FLASH_8, attn_impl="sdpa"), "invalid_attention", "Unknown `attn_impl` : sdpa", id="attn-unknown"),
-        pytest.param(dict(FLASH_8, kvcache_partition_len=8000), "invalid_attention", "must be a multiple of",
-                     id="partition-not-divisor"),
-        pytest.param(dict(EAGER, max_seq_len=65_536), "invalid_attention", "exceeds the ATOM limit of 32768",
-                     id="eager-too-long"),
-        pytest.param(dict(FLASH_8, prefill_chunk_size=0), "invalid_attention",
-                     "`prefill_chunk_size` must be a positive integer divisible by 64.", id="chunk-zero-reference-words"),
+        pytest.param(
+            dict(FLASH_8, attn_impl="sdpa"), "invalid_attention", "Unknown `attn_impl` : sdpa", id="attn-unknown"
+        ),
+        pytest.param(
+            dict(FLASH_8, kvcache_partition_len=8000),
+            "invalid_attention",
+            "must be a multiple of",
+            id="partition-not-divisor",
+        ),
+        pytest.param(
+            dict(EAGER, max_seq_len=65_536), "invalid_attention", "exceeds the ATOM limit of 32768", id="eager-too-long"
+        ),
+        pytest.param(
+            dict(FLASH_8, prefill_chunk_size=0),
+            "invalid_attention",
+            "`prefill_chunk_size` must be a positive integer divisible by 64.",
+            id="chunk-zero-reference-words",
+        ),
         pytest.param(dict(FLASH_8, prefill_chunk_size=100), "invalid_attention", "divisible by 64", id="chunk-100"),
         pytest.param(dict(FLASH_8, prefill_chunk_size="512"), "invalid_request", "got '512'", id="chunk-str"),
     ],
@@ -470,8 +509,9 @@ def test_to_json_is_plain_and_deterministic():
 
 def test_empty_report_has_zero_grids_of_the_request_shape():
     empty = AllocationReport(alloc={}, kv_tensors={})
-    res = estimate(Request(npu="RBLN-CR03", num_devices=2, max_seq_len=16_384, attn_impl="flash_attn",
-                           memory_budget="50%"), empty)
+    res = estimate(
+        Request(npu="RBLN-CR03", num_devices=2, max_seq_len=16_384, attn_impl="flash_attn", memory_budget="50%"), empty
+    )
     assert res.kvcache_num_blocks == 2
     assert res.breakdown.non_kv_bytes == ((0, 0, 0, 0), (0, 0, 0, 0))
     assert res.breakdown.headroom_bytes == 75_161_927_680 // 4

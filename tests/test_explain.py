@@ -70,7 +70,9 @@ def test_help(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        pytest.param(["model=nope", "device=rebel100"], "explain model=: unknown model 'nope'; known: gemma3_1b", id="model"),
+        pytest.param(
+            ["model=nope", "device=rebel100"], "explain model=: unknown model 'nope'; known: gemma3_1b", id="model"
+        ),
         pytest.param(["model=qwen3_8b", "device=nope"], "known: atom_max, atom_max_x4, rebel100", id="device"),
         pytest.param(["device=rebel100"], "missing model=", id="missing"),
         pytest.param(["model=qwen3_8b", "device=rebel100", "colour=red"], "unknown option 'colour'", id="key"),
@@ -99,12 +101,20 @@ def test_a_model_configs_build_options_apply_as_in_a_build(capsys, tmp_path, mon
 @pytest.mark.integration
 def test_module_entry_point_subprocess(warm_cache):
     env = {**os.environ, "RBLN_BUILD_CACHE": str(warm_cache), "HF_HUB_OFFLINE": "1"}
-    ok = subprocess.run([sys.executable, "-m", "rbln_build.explain", "model=tiny_qwen3", "device=atom_max", "--json"],
-                        capture_output=True, text=True, env=env)
+    ok = subprocess.run(
+        [sys.executable, "-m", "rbln_build.explain", "model=tiny_qwen3", "device=atom_max", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["model"] == "tiny_qwen3"
-    bad = subprocess.run([sys.executable, "-m", "rbln_build.explain", "model=x", "device=rebel100"],
-                         capture_output=True, text=True, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-m", "rbln_build.explain", "model=x", "device=rebel100"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "unknown model" in bad.stderr
 
 
@@ -122,9 +132,8 @@ def test_explain_on_a_cache_hit_imports_no_torch(warm_cache):
 @pytest.mark.parametrize("device", ["rebel100", "atom_max_x4"])
 def test_docs_show_the_current_output(capsys, device):
     """docs/memory-model.md quotes explain's real output; regenerate it when the model changes."""
-    from pathlib import Path
-
     import difflib
+    from pathlib import Path
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "memory-model.md").read_text()
     command = f"$ rbln-build explain model=qwen3_8b device={device}\n"

@@ -52,7 +52,9 @@ def _cells(overrides: list[str], toolchain: dict[str, str] = TOOLCHAIN):  # type
 
 
 def test_budget_and_explicit_blocks_are_not_in_the_compile_key() -> None:
-    cells = _cells(["model=qwen3_8b", "device=rebel100", "matrix.budgets=[0.3,0.5,1,null]", "matrix.kvcache_num_blocks=[0,12]"])
+    cells = _cells(
+        ["model=qwen3_8b", "device=rebel100", "matrix.budgets=[0.3,0.5,1,null]", "matrix.kvcache_num_blocks=[0,12]"]
+    )
     assert len(cells) == 8
     assert len({c.compile_key for c in cells}) == 1
     assert len({c.cell_key for c in cells}) == 8
@@ -60,7 +62,9 @@ def test_budget_and_explicit_blocks_are_not_in_the_compile_key() -> None:
 
 def test_build_options_and_device_count_are_in_the_compile_key() -> None:
     base = {c.compile_key for c in _cells(["model=qwen3_8b", "device=rebel100"])}
-    assert base.isdisjoint({c.compile_key for c in _cells(["model=qwen3_8b", "device=rebel100", "matrix.batch_sizes=[1]"])})
+    assert base.isdisjoint(
+        {c.compile_key for c in _cells(["model=qwen3_8b", "device=rebel100", "matrix.batch_sizes=[1]"])}
+    )
     x1 = {c.compile_key for c in _cells(["model=qwen3_8b", "device=atom_max"])}
     x4 = {c.compile_key for c in _cells(["model=qwen3_8b", "device=atom_max_x4"])}
     assert x1.isdisjoint(x4)
@@ -69,7 +73,7 @@ def test_build_options_and_device_count_are_in_the_compile_key() -> None:
 def test_toolchain_reaches_every_key() -> None:
     a = _cells([])
     b = _cells([], dict(TOOLCHAIN, transformers="9.9.9"))
-    assert all(x.compile_key != y.compile_key and x.cell_key != y.cell_key for x, y in zip(a, b))
+    assert all(x.compile_key != y.compile_key and x.cell_key != y.cell_key for x, y in zip(a, b, strict=True))
 
 
 def test_code_versions_follow_the_import_closure() -> None:
@@ -88,9 +92,16 @@ def test_code_versions_follow_the_import_closure() -> None:
     assert "estimator/_search.py" in resolve_files
     assert {f for f in resolve_files if not f.startswith("estimator/")} == {"__init__.py", "errors.py"}
     # the estimator's block arithmetic lives in a private module: editing it must change the cell keys too
-    assert {"estimator/_pool.py", "estimator/_report.py", "estimator/_budget.py", "estimator/_attention.py",
-            "estimator/_npu.py", "estimator/_units.py", "estimator/_estimate.py",
-            "estimator/_breakdown.py"} <= resolve_files
+    assert {
+        "estimator/_pool.py",
+        "estimator/_report.py",
+        "estimator/_budget.py",
+        "estimator/_attention.py",
+        "estimator/_npu.py",
+        "estimator/_units.py",
+        "estimator/_estimate.py",
+        "estimator/_breakdown.py",
+    } <= resolve_files
 
 
 def test_resolve_code_is_in_the_cell_key_only() -> None:

@@ -12,7 +12,9 @@ from rbln_build.build._matrix import Cell, expand
 from rbln_build.build._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
-INSUFFICIENT = "Insufficient memory for the required KV cache: only 3 blocks can be allocated, but at least 9 blocks are required."
+INSUFFICIENT = (
+    "Insufficient memory for the required KV cache: only 3 blocks can be allocated, but at least 9 blocks are required."
+)
 
 
 def _cells() -> dict[str, Cell]:
@@ -20,14 +22,30 @@ def _cells() -> dict[str, Cell]:
 
 
 def _ok(blocks: int = 21) -> CellResult:
-    return CellResult("c" * 64, "k" * 64, kvcache_num_blocks=blocks, num_full_blocks=40, num_min_blocks=9,
-                      budget_bytes=45097156608, produced="plan", artifact_key="a" * 64,
-                      artifact_hash="sha256:" + "b" * 64)
+    return CellResult(
+        "c" * 64,
+        "k" * 64,
+        kvcache_num_blocks=blocks,
+        num_full_blocks=40,
+        num_min_blocks=9,
+        budget_bytes=45097156608,
+        produced="plan",
+        artifact_key="a" * 64,
+        artifact_hash="sha256:" + "b" * 64,
+    )
 
 
 def _failed(kind: str = "insufficient_memory", message: str = INSUFFICIENT) -> CellResult:
-    return CellResult("c" * 64, "k" * 64, error=message, error_kind=kind, num_full_blocks=40, num_min_blocks=9,
-                      budget_bytes=5063363788, produced="plan")
+    return CellResult(
+        "c" * 64,
+        "k" * 64,
+        error=message,
+        error_kind=kind,
+        num_full_blocks=40,
+        num_min_blocks=9,
+        budget_bytes=5063363788,
+        produced="plan",
+    )
 
 
 def test_ok_entry() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rbln_build.build._config import compose_settings
-from rbln_build.errors import ConfigError
 from rbln_build.build._matrix import expand, expand_all, format_budget
+from rbln_build.errors import ConfigError
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 
@@ -57,8 +57,16 @@ def test_expansion_is_stable() -> None:
 
 
 def test_explicit_matrix_options_appear_in_ids() -> None:
-    got = ids(["matrix=plans", "model=qwen3_8b", "device=rebel100", "budget=null",
-               "matrix.batch_sizes=[1]", "matrix.kvcache_num_blocks=[0,5]"])
+    got = ids(
+        [
+            "matrix=plans",
+            "model=qwen3_8b",
+            "device=rebel100",
+            "budget=null",
+            "matrix.batch_sizes=[1]",
+            "matrix.kvcache_num_blocks=[0,5]",
+        ]
+    )
     assert got == ["qwen3_8b.rebel100.bs1.bnone", "qwen3_8b.rebel100.bs1.bnone.n5"]
 
 
@@ -81,8 +89,11 @@ def test_expected_failures_attach_to_their_cell() -> None:
 
 
 def test_jobs_of_a_sweep_union_to_the_matrix() -> None:
-    jobs = [compose_settings(["matrix=plans", f"budget={b}", f"device={d}"])
-            for b in (0.3, 0.5) for d in ("atom_max_x4", "rebel100")]
+    jobs = [
+        compose_settings(["matrix=plans", f"budget={b}", f"device={d}"])
+        for b in (0.3, 0.5)
+        for d in ("atom_max_x4", "rebel100")
+    ]
     _, union = expand_all(jobs)
     _, whole = expand_all([compose_settings(["matrix=plans"])])
     assert sorted((c.id, c.cell_key) for c in union) == sorted((c.id, c.cell_key) for c in whole)
@@ -110,9 +121,13 @@ def test_include_cells_follow_the_main_product_in_order() -> None:
 
 
 def test_include_entries_expand_in_order_and_inherit_omitted_keys() -> None:
-    got = ids(["matrix=plans",
-               "matrix.include=[{models:[qwen3_8b],budgets:['40GB']},"
-               "{models:[llama3_2_1b],devices:[rebel100],budgets:['10GB',null],batch_sizes:[1]}]"])
+    got = ids(
+        [
+            "matrix=plans",
+            "matrix.include=[{models:[qwen3_8b],budgets:['40GB']},"
+            "{models:[llama3_2_1b],devices:[rebel100],budgets:['10GB',null],batch_sizes:[1]}]",
+        ]
+    )
     assert got == ids(["matrix=plans"]) + [
         "qwen3_8b.atom_max_x4.b40GB",  # devices: the main matrix's
         "qwen3_8b.rebel100.b40GB",
@@ -130,8 +145,18 @@ def test_include_cells_equal_the_same_cells_of_a_plain_matrix() -> None:
 
 
 def test_include_entry_options_do_not_leak_into_the_main_product() -> None:
-    cells = expand(compose_settings(["matrix=plans", "model=qwen3_8b", "device=rebel100", "budget=0.3",
-                                     "matrix.include=[{max_seq_lens:[8192],attn_impl:eager}]"]), TOOLCHAIN)
+    cells = expand(
+        compose_settings(
+            [
+                "matrix=plans",
+                "model=qwen3_8b",
+                "device=rebel100",
+                "budget=0.3",
+                "matrix.include=[{max_seq_lens:[8192],attn_impl:eager}]",
+            ]
+        ),
+        TOOLCHAIN,
+    )
     assert [c.id for c in cells] == ["qwen3_8b.rebel100.b0.3", "qwen3_8b.rebel100.s8192.eager.b0.3"]
     assert (cells[0].option("max_seq_len"), cells[0].option("attn_impl")) == (40960, "flash_attn")
     assert (cells[1].option("max_seq_len"), cells[1].option("attn_impl")) == (8192, "eager")
@@ -163,23 +188,38 @@ def test_a_value_listed_twice_in_one_include_entry_is_an_error() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        pytest.param(["model=qwen3_8b"], [i for i in DEFAULT_MAIN if i.startswith("qwen3_8b.")],
-                     id="model-not-in-include"),
-        pytest.param(["model=tiny_llama"],
-                     [i for i in DEFAULT_MAIN if i.startswith("tiny_llama.")] + DEFAULT_INCLUDE[:1],
-                     id="model-in-one-entry"),
-        pytest.param(["device=atom_max_x4"], [i for i in DEFAULT_MAIN if ".atom_max_x4." in i],
-                     id="device-not-in-include"),
-        pytest.param(["device=atom_max"], [i.replace(".atom_max_x4.", ".atom_max.") for i in DEFAULT_MAIN
-                                           if ".atom_max_x4." in i], id="device-in-no-entry"),
-        pytest.param(["device=rebel100"], [i for i in DEFAULT_MAIN if ".rebel100." in i] + DEFAULT_INCLUDE,
-                     id="device-in-every-entry"),
+        pytest.param(
+            ["model=qwen3_8b"], [i for i in DEFAULT_MAIN if i.startswith("qwen3_8b.")], id="model-not-in-include"
+        ),
+        pytest.param(
+            ["model=tiny_llama"],
+            [i for i in DEFAULT_MAIN if i.startswith("tiny_llama.")] + DEFAULT_INCLUDE[:1],
+            id="model-in-one-entry",
+        ),
+        pytest.param(
+            ["device=atom_max_x4"], [i for i in DEFAULT_MAIN if ".atom_max_x4." in i], id="device-not-in-include"
+        ),
+        pytest.param(
+            ["device=atom_max"],
+            [i.replace(".atom_max_x4.", ".atom_max.") for i in DEFAULT_MAIN if ".atom_max_x4." in i],
+            id="device-in-no-entry",
+        ),
+        pytest.param(
+            ["device=rebel100"],
+            [i for i in DEFAULT_MAIN if ".rebel100." in i] + DEFAULT_INCLUDE,
+            id="device-in-every-entry",
+        ),
         pytest.param(["budget=0.3"], [i for i in DEFAULT_MAIN if i.endswith(".b0.3")], id="budget-not-in-include"),
-        pytest.param(["budget=216MB", "device=rebel100"],
-                     [f"{m}.rebel100.b216MB" for m in ("tiny_llama", "tiny_qwen3", "llama3_2_1b", "qwen3_8b")],
-                     id="budget-in-an-entry-deduplicated"),
-        pytest.param(["model=tiny_qwen3", "device=rebel100", "budget=216MB"], ["tiny_qwen3.rebel100.b216MB"],
-                     id="all-three-to-one-include-cell"),
+        pytest.param(
+            ["budget=216MB", "device=rebel100"],
+            [f"{m}.rebel100.b216MB" for m in ("tiny_llama", "tiny_qwen3", "llama3_2_1b", "qwen3_8b")],
+            id="budget-in-an-entry-deduplicated",
+        ),
+        pytest.param(
+            ["model=tiny_qwen3", "device=rebel100", "budget=216MB"],
+            ["tiny_qwen3.rebel100.b216MB"],
+            id="all-three-to-one-include-cell",
+        ),
     ],
 )
 def test_narrowing_applies_to_include_entries(overrides: list[str], expected: list[str]) -> None:
@@ -198,17 +238,24 @@ def test_narrowing_an_include_entry_keeps_budget_types() -> None:
 def test_narrowed_model_options_apply_to_include_cells() -> None:
     cells = expand(compose_settings(["model=tiny_llama", "model.batch_size=1", "device=rebel100"]), TOOLCHAIN)
     assert [c.id for c in cells] == [
-        "tiny_llama.rebel100.b0.3", "tiny_llama.rebel100.b0.5", "tiny_llama.rebel100.b208MB"
+        "tiny_llama.rebel100.b0.3",
+        "tiny_llama.rebel100.b0.5",
+        "tiny_llama.rebel100.b208MB",
     ]
     assert {c.option("batch_size") for c in cells} == {1}
 
 
 def test_expected_failures_apply_to_include_cells() -> None:
-    cells = expand(compose_settings([
-        "matrix=plans",
-        "matrix.include=[{models:[qwen3_8b],devices:[rebel100],budgets:['20GB']}]",  # below the floor
-        "matrix.expect_failure=[{cell:qwen3_8b.rebel100.b20GB,kind:insufficient_memory}]",
-    ]), TOOLCHAIN)
+    cells = expand(
+        compose_settings(
+            [
+                "matrix=plans",
+                "matrix.include=[{models:[qwen3_8b],devices:[rebel100],budgets:['20GB']}]",  # below the floor
+                "matrix.expect_failure=[{cell:qwen3_8b.rebel100.b20GB,kind:insufficient_memory}]",
+            ]
+        ),
+        TOOLCHAIN,
+    )
     assert [c.id for c in cells if c.expected is not None] == ["qwen3_8b.rebel100.b20GB"]
 
 

@@ -10,9 +10,9 @@ import pytest
 from memory_helpers import MiB, inventory, report, spec
 
 from rbln_build.estimator import ALIGNMENT, kv_bytes_at
+from rbln_build.estimator._report import AllocationReport
 from rbln_build.memory._model import build_report, layer_placement, weight_bytes_per_device
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
-from rbln_build.estimator._report import AllocationReport
 
 
 def test_layer_placement_contiguous_larger_ranges_first():
@@ -130,7 +130,7 @@ def test_quantization_shrinks_linear_weights_not_lm_head(tmp_path, bits):
     # o 18, gate/up 48 MiB + 24 KiB -> 50 each, down 48 MiB + 8 KiB -> 50, 4 norms 2 each = 206 MiB.
     if bits == 8:
         assert wq[0] == 9 * 206 * MiB
-    assert all(q < w for q, w in zip(wq, w16))
+    assert all(q < w for q, w in zip(wq, w16, strict=True))
     # The lm_head chiplet keeps the whole 16-bit lm_head: its excess over chiplet 0 is unchanged.
     assert wq[3] - wq[0] == w16[3] - w16[0]
 

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rbln_build.backends.torch import _paged as paged  # noqa: E402
-from rbln_build.memory._recipes import load_recipe  # noqa: E402
 from rbln_build.backends.torch._weights import build_model  # noqa: E402
+from rbln_build.memory._recipes import load_recipe  # noqa: E402
 
 PROMPTS = [[5, 6, 7, 8, 9], [100, 3, 200, 9, 11, 12, 13, 14, 15, 16, 17]]
 
@@ -17,7 +17,7 @@ PROMPTS = [[5, 6, 7, 8, 9], [100, 3, 200, 9, 11, 12, 13, 14, 15, 16, 17]]
 def hf_greedy(model, prompt: list[int], new: int) -> list[int]:
     """transformers' own greedy generate, one unpadded prompt at a time."""
     out = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False, eos_token_id=None)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def paged_greedy(fn, prompts, new, *, block_size, num_blocks, chunk, pools, order=None) -> list[list[int]]:
@@ -81,8 +81,11 @@ def _sliding_recipe(tmp_path):
     d = tmp_path / "recipes" / "tiny_qwen3_sliding"
     d.mkdir(parents=True)
     cfg = json.loads((DEFAULT_RECIPES_DIR / "tiny_qwen3" / "config.json").read_text())
-    cfg.update(use_sliding_window=True, sliding_window=6,
-               layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    cfg.update(
+        use_sliding_window=True,
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    )
     (d / "config.json").write_text(json.dumps(cfg))
     shutil.copyfile(DEFAULT_RECIPES_DIR / "tiny_qwen3" / "recipe.yaml", d / "recipe.yaml")
     text = (d / "recipe.yaml").read_text().replace("name: tiny_qwen3", "name: tiny_qwen3_sliding")
@@ -138,18 +141,33 @@ def _variant(tmp_path, name: str, cfg: dict):
     return load_recipe(name, root=tmp_path / "recipes")
 
 
-_SMALL = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-              num_hidden_layers=2, vocab_size=256, max_position_embeddings=512, rms_norm_eps=1e-6,
-              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+_SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_hidden_layers=2,
+    vocab_size=256,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 
 
 @pytest.mark.parametrize(
     "cfg",
     [
-        pytest.param(dict(_SMALL, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=6),
-                     id="mistral_window_all_layers"),
-        pytest.param(dict(_SMALL, model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=False),
-                     id="qwen2_bias"),
+        pytest.param(
+            dict(_SMALL, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=6),
+            id="mistral_window_all_layers",
+        ),
+        pytest.param(
+            dict(_SMALL, model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=False),
+            id="qwen2_bias",
+        ),
     ],
 )
 def test_other_supported_families_match_hf(tmp_path, cfg) -> None:

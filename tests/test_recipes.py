@@ -6,8 +6,8 @@ import pytest
 import yaml
 from memory_helpers import report, resolve
 
-from rbln_build.memory.explain import DEFAULT_DEVICE_DIR, load_device
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, list_recipes, load_recipe
+from rbln_build.memory.explain import DEFAULT_DEVICE_DIR, load_device
 
 RECIPES = list_recipes()
 DEVICES = sorted(p.stem for p in DEFAULT_DEVICE_DIR.glob("*.yaml"))

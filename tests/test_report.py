@@ -38,7 +38,9 @@ def test_round_trip_is_canonical():
     [
         pytest.param({"alloc": {"prefill": {"weights": [[1, -2]]}}}, "alloc.prefill.weights[0][1]", id="negative"),
         pytest.param({"alloc": {"prefill": {"weights": [1]}}}, "alloc.prefill.weights[0]", id="not-a-grid"),
-        pytest.param({"kv_tensors": {"k": {"can_resize": "yes", "sizes": [[1]]}}}, "kv_tensors.k.can_resize", id="bool"),
+        pytest.param(
+            {"kv_tensors": {"k": {"can_resize": "yes", "sizes": [[1]]}}}, "kv_tensors.k.can_resize", id="bool"
+        ),
         pytest.param({"kv_tensors": {"k": {"sizes": [[1]]}}}, "kv_tensors.k", id="missing-field"),
         pytest.param({"current_blocks": 0}, "current_blocks", id="zero-blocks"),
     ],

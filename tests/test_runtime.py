@@ -11,12 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rbln_build.errors import RuntimeLimitError, UserError  # noqa: E402
-from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
+from _torch_cells import compiled, finalized  # noqa: E402
+
 from rbln_build.backends.torch._runtime import PageTable, load_artifact  # noqa: E402
 from rbln_build.backends.torch._weights import build_model  # noqa: E402
-
-from _torch_cells import compiled, finalized  # noqa: E402
+from rbln_build.errors import RuntimeLimitError, UserError  # noqa: E402
+from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
 
 REPO = DEFAULT_RECIPES_DIR.parent
 PROMPTS = [[5, 6, 7, 8, 9], [100, 3, 200, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19]]
@@ -24,7 +24,7 @@ PROMPTS = [[5, 6, 7, 8, 9], [100, 3, 200, 9, 11, 12, 13, 14, 15, 16, 17, 18, 19]
 
 def hf_greedy(model, prompt: list[int], new: int) -> list[int]:
     out = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False, eos_token_id=None)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.fixture(scope="module", params=["tiny_llama", "tiny_qwen3"])
@@ -54,7 +54,7 @@ def test_small_pool_generates_exactly_hf_greedy_tokens(small_pool) -> None:
     name, artifact, reference, _ = small_pool
     got = artifact.generate(PROMPTS, max_new_tokens=16)
     assert [len(g) for g in got] == [16, 16]
-    for prompt, tokens in zip(PROMPTS, got):
+    for prompt, tokens in zip(PROMPTS, got, strict=True):
         assert tokens == hf_greedy(reference, prompt, 16), name
 
 
@@ -160,8 +160,9 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_prints_the_tokens() -> None:
     cell = finalized("tiny_llama", 5)
     expected = load_artifact(cell).generate(PROMPTS, max_new_tokens=4)
-    proc = _run_cli(str(cell), "--prompt-ids", "5,6,7,8,9", "--prompt-ids",
-                    ",".join(map(str, PROMPTS[1])), "--max-new-tokens", "4")
+    proc = _run_cli(
+        str(cell), "--prompt-ids", "5,6,7,8,9", "--prompt-ids", ",".join(map(str, PROMPTS[1])), "--max-new-tokens", "4"
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"prompt {i}: {','.join(map(str, t))}" for i, t in enumerate(expected)]
 
@@ -169,8 +170,11 @@ def test_cli_prints_the_tokens() -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        pytest.param(["{cell}", "--prompt-ids", ",".join(["1"] * 2100), "--prompt-ids", ",".join(["2"] * 2100)],
-                     "needs 6 KV-cache blocks", id="pool_exceeded"),
+        pytest.param(
+            ["{cell}", "--prompt-ids", ",".join(["1"] * 2100), "--prompt-ids", ",".join(["2"] * 2100)],
+            "needs 6 KV-cache blocks",
+            id="pool_exceeded",
+        ),
         pytest.param(["/nonexistent/cell", "--prompt-ids", "1"], "not a directory", id="missing_artifact"),
     ],
 )

@@ -56,15 +56,17 @@ def test_resolve_and_finalize_in_another_process_give_the_same_result_and_bytes(
     for i, cell in enumerate(cells):
         pickled = tmp_path / f"cell{i}.pickle"
         pickled.write_bytes(pickle.dumps(cell))
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(other.root), str(pickled)],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, str(other.root), str(pickled)], capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0, proc.stderr
         theirs = CellResult.from_json(json.loads(proc.stdout))
         ours = build_cell(store, cell)
         assert theirs == ours and ours.ok and ours.artifact_key is not None
         # the artifact files (entry.json differs only in its local stat fingerprint)
         assert _files(other.entry_path("artifacts", ours.artifact_key) / "files") == _files(
-            store.entry_path("artifacts", ours.artifact_key) / "files")
+            store.entry_path("artifacts", ours.artifact_key) / "files"
+        )
         assert reusable(other, cell) == theirs  # and the other store can reuse what the child stored
 
 
@@ -81,4 +83,7 @@ def test_a_cell_learns_its_compile_failure_from_the_store(tmp_path: Path, monkey
     fresh = Store(tmp_path / "cache")  # as another process would see it
     result = resolve(fresh, cell)
     assert (result.error, result.error_kind, result.retry) == (
-        "the compiler says this model does not fit", "insufficient_memory", False)
+        "the compiler says this model does not fit",
+        "insufficient_memory",
+        False,
+    )

@@ -31,13 +31,19 @@ def _build(build_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[BuildRu
     [
         pytest.param("build", "build_failed", "compiler crashed", True, id="build-error"),
         pytest.param("runtime", "build_failed", "RuntimeError: segfault-ish", True, id="unexpected-exception"),
-        pytest.param("input", "insufficient_memory", "the compiler says this model does not fit", False,
-                     id="input-failure"),
+        pytest.param(
+            "input", "insufficient_memory", "the compiler says this model does not fit", False, id="input-failure"
+        ),
     ],
 )
 def test_failed_compile_fails_its_cells_and_is_retried_unless_final(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    error: str, kind: str, message: str, retried: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    error: str,
+    kind: str,
+    message: str,
+    retried: bool,
 ) -> None:
     monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))  # no process-wide side effect
     monkeypatch.setenv("RBLN_TEST_FAIL_FAMILY", "RBLN-CR")

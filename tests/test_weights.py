@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rbln_build.backends.torch._weights import build_model, param_seed, seeded_state_dict  # noqa: E402
 from rbln_build.errors import RecipeError  # noqa: E402
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe  # noqa: E402
-from rbln_build.backends.torch._weights import build_model, param_seed, seeded_state_dict  # noqa: E402
 
 
 def _digest(model: torch.nn.Module) -> str:

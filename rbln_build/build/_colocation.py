@@ -90,7 +90,10 @@ class _Tenants:
         self.deployment: Deployment = settings.deployment
         self.target = target_of(self.deployment)
         self.reports = Reports(settings)
-        self.recipes = {m.name: load_recipe(m.model.recipe, settings.recipe_dirs or settings.recipes_dir) for m in self.deployment.models}
+        self.recipes = {
+            m.name: load_recipe(m.model.recipe, settings.recipe_dirs or settings.recipes_dir)
+            for m in self.deployment.models
+        }
 
     def make(self, dm: DeploymentModel, options: dict[str, Any]) -> Tenant:
         where = f"deployment.models[{self.deployment.models.index(dm)}] ({dm.name})"

@@ -32,8 +32,8 @@ from ..errors import ConfigError, EstimateError
 from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
 from ..memory._shipped import shipped_dir
-from ._scale import CacheConf, ExecutorConf, Scale, scale_from_config
 from ._checks import check_build_dir, check_count, check_name, check_options, expected_failure_fields
+from ._scale import CacheConf, ExecutorConf, Scale, scale_from_config
 
 __all__ = [
     "AttnImpl",

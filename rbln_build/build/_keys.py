@@ -21,12 +21,18 @@ import hashlib
 import json
 import math
 import re
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "canonical_json", "digest", "code_version", "module_closure", "compile_key", "cell_key", "key_code_versions",
+    "canonical_json",
+    "digest",
+    "code_version",
+    "module_closure",
+    "compile_key",
+    "cell_key",
+    "key_code_versions",
     "COMPILE_CODE_EPOCH",
 ]
 
@@ -83,7 +89,7 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_closure(module: str) -> tuple[Path, ...]:
     """The package's source files ``module`` imports, transitively, with the packages on the way."""
     seen: set[Path] = set()
@@ -99,7 +105,7 @@ def module_closure(module: str) -> tuple[Path, ...]:
     return tuple(sorted(seen))
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_version(module: str) -> str:
     """sha256 over the sources of ``module``'s closure inside the package (names included)."""
     h = hashlib.sha256(f"epoch={COMPILE_CODE_EPOCH}\0".encode())

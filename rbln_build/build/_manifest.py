@@ -26,13 +26,22 @@ A run (or a whole multirun sweep, whose jobs are built together) writes the entr
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ._matrix import Cell
 from ._result import CellResult
 from ._serving import serving_for
 
-__all__ = ["SCHEMA_VERSION", "entry_for", "render_manifest", "summarize", "render_json", "FAILING_STATUSES", "NOT_BUILT"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "entry_for",
+    "render_manifest",
+    "summarize",
+    "render_json",
+    "FAILING_STATUSES",
+    "NOT_BUILT",
+]
 
 SCHEMA_VERSION = 1
 FAILING_STATUSES = ("failed", "unexpected_success")
@@ -103,18 +112,29 @@ def render_manifest(entries: Iterable[dict[str, Any]], sections: dict[str, Any] 
     ``sections``: more top-level keys (``deployments``), each one indented JSON value."""
     cells = sorted((e["cell"], e) for e in entries)
     lines = [
-        "  " + json.dumps(cid, ensure_ascii=False) + ": "
+        "  "
+        + json.dumps(cid, ensure_ascii=False)
+        + ": "
         + json.dumps(e, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
         for cid, e in cells
     ]
     body = ",\n".join("  " + line for line in lines)
     extra = "".join(
-        f'  {json.dumps(key)}: ' + json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False,
-                                             allow_nan=False).replace("\n", "\n  ") + ",\n"
+        f"  {json.dumps(key)}: "
+        + json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False).replace("\n", "\n  ")
+        + ",\n"
         for key, value in sorted((sections or {}).items())
     )
-    text = ('{\n  "cells": {\n' + body + ("\n" if lines else "") + "  },\n" + extra
-            + '  "schema_version": ' + str(SCHEMA_VERSION) + "\n}\n")
+    text = (
+        '{\n  "cells": {\n'
+        + body
+        + ("\n" if lines else "")
+        + "  },\n"
+        + extra
+        + '  "schema_version": '
+        + str(SCHEMA_VERSION)
+        + "\n}\n"
+    )
     return text.encode("utf-8")
 
 

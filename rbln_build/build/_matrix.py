@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..estimator import ATTENTION_OPTIONS, attention_options, format_budget, resolve_attention
-from ..memory import CompileSpec
-from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 from ..errors import ConfigError, EstimateError
-from ._keys import cell_key, compile_key, digest, key_code_versions
-from ..estimator._npu import NpuTarget, resolve_npu
-from ..memory._recipes import Recipe, load_recipe
+from ..estimator import ATTENTION_OPTIONS, attention_options, format_budget, resolve_attention
 from ..estimator._limits import cell_id_problem
+from ..estimator._npu import NpuTarget, resolve_npu
+from ..memory import CompileSpec
+from ..memory._recipes import Recipe, load_recipe
+from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
+from ._keys import cell_key, compile_key, digest, key_code_versions
 
 if TYPE_CHECKING:
     from ..estimator import Request
@@ -64,7 +64,7 @@ class Cell:
     def option(self, key: str) -> Any:
         return dict(self.options).get(key)
 
-    def request(self, current_blocks: int) -> "Request":
+    def request(self, current_blocks: int) -> Request:
         """The estimator's request for this cell: its raw options (so the warnings about defaults
         the estimator fills in reach the manifest), budget and explicit count."""
         from ..estimator import Request
@@ -140,8 +140,9 @@ def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
     for part in parts:
         for model in part.models:
             if model.recipe not in recipes:
-                recipes[model.recipe] = load_recipe(model.recipe, settings.recipe_dirs or settings.recipes_dir,
-                                                     settings.build_dir / "cache" / "weights")
+                recipes[model.recipe] = load_recipe(
+                    model.recipe, settings.recipe_dirs or settings.recipes_dir, settings.build_dir / "cache" / "weights"
+                )
         for device in part.devices:
             if device.name not in npus:
                 try:
@@ -186,9 +187,8 @@ def _expand_part(
                     spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain)
                     for blocks in m.kvcache_num_blocks:
                         for budget in m.budgets:
-                            cid = (
-                                f"{model.name}.{device.name}{_suffix(m, batch, seq)}"
-                                f".b{format_budget(budget)}" + (f".n{blocks}" if blocks else "")
+                            cid = f"{model.name}.{device.name}{_suffix(m, batch, seq)}.b{format_budget(budget)}" + (
+                                f".n{blocks}" if blocks else ""
                             )
                             problem = cell_id_problem(cid)
                             if problem is not None:

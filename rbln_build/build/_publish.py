@@ -92,7 +92,7 @@ def publish(
         write_atomic(path, data)
     links = build_dir / ARTIFACTS_DIR
     inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
-    for (cell, result), entry in zip(rows, entries):
+    for (cell, result), entry in zip(rows, entries, strict=True):
         link = links / cell.id
         inside(links, link.parent)
         if entry["artifact"] is None or result is None or result.artifact_key is None:

@@ -36,7 +36,7 @@ class CompileOutcome:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> "CompileOutcome":
+    def from_json(cls, data: Any) -> CompileOutcome:
         return cls(**_checked(cls, data))
 
 
@@ -64,7 +64,7 @@ class CellResult:
     def ok(self) -> bool:
         return self.error is None
 
-    def failed(self, error: str, kind: str, retry: bool) -> "CellResult":
+    def failed(self, error: str, kind: str, retry: bool) -> CellResult:
         return replace(self, error=error, error_kind=kind, retry=retry, artifact_key=None, artifact_hash=None)
 
     def to_json(self) -> dict[str, Any]:
@@ -73,7 +73,7 @@ class CellResult:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> "CellResult":
+    def from_json(cls, data: Any) -> CellResult:
         values = _checked(cls, data)
         values["warnings"] = tuple(values["warnings"])
         return cls(**values)

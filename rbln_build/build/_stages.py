@@ -73,7 +73,7 @@ def compile_done(store: Store, key: str) -> bool:
     return failure is not None and not failure.retry
 
 
-def compile_once(store: Store, key: str, spec: "CompileSpec", backend: str) -> Entry | CompileOutcome:
+def compile_once(store: Store, key: str, spec: CompileSpec, backend: str) -> Entry | CompileOutcome:
     """Compile ``spec`` once into the Store under ``key``: the entry, or the failure (which is also
     recorded in the Store, for the cells of this key)."""
     existing = store.lookup("compile", key)
@@ -87,8 +87,12 @@ def compile_once(store: Store, key: str, spec: "CompileSpec", backend: str) -> E
 
         def fill(files: Path) -> dict[str, Any]:
             result = impl.compile(spec, files)
-            return {"produced": result.produced, "report": result.report.to_json(), "spec": spec.key_fields(),
-                    "backend": backend}
+            return {
+                "produced": result.produced,
+                "report": result.report.to_json(),
+                "spec": spec.key_fields(),
+                "backend": backend,
+            }
 
         return store.put("compile", key, fill)
     except Exception as exc:  # one compile's failure must not stop the other cells
@@ -115,7 +119,7 @@ def _failure(store: Store, key: str) -> CompileOutcome | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _parsed_report(content_hash: str, report_json: str) -> "AllocationReport":
+def _parsed_report(content_hash: str, report_json: str) -> AllocationReport:
     """Parse a compile entry's report once per process (keyed by the entry's verified hash)."""
     import json
 
@@ -124,13 +128,13 @@ def _parsed_report(content_hash: str, report_json: str) -> "AllocationReport":
     return AllocationReport.from_json(json.loads(report_json))
 
 
-def _report(entry: Entry) -> "AllocationReport":
+def _report(entry: Entry) -> AllocationReport:
     from ._keys import canonical_json
 
     return _parsed_report(entry.content_hash, canonical_json(entry.meta["report"]))
 
 
-def resolve(store: Store, cell: "Cell") -> CellResult:
+def resolve(store: Store, cell: Cell) -> CellResult:
     """The cell's resolution from its compile entry's report (no artifact yet)."""
     base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
     if cell.setup_error is not None:
@@ -163,12 +167,12 @@ def resolve(store: Store, cell: "Cell") -> CellResult:
     )
 
 
-def artifact_key(cell: "Cell", num_blocks: int) -> str:
+def artifact_key(cell: Cell, num_blocks: int) -> str:
     """One artifact per (compile key, target NPU, block count): cells that resolve alike share it."""
     return digest({"kind": "artifact", "compile": cell.compile_key, "npu": cell.npu.name, "num_blocks": num_blocks})
 
 
-def finalize(store: Store, cell: "Cell", result: CellResult) -> CellResult:
+def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
     """The artifact for a resolved cell (the backend resizes the KV pool to the resolved count)."""
     if not result.ok:
         return result
@@ -182,14 +186,20 @@ def finalize(store: Store, cell: "Cell", result: CellResult) -> CellResult:
 
             compiled = store.lookup("compile", cell.compile_key)
             if compiled is None:
-                return result.failed("the compile entry of this cell disappeared before finalize", "compile_failed", True)
+                return result.failed(
+                    "the compile entry of this cell disappeared before finalize", "compile_failed", True
+                )
             impl = get_backend(cell.backend)
             spec = cell.spec
 
             def fill(files: Path) -> dict[str, Any]:
                 impl.finalize(spec, compiled.files, blocks, files)
-                return {"compile_key": cell.compile_key, "npu": cell.npu.name, "kvcache_num_blocks": blocks,
-                        "produced": compiled.meta["produced"]}
+                return {
+                    "compile_key": cell.compile_key,
+                    "npu": cell.npu.name,
+                    "kvcache_num_blocks": blocks,
+                    "produced": compiled.meta["produced"],
+                }
 
             entry = store.put("artifacts", akey, fill)
     except Exception as exc:
@@ -197,7 +207,7 @@ def finalize(store: Store, cell: "Cell", result: CellResult) -> CellResult:
     return replace(result, artifact_key=akey, artifact_hash=entry.content_hash)
 
 
-def build_cell(store: Store, cell: "Cell") -> CellResult:
+def build_cell(store: Store, cell: Cell) -> CellResult:
     """Resolve and finalize one cell, and record the result in the Store (failures included)."""
     try:
         result = finalize(store, cell, resolve(store, cell))
@@ -211,7 +221,7 @@ def build_cell(store: Store, cell: "Cell") -> CellResult:
     return result
 
 
-def reusable(store: Store, cell: "Cell") -> CellResult | None:
+def reusable(store: Store, cell: Cell) -> CellResult | None:
     """The stored result if it stands as is: final (not to be retried), and its artifact verifies."""
     body = store.load_record("results", cell.cell_key)
     if body is None:

@@ -25,12 +25,13 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, TextIO
 
-from ._executors import Parallel, StoreRef
 from ..errors import BuildError
+from ._executors import Parallel, StoreRef
 from ._manifest import entry_for, summarize
 from ._matrix import Cell
 from ._progress import HISTORY_FILE, make_progress
@@ -75,9 +76,14 @@ class BuildRun:
     (for its progress lines and summary only; no stage reads it)."""
 
     def __init__(
-        self, build_dir: Path, cells: list[Cell], progress: bool = True, out: TextIO | None = None,
+        self,
+        build_dir: Path,
+        cells: list[Cell],
+        progress: bool = True,
+        out: TextIO | None = None,
         sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
-        scale: Scale | None = None, publish: bool = True,
+        scale: Scale | None = None,
+        publish: bool = True,
     ) -> None:
         self.build_dir = Path(build_dir)
         self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
@@ -115,7 +121,10 @@ class BuildRun:
         class Reporter(ErrorOnlyReporter):  # type: ignore[misc]
             def skip_uptodate(self, task: Any) -> None:
                 kind, _, name = task.name.partition(":")
-                if run.parallel is not None and (labels.get(name, name) if kind == "compile" else name) in run.parallel.shown:
+                if (
+                    run.parallel is not None
+                    and (labels.get(name, name) if kind == "compile" else name) in run.parallel.shown
+                ):
                     return  # built ahead of doit: shown already
                 if kind == "compile" and name in labels:
                     display.compile_cached(labels[name])

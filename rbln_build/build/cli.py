@@ -57,8 +57,13 @@ def _compose_jobs(
         if _sweep.in_worker():  # a launcher runs this job in its own process: it builds its cells there
             hc = HydraConfig.get()
             try:
-                settings = settings_from_config(cfg, dict(hc.runtime.choices), cwd=project.root,
-                                                conf_dirs=project.conf_dirs, recipe_dirs=project.recipe_dirs)
+                settings = settings_from_config(
+                    cfg,
+                    dict(hc.runtime.choices),
+                    cwd=project.root,
+                    conf_dirs=project.conf_dirs,
+                    recipe_dirs=project.recipe_dirs,
+                )
                 error = None
             except RblnBuildError as exc:
                 settings, error = None, exc
@@ -103,7 +108,11 @@ def _compose_jobs(
     if elsewhere:  # the launcher ran the jobs in other processes; they built, this merges
         return elsewhere, errors, True
     argv = sys.argv[1:]
-    if not called[0] and {"-m", "--multirun"} & set(argv) and not {"-h", "--help", "--hydra-help", "-c", "--cfg", "--info", "-i"} & set(argv):
+    if (
+        not called[0]
+        and {"-m", "--multirun"} & set(argv)
+        and not {"-h", "--help", "--hydra-help", "-c", "--cfg", "--info", "-i"} & set(argv)
+    ):
         raise _sweep.no_report_error(argv)
     return jobs, errors, called[0]
 
@@ -126,7 +135,7 @@ def _table(entries: list[dict[str, Any]], redone: set[str]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for e in entries:
         if e["status"] in ("failed", "unexpected_success", "expected_failure") and e["error"]:

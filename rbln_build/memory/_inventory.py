@@ -69,17 +69,27 @@ class TensorEntry:
         return math.prod(self.shape)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "role": self.role,
-                "layer": self.layer}
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "role": self.role,
+            "layer": self.layer,
+        }
 
     @classmethod
-    def from_json(cls, value: dict[str, Any]) -> "TensorEntry":
+    def from_json(cls, value: dict[str, Any]) -> TensorEntry:
         role = value["role"]
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         layer = value["layer"]
-        return cls(str(value["name"]), tuple(int(d) for d in value["shape"]), str(value["dtype"]), role,
-                   None if layer is None else int(layer))
+        return cls(
+            str(value["name"]),
+            tuple(int(d) for d in value["shape"]),
+            str(value["dtype"]),
+            role,
+            None if layer is None else int(layer),
+        )
 
 
 @dataclass(frozen=True)
@@ -112,9 +122,9 @@ class Inventory:
         }
 
     @classmethod
-    def from_json(cls, value: Any) -> "Inventory":
+    def from_json(cls, value: Any) -> Inventory:
         if not isinstance(value, dict) or value.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError("not an inventory of schema_version %d" % SCHEMA_VERSION)
+            raise ValueError(f"not an inventory of schema_version {SCHEMA_VERSION}")
         inv = cls(
             tensors=tuple(TensorEntry.from_json(t) for t in value["tensors"]),
             tied={str(k): str(v) for k, v in value.get("tied", {}).items()},
@@ -136,7 +146,7 @@ def default_cache_dir() -> Path:
 # --------------------------------------------------------------------------- cached entry points
 
 
-def inventory_for_recipe(recipe: "Recipe", cache_dir: Path | None = None) -> Inventory:
+def inventory_for_recipe(recipe: Recipe, cache_dir: Path | None = None) -> Inventory:
     """The inventory of ``recipe``'s config.json, from the cache or computed (then cached)."""
     config_file = Path(recipe.directory) / "config.json"
     try:
@@ -183,7 +193,7 @@ def _build_context(config_sha256: str) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _package_version(name: str) -> str | None:
     """The installed distribution's version from its metadata (the package is not imported)."""
     try:
@@ -192,7 +202,7 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _inventory_code() -> str:
     """sha256 of this file's source. A hash rather than a hand-bumped constant: a forgotten bump is
     exactly the silent staleness the key exists to prevent, while a needless miss (an edited comment)
@@ -231,8 +241,9 @@ def _write_atomic(path: Path, text: str) -> None:
             Path(tmp).unlink(missing_ok=True)
             raise
     except OSError as exc:
-        raise CacheError(f"inventory cache: cannot write {path} ({exc}); set RBLN_BUILD_CACHE to a writable "
-                         "directory.") from None
+        raise CacheError(
+            f"inventory cache: cannot write {path} ({exc}); set RBLN_BUILD_CACHE to a writable directory."
+        ) from None
 
 
 # --------------------------------------------------------------------------- computing (heavy)
@@ -294,12 +305,13 @@ def inventory_from_model(model: Any, config_sha256: str = "") -> Inventory:
         else:
             role = "other"
         match = _LAYER_RE.search("." + name)
-        entries.append(TensorEntry(
-            name=name,
-            shape=tuple(int(d) for d in param.shape),
-            dtype=str(param.dtype).removeprefix("torch."),
-            role=role,
-            layer=int(match.group(1)) if match else None,
-        ))
-    return Inventory(tensors=tuple(entries), tied=tied, model_class=type(model).__name__,
-                     config_sha256=config_sha256)
+        entries.append(
+            TensorEntry(
+                name=name,
+                shape=tuple(int(d) for d in param.shape),
+                dtype=str(param.dtype).removeprefix("torch."),
+                role=role,
+                layer=int(match.group(1)) if match else None,
+            )
+        )
+    return Inventory(tensors=tuple(entries), tied=tied, model_class=type(model).__name__, config_sha256=config_sha256)

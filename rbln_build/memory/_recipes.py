@@ -302,5 +302,5 @@ def load_recipe(
         content_hash=digest.hexdigest(),
         weights_hash=weights_hash,
     )
-    recipe.geometry  # validate config.json now, not in the middle of a build
+    _ = recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe

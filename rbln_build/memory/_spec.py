@@ -23,7 +23,7 @@ class CompileSpec:
     attention: AttentionConfig
 
     @classmethod
-    def for_recipe(cls, recipe: Recipe, npu: NpuTarget, num_devices: int = 1, **options: Any) -> "CompileSpec":
+    def for_recipe(cls, recipe: Recipe, npu: NpuTarget, num_devices: int = 1, **options: Any) -> CompileSpec:
         """The recipe's ``build:`` defaults, overridden by ``options`` (``None`` keeps the default),
         resolved for ``npu`` as optimum-rbln would. Raises EstimateError for invalid attention options."""
         opts = {**recipe.build, **{k: v for k, v in options.items() if v is not None}}

@@ -23,7 +23,7 @@ import yaml
 
 from ..errors import BuildError, EstimateError, RblnBuildError, UserError
 from ..estimator import WORDS_SYNOPSIS, GiB, MiB, align_2mib, budget_from_text
-from ._recipes import DEFAULT_RECIPES_DIR, list_recipes, load_recipe
+from ._recipes import DEFAULT_RECIPES_DIR, Recipe, list_recipes, load_recipe
 
 __all__ = ["main", "explain", "explain_with_report", "render", "load_device", "DEFAULT_DEVICE_DIR", "DEFAULT_BUDGETS"]
 
@@ -69,8 +69,13 @@ class _UsageError(UserError):
 def _usage() -> str:
     def names(directory: Path, pattern: str) -> str:
         try:
-            return ", ".join(sorted(p.stem if pattern else p.name for p in directory.glob(pattern or "*")
-                                    if pattern or (p / "recipe.yaml").is_file()))
+            return ", ".join(
+                sorted(
+                    p.stem if pattern else p.name
+                    for p in directory.glob(pattern or "*")
+                    if pattern or (p / "recipe.yaml").is_file()
+                )
+            )
         except OSError:
             return "none found"
 
@@ -206,14 +211,16 @@ def explain_with_report(
     for budget in budgets:
         res = estimate(request(budget), report)
         b = res.breakdown
-        rows.append({
-            "budget": budget,
-            "budget_bytes": None if b is None else b.budget_bytes,
-            "kvcache_num_blocks": res.kvcache_num_blocks,
-            "max_fitting_blocks": None if b is None else b.max_fitting_blocks,
-            "error": res.error,
-            "error_kind": res.error_kind,
-        })
+        rows.append(
+            {
+                "budget": budget,
+                "budget_bytes": None if b is None else b.budget_bytes,
+                "kvcache_num_blocks": res.kvcache_num_blocks,
+                "max_fitting_blocks": None if b is None else b.max_fitting_blocks,
+                "error": res.error,
+                "error_kind": res.error_kind,
+            }
+        )
 
     notes = report.notes
     return {
@@ -282,9 +289,14 @@ def render(data: dict[str, Any]) -> str:
         groups += [(f"device {i}", n) for i, n in enumerate(nodes)]
     keys = [k for k in ("weights", "workspace", "runtime_buffers") if k in nodes[0][0]]
     keys += sorted(k for k in nodes[0][0] if k not in keys and k not in ("non_kv", "kv_per_block", "kv_fixed"))
-    labels = {"weights": "weights", "workspace": "workspace (prefill+decode)",
-              "runtime_buffers": "runtime buffers (prefill+decode)", "non_kv": "non-KV total",
-              "kv_per_block": "KV per block (2 MiB-aligned)", "kv_fixed": "KV fixed (sliding windows)"}
+    labels = {
+        "weights": "weights",
+        "workspace": "workspace (prefill+decode)",
+        "runtime_buffers": "runtime buffers (prefill+decode)",
+        "non_kv": "non-KV total",
+        "kv_per_block": "KV per block (2 MiB-aligned)",
+        "kv_fixed": "KV fixed (sliding windows)",
+    }
     for label, chiplets in groups:
         width = max(14, *(len(_mib(c[k])) + 2 for c in chiplets for k in c))
         header = "".join(f"{'chiplet ' + str(i):>{width}}" for i in range(len(chiplets)))
@@ -297,8 +309,10 @@ def render(data: dict[str, Any]) -> str:
         head = f"{name} ({answer['blocks']} blocks)"
         if answer["bytes"] is None:
             return f"{head:28} needs {answer['required_bytes']:,} B per device: {answer['reason']}"
-        return (f"{head:28} needs {answer['bytes']:,} B per device ({_gib(answer['bytes'])}), "
-                f"memory_budget >= {_ceil4(answer['fraction'])}")
+        return (
+            f"{head:28} needs {answer['bytes']:,} B per device ({_gib(answer['bytes'])}), "
+            f"memory_budget >= {_ceil4(answer['fraction'])}"
+        )
 
     out.append(need("full pool", data["budget_for_full_pool"]))
     out.append(need("floor", data["budget_for_floor"]))

@@ -38,7 +38,11 @@ class SlowBackend(TorchExportBackend):
                 sleep_s = 0  # a retry (the first attempt was killed): commit at once
             else:
                 Path(once).write_text(str(os.getpid()))
-        print(f"(test backend) compile of {spec.recipe.name} sleeping {sleep_s}s before commit", file=sys.stderr, flush=True)
+        print(
+            f"(test backend) compile of {spec.recipe.name} sleeping {sleep_s}s before commit",
+            file=sys.stderr,
+            flush=True,
+        )
         time.sleep(sleep_s)
         return result
 

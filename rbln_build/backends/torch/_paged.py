@@ -86,9 +86,7 @@ def _paged_attention(
     batch, kv_heads, tokens, head_dim = key.shape
     # Write this step's K/V into the pool: pool[block, :, offset, :] = k[b, :, t, :].
     k_pool[step.write_blocks, :, step.write_offsets] = key.transpose(1, 2).reshape(batch * tokens, kv_heads, head_dim)
-    v_pool[step.write_blocks, :, step.write_offsets] = value.transpose(1, 2).reshape(
-        batch * tokens, kv_heads, head_dim
-    )
+    v_pool[step.write_blocks, :, step.write_offsets] = value.transpose(1, 2).reshape(batch * tokens, kv_heads, head_dim)
     # Read each row's history through its block table: [B, W, H, bs, D] -> [B, H, W*bs, D].
     width = step.block_table.shape[1]
     block_size = k_pool.shape[2]
@@ -207,7 +205,11 @@ def empty_pools(paged: PagedCausalLM | dict[str, Any], num_blocks: int) -> list[
     """Zeroed K/V pools (k0, v0, k1, v1, ...) of exactly ``num_blocks`` blocks each."""
     if isinstance(paged, PagedCausalLM):
         layers, heads, block, dim, dtype = (
-            paged.num_layers, paged.kv_heads, paged.block_size, paged.head_dim, paged.dtype
+            paged.num_layers,
+            paged.kv_heads,
+            paged.block_size,
+            paged.head_dim,
+            paged.dtype,
         )
     else:
         layers, heads, block, dim = (paged[k] for k in ("num_layers", "kv_heads", "block_size", "head_dim"))

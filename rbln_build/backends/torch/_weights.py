@@ -88,7 +88,7 @@ def load_weights(model: torch.nn.Module, directory: Path) -> None:
         )
 
 
-def build_model(recipe: "Recipe", attn_implementation: str = "eager") -> torch.nn.Module:
+def build_model(recipe: Recipe, attn_implementation: str = "eager") -> torch.nn.Module:
     """The HF causal LM of ``recipe`` with its weights, in eval mode, in the recipe's dtype."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
