@@ -9,6 +9,7 @@ declared expected failure.
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import os
@@ -99,6 +100,12 @@ def test_the_page_names_every_cell_and_its_status(build: Path, page: str) -> Non
     # the budget that fixes it is the breakdown's floor budget, rounded up to 4 decimals
     assert f"({failed['budget_for_floor']['bytes']:,} B per device) for the floor of 9 blocks" in page
     assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+def test_the_page_documents_the_toolchain_of_the_build(build: Path, page: str) -> None:
+    toolchains = {json.dumps(e["inputs"]["toolchain"], sort_keys=True) for e in cells(build).values()}
+    assert toolchains and all(html.escape(t) in page for t in toolchains)
+    assert "not recorded" not in page
 
 
 def test_the_images_decode(build: Path, page: str) -> None:

@@ -1,4 +1,4 @@
-"""Typed config schemas for the Hydra groups, and their conversion to plain frozen objects.
+"""The composed config's conversion to frozen settings (schemas: ``_schema``; settings: ``_settings``).
 
 This is the only module besides ``cli`` that touches OmegaConf. Hydra composes ``conf/`` against
 these dataclasses (registered in the ConfigStore as ``rbln_build_schema`` and named by
@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..errors import ConfigError, EstimateError
@@ -33,7 +32,18 @@ from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
 from ..memory._shipped import shipped_dir
 from ._checks import check_build_dir, check_count, check_name, check_options, expected_failure_fields
-from ._scale import CacheConf, ExecutorConf, Scale, scale_from_config
+from ._scale import scale_from_config
+from ._schema import (
+    AttnImpl,
+    BuildConf,
+    DeviceConf,
+    ExpectedFailureConf,
+    MatrixConf,
+    MatrixIncludeConf,
+    ModelConf,
+    register_configs,
+)
+from ._settings import BuildSettings, Device, ExpectedFailure, Matrix, Model, SubMatrix
 
 __all__ = [
     "AttnImpl",
@@ -58,204 +68,6 @@ __all__ = [
 ]
 
 CONF_DIR = shipped_dir("conf")  # the shipped configs (a project layers its own over them: _project)
-
-
-class AttnImpl(enum.Enum):
-    eager = "eager"
-    flash_attn = "flash_attn"
-
-
-# ---------------------------------------------------------------- schemas (what YAML may say)
-
-
-@dataclass
-class DeviceConf:
-    """conf/device/<name>.yaml: one device target."""
-
-    npu: str = MISSING  # an NPU name (RBLN-CA25, RBLN-CR03) or alias
-    num_devices: int = 1  # tensor parallel; the budget applies to each device
-
-
-@dataclass
-class ModelConf:
-    """conf/model/<name>.yaml: a recipe, and build options that override the recipe's defaults."""
-
-    recipe: str = MISSING  # folder name under recipes_dir
-    batch_size: Optional[int] = None
-    max_seq_len: Optional[int] = None  # tokens
-    attn_impl: Optional[AttnImpl] = None
-    kvcache_partition_len: Optional[int] = None  # tokens
-    kvcache_block_size: Optional[int] = None  # tokens
-    prefill_chunk_size: Optional[int] = None  # tokens
-
-
-@dataclass
-class ExpectedFailureConf:
-    """A cell that is declared not to build. It is reported, but does not fail the run when the
-    build fails with exactly this ``kind`` (and ``message``, if given). A cell that then builds is
-    an unexpected success and fails the run, so the declaration cannot go stale silently."""
-
-    cell: str = MISSING
-    kind: str = MISSING  # EstimateError.kind, e.g. insufficient_memory
-    message: Optional[str] = None  # the exact error message, when it should be pinned
-
-
-@dataclass
-class MatrixIncludeConf:
-    """One entry of ``matrix.include``: a sub-matrix with the main matrix's axes, expanded the same
-    way and appended after the main product. A key the entry omits takes the main matrix's value
-    (as configured, before any narrowing); an explicit null means what it means in the main matrix
-    (batch_sizes, max_seq_lens, attn_impl, kvcache_partition_len: each model's default)."""
-
-    models: List[str] = MISSING
-    devices: List[str] = MISSING
-    budgets: List[Any] = MISSING
-    batch_sizes: Optional[List[int]] = MISSING
-    max_seq_lens: Optional[List[int]] = MISSING
-    kvcache_num_blocks: List[int] = MISSING
-    attn_impl: Optional[AttnImpl] = MISSING
-    kvcache_partition_len: Optional[int] = MISSING
-
-
-@dataclass
-class MatrixConf:
-    """The matrix: the product models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks
-    x budgets, in that order (budgets vary fastest), then the cells of each ``include`` entry."""
-
-    models: List[str] = MISSING  # conf/model/<name>.yaml
-    devices: List[str] = MISSING  # conf/device/<name>.yaml
-    budgets: List[Any] = field(default_factory=lambda: [None])  # memory_budget values, as typed
-    batch_sizes: Optional[List[int]] = None  # null: each model's default
-    max_seq_lens: Optional[List[int]] = None  # null: each model's default
-    kvcache_num_blocks: List[int] = field(default_factory=lambda: [0])  # 0 = resolve from the budget
-    attn_impl: Optional[AttnImpl] = None  # null: each model's default
-    kvcache_partition_len: Optional[int] = None  # null: each model's default
-    backend: str = "torch"  # a registered name (torch, rbln) or a plug-in 'package.module:Class'
-    expect_failure: List[ExpectedFailureConf] = field(default_factory=list)  # applies to every cell
-    # Sub-matrices appended after the main product, in order. Each entry is checked against
-    # MatrixIncludeConf by settings_from_config rather than by Hydra, so that an error names the
-    # entry's index (matrix.include[0].budgts); OmegaConf reports only "budgts" inside a list.
-    include: List[Any] = field(default_factory=list)
-
-
-@dataclass
-class BuildConf:
-    """conf/config.yaml: the root."""
-
-    matrix: MatrixConf = MISSING
-    model: Optional[ModelConf] = None  # set by `model=<name>`: narrows the model axis
-    device: Optional[DeviceConf] = None  # set by `device=<name>`: narrows the device axis
-    budget: Any = MISSING  # set by `budget=<value>`: narrows the budget axis (a value or a list)
-    deployment: Any = None  # set by `deployment=<name>`: conf/deployment/, schema _deployment.DeploymentConf
-    build_dir: str = "build"  # relative to the current directory
-    recipes_dir: Optional[str] = None  # null: the repository's recipes/
-    progress: bool = True  # one line per compile and per cell
-    jobs: Optional[int] = None  # worker processes for compiles (null: the cores); see _scale
-    executor: ExecutorConf = field(default_factory=ExecutorConf)  # conf/executor/: local or ray
-    cache: CacheConf = field(default_factory=CacheConf)  # cache.remote: a shared second level
-
-
-_registered = False
-
-
-def register_configs() -> None:
-    """Register the schema in Hydra's ConfigStore (idempotent)."""
-    global _registered
-    if _registered:
-        return
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="rbln_build_schema", node=BuildConf)
-    from ._deployment import register_deployment_schema
-
-    register_deployment_schema()
-    _registered = True
-
-
-# ---------------------------------------------------------------- plain objects (what code sees)
-
-
-@dataclass(frozen=True)
-class Device:
-    name: str
-    npu: str
-    num_devices: int
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str
-    recipe: str
-    options: tuple[tuple[str, Any], ...] = ()  # build options set by the model config, sorted
-
-    def option(self, key: str) -> Any:
-        return dict(self.options).get(key)
-
-
-@dataclass(frozen=True)
-class ExpectedFailure:
-    cell: str
-    kind: str
-    message: str | None = None
-
-    def matches(self, kind: str | None, message: str | None) -> bool:
-        return kind == self.kind and (self.message is None or message == self.message)
-
-
-@dataclass(frozen=True)
-class SubMatrix:
-    """One cross product, fully resolved (inherited and narrowed): an ``include`` entry."""
-
-    where: str  # "matrix.include[0]": where it was configured, for messages
-    models: tuple[Model, ...]  # may be empty: narrowed away
-    devices: tuple[Device, ...]
-    budgets: tuple[Any, ...]
-    batch_sizes: tuple[int, ...] | None
-    max_seq_lens: tuple[int, ...] | None
-    kvcache_num_blocks: tuple[int, ...]
-    attn_impl: str | None
-    kvcache_partition_len: int | None
-
-
-@dataclass(frozen=True)
-class Matrix:
-    models: tuple[Model, ...]
-    devices: tuple[Device, ...]
-    budgets: tuple[Any, ...]
-    batch_sizes: tuple[int, ...] | None
-    max_seq_lens: tuple[int, ...] | None
-    kvcache_num_blocks: tuple[int, ...]
-    attn_impl: str | None
-    kvcache_partition_len: int | None
-    backend: str
-    expect_failure: tuple[ExpectedFailure, ...]
-    include: tuple[SubMatrix, ...] = ()
-
-    def parts(self) -> tuple[SubMatrix, ...]:
-        """The main product, then each include entry, in expansion order."""
-        main = SubMatrix(
-            where="matrix",
-            models=self.models,
-            devices=self.devices,
-            budgets=self.budgets,
-            batch_sizes=self.batch_sizes,
-            max_seq_lens=self.max_seq_lens,
-            kvcache_num_blocks=self.kvcache_num_blocks,
-            attn_impl=self.attn_impl,
-            kvcache_partition_len=self.kvcache_partition_len,
-        )
-        return (main, *self.include)
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    matrix: Matrix
-    build_dir: Path
-    recipes_dir: Path
-    progress: bool
-    deployment: Any = None  # a _deployment.Deployment: build its planned cells instead of the matrix
-    recipe_dirs: tuple[Path, ...] = ()  # searched in order (a project's recipes/, then the shipped); () = recipes_dir
-    scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.build._scale)
 
 
 def _dirs(conf_dir: Path | Sequence[Path]) -> tuple[Path, ...]:

@@ -110,17 +110,14 @@ def _summary(view: BuildView) -> str:
         counts[outcome(e)] = counts.get(outcome(e), 0) + 1
     parts = ", ".join(f"{counts[k]} {OUTCOME_TEXT[k]}" for k in OUTCOME_TEXT if counts.get(k))
     backends = sorted({g.backend for g in view.groups})
-    toolchains = sorted(
-        {
-            json.dumps(m["toolchain"], sort_keys=True)
-            for m in view.compile_meta.values()
-            if isinstance(m.get("toolchain"), dict)
-        }
-    )
+    # the manifest records each cell's toolchain in its inputs; older compile entries may carry it too
+    recorded = [(e.get("inputs") or {}).get("toolchain") for e in view.entries]
+    recorded += [m.get("toolchain") for m in view.compile_meta.values()]
+    toolchains = sorted({json.dumps(t, sort_keys=True) for t in recorded if isinstance(t, dict)})
     tool = (
         "; ".join(escape(t) for t in toolchains)
         if toolchains
-        else "not recorded in this build's compile entries (the compile keys below hash the toolchain versions)"
+        else "not recorded in this build's manifest (the compile keys below hash the toolchain versions)"
     )
     legend = "".join(f'<span class="swatch {k}"></span>{OUTCOME_TEXT[k]}' for k in OUTCOME_TEXT)
     return (
