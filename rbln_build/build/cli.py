@@ -146,24 +146,15 @@ def _table(entries: list[dict[str, Any]], redone: set[str]) -> str:
 def _lock(build_dir: Path) -> Any:
     """Create the build directory and hold its lock; a place that cannot be written is a
     configuration error naming build_dir (exit 2)."""
-    from filelock import FileLock, Timeout
-
     from ..errors import ConfigError
-    from ._tasks import LOCK_FILE
+    from ._lock import acquire_build_lock
 
     try:
-        build_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(build_dir / LOCK_FILE))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            print(f"waiting for another rbln-build run on {build_dir} to finish ...", file=sys.stderr, flush=True)
-            lock.acquire()
+        return acquire_build_lock(build_dir)
     except OSError as exc:
         raise ConfigError(
             f"build_dir: cannot create or lock {build_dir} ({exc.strerror or exc}); choose a writable directory."
         ) from None
-    return lock
 
 
 def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
