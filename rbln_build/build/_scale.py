@@ -120,6 +120,12 @@ def scale_from_config(cfg: Any) -> Scale:
             raise ConfigError(
                 f"cache.remote: expected an fsspec URL ({', '.join(s + '://...' for s in REMOTE_SCHEMES)}), got {remote!r}."
             )
+        # a secret in the config is reported first, whatever is installed
+        if re.search(r"://[^/]*@", remote):
+            raise ConfigError(
+                "cache.remote: the URL holds credentials; give them through the environment "
+                "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) and drop them from the config."
+            )
         if not _installed("fsspec"):
             raise ConfigError(
                 "cache.remote: a remote cache needs fsspec; install it with: pip install 'rbln-build[remote]'"
@@ -127,11 +133,6 @@ def scale_from_config(cfg: Any) -> Scale:
         if match.group(1) == "s3" and not _installed("s3fs"):
             raise ConfigError(
                 "cache.remote: an s3:// cache needs s3fs; install it with: pip install 'rbln-build[remote]'"
-            )
-        if re.search(r"://[^/]*@", remote):
-            raise ConfigError(
-                "cache.remote: the URL holds credentials; give them through the environment "
-                "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) and drop them from the config."
             )
     return Scale(
         jobs=jobs,
