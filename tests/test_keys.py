@@ -106,3 +106,11 @@ def test_code_versions_follow_the_import_closure() -> None:
 
 def test_resolve_code_is_in_the_cell_key_only() -> None:
     assert cell_key("k", "RBLN-CA25", 0.3, 0, resolve_code="a") != cell_key("k", "RBLN-CA25", 0.3, 0, resolve_code="b")
+
+
+@pytest.mark.parametrize("budget", [None, 0.3, 1, 1.0, 1e-05, 123456789012, "10GB", "50%", "é", 'a"b\\c'], ids=repr)
+@pytest.mark.parametrize("blocks", [0, 12])
+def test_the_cell_key_spelled_out_equals_the_canonical_json_digest(budget: object, blocks: int) -> None:
+    fields = {"compile": "c" * 64, "npu": "RBLN-CR03", "memory_budget": budget, "kvcache_num_blocks": blocks}
+    expected = digest({"kind": "cell", "resolve_code": "r" * 64, **fields})
+    assert cell_key("c" * 64, "RBLN-CR03", budget, blocks, resolve_code="r" * 64) == expected

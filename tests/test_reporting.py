@@ -192,6 +192,21 @@ def test_two_runs_give_identical_bytes_wherever_the_build_is(build: Path, page: 
     assert index.read_bytes() == page.encode("utf-8")
 
 
+def test_a_second_report_reuses_every_figure_without_importing_matplotlib(build: Path, page: str) -> None:
+    """Each figure is drawn once for what determines it (report/.figures/<sha256>.png): the next
+    report of the same build takes the same bytes and never imports matplotlib."""
+    figures = sorted((build / "report" / ".figures").glob("*.png"))
+    assert len(figures) == 2 * len(load_build(build).groups)  # a (curve, DRAM) pair per compile and target
+    code = (
+        "import sys; from rbln_build.reporting import main; assert main(sys.argv[1:]) == 0\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'matplotlib']"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, f"build_dir={build}"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (build / "report" / "index.html").read_text(encoding="utf-8") == page
+    assert sorted((build / "report" / ".figures").glob("*.png")) == figures
+
+
 def test_figures_use_the_font_matplotlib_ships() -> None:
     from matplotlib import font_manager
 

@@ -181,13 +181,26 @@ def cell_key(
     compile_key_: str, npu: str, memory_budget: Any, kvcache_num_blocks: int, resolve_code: str | None = None
 ) -> str:
     _check_budget(memory_budget)
+    code = code_version(RESOLVE_MODULE) if resolve_code is None else resolve_code
+    if type(kvcache_num_blocks) is int and (memory_budget is None or type(memory_budget) in (int, float, str)):
+        # canonical_json of the dict below, spelled out (a sweep computes 10,000 of these; the
+        # tests check that both spellings agree)
+        text = (
+            f'{{"compile":{_dumps(compile_key_)},"kind":"cell","kvcache_num_blocks":{kvcache_num_blocks},'
+            f'"memory_budget":{_dumps(memory_budget)},"npu":{_dumps(npu)},"resolve_code":{_dumps(code)}}}'
+        )
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
     return digest(
         {
             "kind": "cell",
-            "resolve_code": code_version(RESOLVE_MODULE) if resolve_code is None else resolve_code,
+            "resolve_code": code,
             "compile": compile_key_,
             "npu": npu,
             "memory_budget": memory_budget,
             "kvcache_num_blocks": kvcache_num_blocks,
         }
     )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)

@@ -177,6 +177,7 @@ def _expand_part(
 ) -> list[Cell]:
     cells: list[Cell] = []
     seen: dict[str, str] = {}
+    tools = tuple(sorted(toolchain.items()))
     for model in m.models:
         recipe = recipes[model.recipe]
         for device in m.devices:
@@ -185,6 +186,8 @@ def _expand_part(
                 for seq in m.max_seq_lens or (None,):
                     options = _options(model, recipe, m, batch, seq)
                     spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain)
+                    row = tuple(sorted(options.items()))
+                    group = ckey or digest({"setup_error": setup_error})
                     for blocks in m.kvcache_num_blocks:
                         for budget in m.budgets:
                             cid = f"{model.name}.{device.name}{_suffix(m, batch, seq)}.b{format_budget(budget)}" + (
@@ -200,7 +203,7 @@ def _expand_part(
                                 )
                             seen[cid] = repr(budget)
                             try:
-                                key = cell_key(ckey or digest({"setup_error": setup_error}), npu.name, budget, blocks)
+                                key = cell_key(group, npu.name, budget, blocks)
                             except ValueError as exc:
                                 raise ConfigError(
                                     f"{m.where}.budgets: {exc}; use null, a fraction, bytes or a string."
@@ -212,7 +215,7 @@ def _expand_part(
                                     device=device,
                                     recipe=recipe,
                                     npu=npu,
-                                    options=tuple(sorted(options.items())),
+                                    options=row,
                                     memory_budget=budget,
                                     kvcache_num_blocks=blocks,
                                     backend=backend,
@@ -221,7 +224,7 @@ def _expand_part(
                                     cell_key=key,
                                     setup_error=setup_error,
                                     expected=expected.get(cid),
-                                    toolchain=tuple(sorted(toolchain.items())),
+                                    toolchain=tools,
                                 )
                             )
     return cells

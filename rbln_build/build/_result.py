@@ -79,9 +79,14 @@ class CellResult:
         return cls(**values)
 
 
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
 def _checked(cls: type, data: Any) -> dict[str, Any]:
     """Exactly the dataclass's fields; anything else is a ValueError (the Store treats it as corrupt)."""
-    names = {f.name for f in fields(cls)}
-    if not isinstance(data, dict) or set(data) != names:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    if not isinstance(data, dict) or data.keys() != names:
         raise ValueError(f"not a {cls.__name__}: expected the keys {sorted(names)}")
     return dict(data)

@@ -41,15 +41,21 @@ def write_file(path: Path, data: bytes) -> None:
 
 def write_report(build_dir: Path) -> tuple[Path, int]:
     """Render the report of ``build_dir``; returns (index.html path, number of cells)."""
-    from ._figures import require_matplotlib
+    import importlib.util
 
-    require_matplotlib()
+    if importlib.util.find_spec("matplotlib") is None:  # checked without importing it (figures may be cached)
+        from ._figures import require_matplotlib
+
+        require_matplotlib()  # raises MissingExtra with the install hint
     from ._data import load_build
+    from ._figcache import FIGURES_DIR, FigureCache
     from ._page import render_page
 
     view = load_build(Path(build_dir))
     path = Path(build_dir) / REPORT_DIR / "index.html"
-    write_file(path, render_page(view))
+    figures = FigureCache(path.parent / FIGURES_DIR)
+    write_file(path, render_page(view, figures))
+    figures.prune()
     return path, len(view.entries)
 
 

@@ -18,10 +18,11 @@ from importlib import metadata
 from typing import Any
 
 from ..errors import EstimateError
-from ._bars import grid_figure
-from ._compose import group_figures
 from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
-from ._figures import render
+from ._figcache import FigureCache
+
+# The figures (matplotlib) are imported where one is drawn: a report whose figures are all in its
+# FigureCache never imports matplotlib.
 
 __all__ = ["render_page"]
 
@@ -128,7 +129,8 @@ def _summary(view: BuildView) -> str:
     )
 
 
-def _grid(view: BuildView) -> str:
+def _grid(view: BuildView, figures: FigureCache | None = None) -> str:
+    figures = figures or FigureCache(None)
     out = []
     devices = sorted({(e["inputs"]["device"], e["inputs"]["npu"], e["inputs"]["num_devices"]) for e in view.entries})
     for device, npu, n in devices:
@@ -167,7 +169,7 @@ def _grid(view: BuildView) -> str:
         title = f"{escape(device)}: {n} x {escape(npu)}"
         table = _table(header, body, "grid")
         if len(order) > MAX_GRID_COLUMNS:
-            picture = grid_figure(
+            args = (
                 [re.sub("<[^>]+>", "", r[0]) for r in body],
                 [c[1] for c in order],
                 [
@@ -176,8 +178,9 @@ def _grid(view: BuildView) -> str:
                 ],
                 f"{device}: {n} x {npu}, {len(cells)} cells over {len(order)} budgets",
             )
+            png = figures.get({"grid": args}, lambda args=args: _draw_grid(*args))  # type: ignore[misc]
             table = (
-                _png(render(picture), f"grid of {device}")
+                _png(png, f"grid of {device}")
                 + f"<details><summary>the grid as a table ({len(order)} columns)</summary>{table}</details>"
             )
         out.append(f"<h3>{title}</h3>" + table)
@@ -238,7 +241,46 @@ def _members(cells: list[dict[str, Any]]) -> str:
     return f"{len(cells):,} cells, budgets {escape(first)} .. {escape(last)} (listed under Cells)"
 
 
-def _groups(view: BuildView) -> str:
+def _draw_grid(*args: Any) -> bytes:
+    from ._bars import grid_figure
+    from ._figures import render
+
+    return render(grid_figure(*args))
+
+
+def _group_pngs(group: Any, figures: FigureCache) -> tuple[bytes, bytes]:
+    """The group's (curve, DRAM) figures, each drawn once for what determines it."""
+    assert group.report is not None
+    what = {
+        "group": [group.model, group.device, group.npu, group.num_devices, group.attention],
+        "report": group.report.to_json(),
+        "cells": [
+            [
+                e["memory_budget"],
+                type(e["memory_budget"]).__name__,
+                e["budget_bytes"],
+                e["kvcache_num_blocks"],
+                e["num_full_blocks"],
+                e["status"],
+                e["inputs"].get("kvcache_num_blocks"),
+            ]
+            for e in group.cells
+        ],
+    }
+    drawn: dict[str, tuple[bytes, bytes]] = {}
+
+    def draw(which: int) -> bytes:
+        if "pair" not in drawn:
+            from ._compose import group_figures
+
+            drawn["pair"] = group_figures(group)
+        return drawn["pair"][which]
+
+    return figures.get({"curve": what}, lambda: draw(0)), figures.get({"dram": what}, lambda: draw(1))
+
+
+def _groups(view: BuildView, figures: FigureCache | None = None) -> str:
+    figures = figures or FigureCache(None)
     out = []
     for g in view.groups:
         a = g.attention
@@ -251,7 +293,7 @@ def _groups(view: BuildView) -> str:
         problem = g.problem
         if problem is None:
             try:
-                curve_png, dram_png = group_figures(g)
+                curve_png, dram_png = _group_pngs(g, figures)
             except EstimateError as exc:
                 problem = f"the compile entry's report does not fit these cells: {exc}"
             else:
@@ -328,19 +370,21 @@ def _inputs(view: BuildView) -> str:
     return _table(["compile key", "recipe", "recipe hash", "devices", "backend", "attention"], rows)
 
 
-def render_page(view: BuildView) -> bytes:
+def render_page(view: BuildView, figures: FigureCache | None = None) -> bytes:
+    """The page; ``figures`` keeps each figure once drawn (None: draw every figure)."""
+    figures = figures or FigureCache(None)
     body = (
         "<h1>rbln-build report</h1>"
         + _summary(view)
         + "<h2>The matrix at a glance</h2><p class=muted>Each cell shows its kvcache_num_blocks (cut cells: "
         "blocks / full pool); hover for the cell id.</p>"
-        + _grid(view)
+        + _grid(view, figures)
         + "<h2>Failures</h2>"
         + _failures(view)
         + "<h2>Blocks vs budget, and where the DRAM goes</h2><p class=muted>Budgets are bytes per device. The "
         "curve is exact: each step is the smallest budget at which one more block fits (rbln_build.estimator). "
         "Bars show each chiplet at the cell's resolved count (a failed cell: at the floor, hatched).</p>"
-        + _groups(view)
+        + _groups(view, figures)
         + "<h2>Cells</h2>"
         + _cells(view)
         + "<h2>Compile keys and inputs</h2>"

@@ -1,0 +1,233 @@
+"""Sweeps at scale: a 10,008-cell and a 1,008-cell plans matrix, against ``import hydra, doit``.
+
+    python bench/sweep.py [--root build/sweep-bench] [--repeat 3] [--sizes k10,k1] [--json OUT]
+
+The matrices (plans only: the 6 shipped published models, no torch export):
+
+* ``k10``: 6 models x 3 devices (atom_max, atom_max_x4, rebel100) x 556 budgets = 10,008 cells,
+  18 compile keys;
+* ``k1``:  the same models and devices x 56 budgets = 1,008 cells, the same 18 compile keys.
+
+They are declared in a project the bench writes (``<root>/project``: ``rbln-build.yaml`` and
+``conf/matrix/sweep_k10.yaml``, ``sweep_k1.yaml``), so Hydra reads one YAML list instead of parsing
+a 556-element override. Budgets are fractions from 0.1 up, so the small ones fail on the small
+devices (``matrix.expect_failure`` is empty: those cells are failures, as they should be, and the
+build exits 1). The parameter inventory cache is shared by every build (``RBLN_BUILD_CACHE``), so
+a fresh build measures the build, not the first inventory of a recipe.
+
+For each matrix, side by side in one run (each measured ``--repeat`` times, the minimum kept):
+
+* fresh build (the build dir removed first; ``--fresh-repeat`` times, default 1);
+* no-op rebuild (checked: nothing compiled, nothing redone);
+* ``rbln-build status`` (checked: exit 0, everything up to date);
+* ``rbln-build report`` (when matplotlib is installed);
+
+plus the no-op of the 18-cell default matrix (built once into ``<root>/default``), and
+``python -c "import hydra, doit"`` measured ``--repeat`` times before every group. Every figure is
+a ratio to the minimum of all those import runs. The machine's cores may be shared with other work:
+the minimum of the repeats is the figure least disturbed by it. The no-op's cost per cell is fitted
+from the two matrices (the slope between 1,008 and 10,008 cells).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = ["qwen3_8b", "qwen3_0_6b", "llama3_1_8b", "llama3_2_1b", "mistral_7b_v0_1", "gemma3_1b"]
+DEVICES = ["atom_max", "atom_max_x4", "rebel100"]
+SIZES = {"k10": 556, "k1": 56}  # budgets per (model, device)
+
+
+def budgets(n: int) -> list[float]:
+    step = 0.889 / (n - 1)
+    values = [round(0.1 + i * step, 4) for i in range(n)]
+    assert len(set(values)) == n
+    return values
+
+
+def write_project(root: Path) -> Path:
+    """A project holding the two sweep matrices (everything else is the shipped conf/)."""
+    project = root / "project"
+    (project / "conf" / "matrix").mkdir(parents=True, exist_ok=True)
+    (project / "rbln-build.yaml").write_text("conf: conf\n")
+    for name, n in SIZES.items():
+        body = {
+            "models": MODELS,
+            "devices": DEVICES,
+            "budgets": budgets(n),
+            "expect_failure": [],
+        }
+        text = "# written by bench/sweep.py\n" + "".join(f"{k}: {json.dumps(v)}\n" for k, v in body.items())
+        (project / "conf" / "matrix" / f"sweep_{name}.yaml").write_text(text)
+    return project
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    return time.perf_counter() - started, proc
+
+
+class Bench:
+    def __init__(self, root: Path, repeat: int) -> None:
+        self.root = root
+        self.repeat = repeat
+        self.env = dict(os.environ, RBLN_BUILD_CACHE=str(root / "inventory"), HF_HUB_OFFLINE="1")
+        self.imports: list[float] = []
+        self.rows: dict[str, list[float]] = {}
+        self.notes: dict[str, Any] = {}
+
+    def cli(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "rbln_build.build.cli", *args]
+
+    def baseline(self) -> None:
+        for _ in range(self.repeat):
+            self.imports.append(timed([sys.executable, "-c", "import hydra, doit"], self.env)[0])
+
+    def record(self, label: str, took: float) -> None:
+        self.rows.setdefault(label, []).append(took)
+        print(f"  {label}: {took:.2f}s", file=sys.stderr, flush=True)
+
+    def build_args(self, name: str, project: Path | None) -> list[str]:
+        build = self.root / name
+        extra = ["--project", str(project), f"matrix=sweep_{name}"] if project is not None else []
+        return [*extra, "progress=false", f"build_dir={build}"]
+
+    def check_noop(self, name: str) -> None:
+        summary = json.loads((self.root / name / "summary.json").read_text())
+        if summary["compiled"] or summary["redone_cells"]:
+            sys.exit(
+                f"{name}: the no-op rebuild redid work: compiled {summary['compiled']}, "
+                f"redone {len(summary['redone_cells'])}"
+            )
+
+    def fresh(self, name: str, project: Path | None, times: int) -> None:
+        for _ in range(times):
+            shutil.rmtree(self.root / name, ignore_errors=True)
+            took, proc = timed(self.cli(*self.build_args(name, project)), self.env)
+            if not (self.root / name / "manifest.json").is_file():
+                sys.exit(f"building {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            self.record(f"{name} fresh build", took)
+            self.notes[f"{name} build stdout lines"] = proc.stdout.count("\n")
+            summary = json.loads((self.root / name / "summary.json").read_text())
+            self.notes[f"{name} cells"] = summary["cells"]
+            self.notes[f"{name} compiled"] = summary["compiled"]
+
+    def noop(self, name: str, project: Path | None, label: str | None = None) -> None:
+        for _ in range(self.repeat):
+            took, _ = timed(self.cli(*self.build_args(name, project)), self.env)
+            self.check_noop(name)
+            self.record(label or f"{name} no-op", took)
+
+    def status(self, name: str, project: Path | None) -> None:
+        for _ in range(self.repeat):
+            took, proc = timed(self.cli("status", *self.build_args(name, project)), self.env)
+            if proc.returncode != 0:
+                sys.exit(f"{name}: status says the build is not up to date:\n{proc.stdout[-2000:]}\n{proc.stderr}")
+            self.record(f"{name} status", took)
+
+    def report(self, name: str) -> None:
+        for _ in range(self.repeat):
+            took, proc = timed(self.cli("report", f"build_dir={self.root / name}"), self.env)
+            if proc.returncode != 0:
+                sys.exit(f"{name}: report failed:\n{proc.stderr[-2000:]}")
+            self.record(f"{name} report", took)
+
+    def disk(self, name: str) -> None:
+        cache = self.root / name / "cache"
+        files = size = 0
+        for dirpath, _, names in os.walk(cache):
+            for n in names:
+                files += 1
+                size += os.lstat(os.path.join(dirpath, n)).st_size
+        self.notes[f"{name} cache files"] = files
+        self.notes[f"{name} cache bytes"] = size
+
+
+def has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, default=REPO / "build" / "sweep-bench")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--fresh-repeat", type=int, default=1)
+    parser.add_argument("--sizes", default="k10,k1", help="which matrices: k10, k1 (comma-separated)")
+    parser.add_argument("--no-default", action="store_true", help="skip the 18-cell default matrix")
+    parser.add_argument("--no-report", action="store_true", help="skip rbln-build report")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    opts = parser.parse_args()
+    root = opts.root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    project = write_project(root)
+    bench = Bench(root, opts.repeat)
+    if not (root / "inventory").is_dir():  # the parameter inventories, once, untimed
+        print("warming the inventory cache", file=sys.stderr)
+        timed(bench.cli(*bench.build_args("k1", project)), bench.env)
+    report = not opts.no_report and has_matplotlib()
+    if not opts.no_default:
+        print("default matrix", file=sys.stderr)
+        if not (root / "default" / "manifest.json").is_file():
+            bench.fresh("default", None, 1)
+        timed(bench.cli(*bench.build_args("default", None)), bench.env)  # up to date with this code
+        bench.baseline()
+        bench.noop("default", None, "default no-op (18 cells)")
+    for name in [s for s in opts.sizes.split(",") if s]:
+        print(f"{name} matrix", file=sys.stderr)
+        bench.baseline()
+        bench.fresh(name, project, opts.fresh_repeat)
+        bench.disk(name)
+        bench.baseline()
+        bench.noop(name, project)
+        bench.baseline()
+        bench.status(name, project)
+        if report:
+            bench.baseline()
+            bench.report(name)
+    base = min(bench.imports)
+    rows = [
+        {"what": 'python -c "import hydra, doit"', "min_s": round(base, 3), "n": len(bench.imports), "x_import": 1.0}
+    ]
+    for label, times in bench.rows.items():
+        rows.append(
+            {"what": label, "min_s": round(min(times), 3), "n": len(times), "x_import": round(min(times) / base, 2)}
+        )
+    fit = {}
+    if "k10 no-op" in bench.rows and "k1 no-op" in bench.rows:
+        slope = (min(bench.rows["k10 no-op"]) - min(bench.rows["k1 no-op"])) / (10008 - 1008)
+        fit["no-op cost per cell (us)"] = round(slope * 1e6, 1)
+        fit["no-op fixed cost (s)"] = round(min(bench.rows["k1 no-op"]) - slope * 1008, 3)
+    out = {
+        "repeat": opts.repeat,
+        "rows": rows,
+        "fit": fit,
+        "notes": bench.notes,
+        "all_s": bench.rows,
+        "import_s": bench.imports,
+    }
+    width = max(len(r["what"]) for r in rows)
+    print(f"{'what'.ljust(width)}    min   x import  (n: runs, the minimum kept)")
+    for r in rows:
+        print(f"{r['what'].ljust(width)}  {r['min_s']:6.2f}s  {r['x_import']:7.2f}  (n={r['n']})")
+    for k, v in {**fit, **bench.notes}.items():
+        print(f"{k}: {v}")
+    if opts.json:
+        opts.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

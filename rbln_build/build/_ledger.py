@@ -1,0 +1,350 @@
+"""The single pass: what one run finds in the Store, each thing read and verified once.
+
+    survey(store, cells, read_only=False) -> Ledger
+
+Per compile key, once: does its entry verify (or did it fail for good)? Per cell, once: its stored
+result, and whether that result stands (final, and its artifact verifies). Per artifact entry, once,
+however many cells share it (many budgets resolve to the same count). The doit tasks' up-to-date
+checks, the parallel scheduler, the publish step and the summary of a build all take their answer
+from one Ledger; ``rbln-build status`` and ``report`` read the same way (``read_only``: nothing
+damaged is removed).
+
+**Results index.** A cell's result lives in its record (``cache/results/<cell key>.json``, the
+ground truth, written by whichever process built the cell). Reading 10,000 small records costs more
+than everything else a no-op does, so after a run each compile key gets an index,
+``cache/index/<compile key>.json``: every cell result of that key in the run, each with its
+record's file fingerprint (size, mtime, ctime, inode, as the Store's entries keep for their files).
+The survey stats a record and takes the body from the index when the fingerprint matches; any
+rewrite of the record (ctime cannot be set from user space) sends it to the record itself. The index
+is self-hashed (a damaged one is ignored, never trusted) and only ever saves reads: without it, or
+for cells it does not cover, the records are read as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._keys import canonical_json
+from ._result import CellResult, CompileOutcome
+from ._store import ENTRY_FILE, FILES_DIR, Store, _meta_hash, _result_hash, _stats, content_hash, is_key, write_atomic
+
+if TYPE_CHECKING:
+    from ._matrix import Cell
+
+__all__ = [
+    "Ledger",
+    "CompileState",
+    "survey",
+    "entry_state",
+    "read_record",
+    "write_index",
+    "INDEX_KIND",
+]
+
+INDEX_KIND = "index"  # cache/index/<compile key>.json
+INDEX_MAGIC = b"rbln-build-index 1 sha256:"
+
+
+@dataclass(frozen=True)
+class CompileState:
+    """A compile key as the survey found it."""
+
+    entry: str  # "ok" | "missing" | "damaged"
+    produced: str | None = None  # the entry's "produced" when ok
+    failure: CompileOutcome | None = None  # its recorded failure, when the entry is missing
+
+    @property
+    def done(self) -> bool:
+        """Nothing to do: the entry verifies, or the key failed for good."""
+        return self.entry == "ok" or (self.failure is not None and not self.failure.retry)
+
+
+@dataclass
+class Ledger:
+    """One run's view of the Store (see the module docstring)."""
+
+    compiles: dict[str, CompileState] = field(default_factory=dict)  # compile key -> state
+    stored: dict[str, CellResult | None] = field(default_factory=dict)  # cell id -> its stored result
+    standing: set[str] = field(default_factory=set)  # ids whose stored result stands as is
+    artifacts: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # key -> (state, content hash)
+    fingerprints: dict[str, list[int] | None] = field(default_factory=dict)  # cell key -> its record's stat
+    indexed: dict[str, dict[str, Any]] = field(default_factory=dict)  # compile key -> the index as read
+    from_index: set[str] = field(default_factory=set)  # cell keys whose body the index gave
+
+    def compile_done(self, key: str) -> bool:
+        state = self.compiles.get(key)
+        return state is not None and state.done
+
+    def stands(self, cell: Cell) -> bool:
+        return cell.id in self.standing
+
+    def reusable(self, cell: Cell) -> CellResult | None:
+        """The stored result if it stands (what ``_stages.reusable`` answers), else None."""
+        return self.stored.get(cell.id) if cell.id in self.standing else None
+
+    def todo(self, cells: Iterable[Cell]) -> list[Cell]:
+        return [c for c in cells if c.id not in self.standing]
+
+
+def _fingerprint(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+# -- read-only views of the Store (Store.lookup/load_record remove what is damaged) ----------------
+
+
+def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] | None]:
+    """("ok", meta) | ("missing", None) | ("damaged", None), read-only (unlike Store.lookup)."""
+    path = store.entry_path(kind, key)
+    try:
+        record = json.loads((path / ENTRY_FILE).read_bytes())
+        meta, recorded = record["meta"], record["content_hash"]
+        if record.get("key") != key:
+            return "damaged", None
+    except FileNotFoundError:
+        return ("damaged" if path.exists() else "missing"), None
+    except (OSError, ValueError, KeyError, TypeError):
+        return "damaged", None
+    files = path / FILES_DIR
+    if _stats(files) == record.get("stat") and record.get("meta_hash") == _meta_hash(meta):
+        return "ok", meta
+    return ("ok", meta) if content_hash(files, meta) == recorded else ("damaged", None)
+
+
+def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
+    """A record's body if it is there and intact, read-only (Store.load_record removes a damaged one)."""
+    try:
+        record = json.loads(store.record_path(kind, key).read_bytes())
+        body = record["result"]
+        if record["key"] != key or record["content_hash"] != _result_hash(body):
+            return None
+        return body  # type: ignore[no-any-return]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
+# -- the results index ------------------------------------------------------------------------------
+
+
+def _index_path(store: Store, key: str) -> str:
+    return os.path.join(store.root, INDEX_KIND, f"{key}.json")
+
+
+# The index is a table: per cell key, its record's fingerprint and its result's fields in FIELDS
+# order, where the fields that repeat across a key's cells (artifacts, the floor and full-pool
+# answers, error messages) are numbers into one list of distinct values. 10,000 cells parse in a
+# fraction of the time their full JSON bodies would take.
+FIELDS = tuple(f for f in CellResult.__dataclass_fields__ if f not in ("cell_key", "compile_key"))
+SHARED = frozenset(
+    (
+        "produced",
+        "budget_for_floor",
+        "budget_for_full_pool",
+        "warnings",
+        "artifact_key",
+        "artifact_hash",
+        "error",
+        "error_kind",
+    )
+)
+
+
+def read_index(store: Store, key: str) -> dict[str, tuple[list[int], dict[str, Any]]]:
+    """cell key -> (record fingerprint, result body) from the compile key's index; {} when there is
+    none or it does not verify (it is only a cache of the records)."""
+    if not is_key(key):
+        return {}
+    try:
+        with open(_index_path(store, key), "rb") as f:
+            data = f.read()
+    except OSError:
+        return {}
+    header, _, body = data.partition(b"\n")
+    if header != INDEX_MAGIC + hashlib.sha256(body).hexdigest().encode():
+        return {}
+    try:
+        index = json.loads(body)
+        if index["key"] != key or index["fields"] != list(FIELDS):
+            return {}
+        values = index["values"]
+        shared = [name in SHARED for name in FIELDS]
+        out = {}
+        for cell_key, (stat, row) in index["cells"].items():
+            result = {"cell_key": cell_key, "compile_key": key}
+            for name, is_shared, value in zip(FIELDS, shared, row, strict=True):
+                result[name] = values[value] if is_shared else value
+            out[cell_key] = (stat, result)
+        return out
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
+        return {}
+
+
+def write_index(store: Store, key: str, cells: dict[str, tuple[list[int], dict[str, Any]]]) -> bool:
+    """Write the compile key's index (cell key -> (record fingerprint, result body)). A failure to
+    write is no error: the index only saves reads. Returns whether it wrote."""
+    if not is_key(key):
+        return False
+    values: list[Any] = []
+    seen: dict[tuple[bool, Any], int] = {}
+
+    def ref(value: Any) -> int:
+        text = (True, value) if value is None or isinstance(value, str) else (False, canonical_json(value))
+        if text not in seen:
+            seen[text] = len(values)
+            values.append(value)
+        return seen[text]
+
+    rows = {}
+    for cell_key, (stat, result) in sorted(cells.items()):
+        if result.get("cell_key") != cell_key or result.get("compile_key") != key:
+            continue  # not this key's: never indexed under it
+        rows[cell_key] = [stat, [ref(result[name]) if name in SHARED else result[name] for name in FIELDS]]
+    body = canonical_json({"key": key, "fields": list(FIELDS), "values": values, "cells": rows}).encode("utf-8")
+    try:
+        write_atomic(
+            store.root / INDEX_KIND / f"{key}.json",
+            INDEX_MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body,
+        )
+    except OSError:
+        return False
+    return True
+
+
+# -- the survey -------------------------------------------------------------------------------------
+
+
+def survey(store: Store, cells: list[Cell], read_only: bool = False) -> Ledger:
+    """Read and verify what ``cells`` need from the Store, once (see the module docstring).
+    ``read_only``: never remove a damaged entry or record (``status``, ``report``)."""
+    ledger = Ledger()
+    records = os.path.join(store.root, "results")
+    for cell in cells:
+        ckey = cell.compile_key
+        if ckey is not None and ckey not in ledger.compiles:
+            ledger.compiles[ckey] = _compile_state(store, ckey, read_only)
+            ledger.indexed[ckey] = read_index(store, ckey)
+        index = ledger.indexed.get(ckey, {}) if ckey is not None else {}
+        path = os.path.join(records, f"{cell.cell_key}.json")
+        stat = _fingerprint(path)
+        ledger.fingerprints[cell.cell_key] = stat
+        body: Any = None
+        if stat is not None:
+            hit = index.get(cell.cell_key)
+            if hit is not None and hit[0] == stat:
+                body = hit[1]
+                ledger.from_index.add(cell.cell_key)
+            else:
+                body = (
+                    read_record(store, "results", cell.cell_key)
+                    if read_only
+                    else store.load_record("results", cell.cell_key)
+                )
+        result = _parse(store, cell, body, read_only)
+        ledger.stored[cell.id] = result
+        if result is not None and not result.retry and _artifact_ok(store, ledger, result, read_only):
+            ledger.standing.add(cell.id)
+    return ledger
+
+
+def _parse(store: Store, cell: Cell, body: Any, read_only: bool) -> CellResult | None:
+    if body is None:
+        return None
+    try:
+        result = CellResult.from_json(body)
+    except (TypeError, ValueError):
+        if not read_only:
+            store.drop_record("results", cell.cell_key)
+        return None
+    if result.cell_key != cell.cell_key:
+        return None
+    if result.ok and not is_key(result.artifact_key):
+        if not read_only:
+            store.drop_record("results", cell.cell_key)  # forged or damaged: never used as a path
+        return None
+    return result
+
+
+def _artifact_ok(store: Store, ledger: Ledger, result: CellResult, read_only: bool) -> bool:
+    if not result.ok:
+        return True
+    key = result.artifact_key
+    assert key is not None
+    known = ledger.artifacts.get(key)
+    if known is None:
+        if read_only:
+            state, meta = entry_state(store, "artifacts", key)
+            known = (state, _recorded_hash(store, key) if state == "ok" else None)
+        else:
+            entry = store.lookup("artifacts", key)
+            known = ("ok", entry.content_hash) if entry is not None else ("missing", None)
+        ledger.artifacts[key] = known
+    return known[0] == "ok" and known[1] == result.artifact_hash
+
+
+def _recorded_hash(store: Store, key: str) -> str | None:
+    try:
+        return json.loads((store.entry_path("artifacts", key) / ENTRY_FILE).read_bytes())["content_hash"]  # type: ignore[no-any-return]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _compile_state(store: Store, key: str, read_only: bool) -> CompileState:
+    if read_only:
+        state, meta = entry_state(store, "compile", key)
+    else:
+        entry = store.lookup("compile", key)
+        state, meta = ("ok", entry.meta) if entry is not None else ("missing", None)
+    if state == "ok":
+        assert meta is not None
+        return CompileState("ok", produced=meta.get("produced"))
+    failure = None
+    if state == "missing":
+        body = read_record(store, "failures", key) if read_only else store.load_record("failures", key)
+        try:
+            failure = None if body is None else CompileOutcome.from_json(body)
+        except (TypeError, ValueError):
+            failure = None
+    return CompileState(state, failure=failure)
+
+
+def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
+    """After a run: write each compile key's index from its cells' records (the ones that stood, as
+    the survey read them; the ones redone, as recorded now). A key whose cells all stood, read from
+    its index as it is, is not rewritten (a no-op writes nothing). Returns how many it wrote."""
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        if cell.compile_key is not None:
+            groups.setdefault(cell.compile_key, []).append(cell)
+    records = os.path.join(store.root, "results")
+    written = 0
+    for key, members in groups.items():
+        previous = ledger.indexed.get(key, {})
+        if len(previous) == len(members) and all(
+            c.id in ledger.standing and c.cell_key in ledger.from_index for c in members
+        ):
+            continue  # the index is exactly these cells, as they stand
+        entries: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        for cell in members:
+            if cell.id in ledger.standing:
+                stat = ledger.fingerprints.get(cell.cell_key)
+                result = ledger.stored.get(cell.id)
+                if stat is not None and result is not None:
+                    entries[cell.cell_key] = (stat, result.to_json())
+                continue
+            # redone this run: index what its record holds now (the record stays the ground truth)
+            path = os.path.join(records, f"{cell.cell_key}.json")
+            stat = _fingerprint(path)
+            body = read_record(store, "results", cell.cell_key) if stat is not None else None
+            if body is not None and stat == _fingerprint(path):
+                entries[cell.cell_key] = (stat, body)  # type: ignore[assignment]
+        written += write_index(store, key, entries)
+    return written
