@@ -40,6 +40,7 @@ from ._store import Entry, Store
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
+    from ._ledger import Ledger
     from ._matrix import Cell
     from ._scale import Scale
 
@@ -258,10 +259,15 @@ class Parallel:
     compile_results: dict[str, CompileDone] = field(default_factory=dict)
     cell_results: dict[str, CellResult] = field(default_factory=dict)
     shown: set[str] = field(default_factory=set)  # compile labels and cell ids shown by this scheduler
+    ledger: Ledger | None = None  # the run's single pass over the Store (None: this reads the Store itself)
 
     def run(self) -> None:
-        keys = [k for k in self.compiles if not compile_done(self.store, k)]
-        todo = [c for c in self.cells if reusable(self.store, c) is None]
+        if self.ledger is not None:
+            keys = [k for k in self.compiles if not self.ledger.compile_done(k)]
+            todo = self.ledger.todo(self.cells)
+        else:
+            keys = [k for k in self.compiles if not compile_done(self.store, k)]
+            todo = [c for c in self.cells if reusable(self.store, c) is None]
         workers = self.scale.workers(max(len(keys), 1))
         if (not keys and not todo) or (self.scale.executor == "local" and workers <= 1):
             return  # nothing to do, or one worker: doit runs the stages in this process, in order

@@ -24,14 +24,12 @@ from ..estimator._limits import cell_id_problem
 from ._manifest import entry_for, render_json, render_manifest, summarize
 from ._matrix import Cell
 from ._result import CellResult
-from ._stages import reusable
 from ._store import Store, is_key, write_atomic
 
 __all__ = [
     "ARTIFACTS_DIR",
     "MANIFEST_FILE",
     "SUMMARY_FILE",
-    "collect",
     "publish",
     "write_summary",
     "inside",
@@ -56,31 +54,18 @@ def inside(root: Path, path: Path) -> Path:
     return real
 
 
-def collect(store: Store, cells: list[Cell]) -> list[tuple[Cell, CellResult | None]]:
-    """Each cell with its stored result; None when it has none, or its artifact is gone or damaged
-    (the manifest must not name an artifact that is not there)."""
-    rows: list[tuple[Cell, CellResult | None]] = []
-    for cell in cells:
-        body = store.load_record("results", cell.cell_key)
-        result = None
-        if body is not None:
-            try:
-                result = CellResult.from_json(body)
-            except (TypeError, ValueError):
-                result = None
-        if result is not None and result.ok and reusable(store, cell) is None:
-            result = None
-        rows.append((cell, result))
-    return rows
-
-
 def publish(
-    build_dir: Path, rows: list[tuple[Cell, CellResult | None]], sections: dict[str, Any] | None = None
+    build_dir: Path,
+    rows: list[tuple[Cell, CellResult | None]],
+    sections: dict[str, Any] | None = None,
+    entries: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``manifest.json`` (only when its bytes change), then point every ok cell's link at its
-    artifact and remove the links of cells that have none. Returns the manifest entries.
-    ``sections``: more top-level manifest keys (a deployment's record)."""
-    entries = [entry_for(cell, result) for cell, result in rows]
+    artifact and remove the links of cells that have none. Returns the manifest entries (``entries``:
+    the rows' entries, when the caller has them already). ``sections``: more top-level manifest
+    keys (a deployment's record)."""
+    if entries is None:
+        entries = [entry_for(cell, result) for cell, result in rows]
     data = render_manifest(entries, sections)
     path = build_dir / MANIFEST_FILE
     try:
@@ -92,32 +77,50 @@ def publish(
         write_atomic(path, data)
     links = build_dir / ARTIFACTS_DIR
     inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
+    folder = os.fspath(links)
     for (cell, result), entry in zip(rows, entries, strict=True):
-        link = links / cell.id
-        inside(links, link.parent)
+        problem = cell_id_problem(cell.id)  # checked at expansion; a name here is never a path elsewhere
+        if problem is not None:
+            raise BuildError(f"{links}: {problem}")
+        link = os.path.join(folder, cell.id)
+        try:
+            current: str | None = os.readlink(link)
+        except FileNotFoundError:
+            current = None
+        except OSError:  # not a symlink: a user's file or folder
+            raise BuildError(
+                f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
+            ) from None
         if entry["artifact"] is None or result is None or result.artifact_key is None:
-            if ours(link):
-                link.unlink()
-            elif link.exists() or link.is_symlink():
-                raise BuildError(
-                    f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
-                )
+            if current is not None:
+                if not _our_target(current):
+                    raise BuildError(
+                        f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
+                    )
+                os.unlink(link)
             continue
-        if link.is_symlink() and not ours(link):
+        target = f"../cache/artifacts/{result.artifact_key}/files"
+        if current == target:
+            continue
+        if current is not None and not _our_target(current):
             raise BuildError(
                 f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
             )
-        link_atomic(link, f"../cache/artifacts/{result.artifact_key}/files")
+        link_atomic(Path(link), target)
     (build_dir / PUBLISHING_FILE).unlink(missing_ok=True)
     return entries
+
+
+def _our_target(target: str) -> bool:
+    parts = target.split("/")
+    return len(parts) == 5 and parts[:3] == ["..", "cache", "artifacts"] and is_key(parts[3]) and parts[4] == "files"
 
 
 def ours(link: Path) -> bool:
     """``link`` is a symlink rbln-build made: its target is ``../cache/artifacts/<key>/files``."""
     if not link.is_symlink():
         return False
-    parts = os.readlink(link).split("/")
-    return len(parts) == 5 and parts[:3] == ["..", "cache", "artifacts"] and is_key(parts[3]) and parts[4] == "files"
+    return _our_target(os.readlink(link))
 
 
 def link_atomic(link: Path, target: str) -> None:

@@ -1,16 +1,23 @@
-"""The doit wiring: one task per compile key, one per cell, one that publishes the manifest.
+"""The doit wiring: one task per compile key, one per compile key's cells, one that publishes.
 
 The tasks only call the stages (``_stages``) and print progress; they hand nothing to each other
 except through the Store. Nothing heavy happens while tasks are created (keys come from recipe
 bytes, attention arithmetic and package versions), so a no-op rebuild imports neither torch nor
 transformers.
 
-Up-to-date checks (doit ``uptodate``), each from one hash of the whole canonical input:
+What is up to date is decided once per run, before any task, by one pass over the Store
+(``_ledger.survey``): each compile key's entry, each cell's stored result and each artifact entry
+is read and verified once. Every check below, the parallel scheduler, the manifest and the summary
+take their answer from that Ledger. A sweep of 10,000 cells is 2 doit tasks per compile key, not
+10,000 tiny ones (doit's own bookkeeping per task would cost more than the cells).
 
-* ``compile:<label>``: ``config_changed(compile key)`` and ``compile_done`` (the entry verifies, or
+Up-to-date checks (doit ``uptodate``):
+
+* ``compile:<label>``: ``config_changed(compile key)`` and the key is done (the entry verifies, or
   the key failed for good).
-* ``cell:<cell id>``: ``config_changed(cell key)`` and ``reusable`` (a final stored result whose
-  artifact verifies).
+* ``cells:<label>``: ``config_changed`` of the key's cells (their ids and cell keys) and every one of
+  them stands (a final stored result whose artifact verifies). When it runs, it redoes only the
+  cells that do not stand.
 * ``manifest``: always runs; it rewrites ``manifest.json`` only when its bytes change.
 
 The content-addressed Store is the ground truth; doit's state (``<build_dir>/.doit.sqlite3``, the
@@ -32,6 +39,8 @@ from typing import Any, TextIO
 
 from ..errors import BuildError
 from ._executors import Parallel, StoreRef
+from ._keys import digest
+from ._ledger import Ledger, index_cells, survey
 from ._manifest import entry_for, summarize
 from ._matrix import Cell
 from ._progress import HISTORY_FILE, make_progress
@@ -40,14 +49,13 @@ from ._publish import (
     MANIFEST_FILE,
     SUMMARY_FILE,
     clean_leftovers,
-    collect,
     publish,
     recover,
     write_summary,
 )
 from ._result import CellResult, CompileOutcome
 from ._scale import Scale
-from ._stages import LOG_DIR, build_cell, compile_done, compile_once, describe, reusable
+from ._stages import LOG_DIR, build_cell, compile_once, describe
 from ._store import Store
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
@@ -69,6 +77,14 @@ def doit_config(build_dir: Path) -> dict[str, Any]:
 def compile_label(cell: Cell) -> str:
     assert cell.compile_key is not None
     return f"{cell.recipe.name}.{cell.npu.family}.x{cell.device.num_devices}.{cell.compile_key[:12]}"
+
+
+NO_COMPILE = "-"  # the group of the cells whose options are invalid (no compile key)
+
+
+def group_label(key: str, cells: list[Cell]) -> str:
+    """The ``cells:`` task of a compile key's cells (the cells with invalid options: ``invalid-options``)."""
+    return "invalid-options" if key == NO_COMPILE else compile_label(cells[0])
 
 
 class BuildRun:
@@ -99,9 +115,13 @@ class BuildRun:
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
+        self.groups: dict[str, list[Cell]] = {}  # compile key (or NO_COMPILE) -> its cells, in order
         for cell in cells:
             if cell.compile_key is not None:
                 self.compiles.setdefault(cell.compile_key, cell)
+            self.groups.setdefault(cell.compile_key or NO_COMPILE, []).append(cell)
+        self._ledger: Ledger | None = None  # the run's single pass over the Store (``ledger``)
+        self.results: dict[str, CellResult] = {}  # cell id -> the result of a cell redone in this run
         self.compiled: list[str] = []
         self.redone: set[str] = set()
         self.entries: list[dict[str, Any]] | None = None  # the manifest entries (written unless output_error)
@@ -111,25 +131,32 @@ class BuildRun:
         self.warnings.append(message)
         self.display.warn(message)
 
+    @property
+    def ledger(self) -> Ledger:
+        """What the Store holds for this run's cells, read once (``prepare`` takes it after cleaning up)."""
+        if self._ledger is None:
+            self._ledger = survey(self.store, self.cells)
+        return self._ledger
+
     def _reporter(self) -> type:
         """doit's error-only reporter, also telling the display which tasks were up to date."""
         from doit.reporter import ErrorOnlyReporter
 
         display, labels = self.display, {compile_label(c): _label(c) for c in self.compiles.values()}
+        groups = {group_label(key, cells): cells for key, cells in self.groups.items()}
         run = self
 
         class Reporter(ErrorOnlyReporter):  # type: ignore[misc]
             def skip_uptodate(self, task: Any) -> None:
                 kind, _, name = task.name.partition(":")
-                if (
-                    run.parallel is not None
-                    and (labels.get(name, name) if kind == "compile" else name) in run.parallel.shown
-                ):
-                    return  # built ahead of doit: shown already
+                shown = set() if run.parallel is None else run.parallel.shown
                 if kind == "compile" and name in labels:
-                    display.compile_cached(labels[name])
-                elif kind == "cell" and name:
-                    display.cell_cached(name)
+                    if labels[name] not in shown:  # else built ahead of doit: shown already
+                        display.compile_cached(labels[name])
+                elif kind == "cells" and name in groups:
+                    for cell in groups[name]:
+                        if cell.id not in shown:
+                            display.cell_cached(cell.id)
 
         return Reporter
 
@@ -139,7 +166,6 @@ class BuildRun:
         """A dodo-like namespace for doit's ModuleTaskLoader (also what dodo.py exports)."""
         from doit.tools import config_changed
 
-        store = self.store
         ns: dict[str, Any] = {"DOIT_CONFIG": {**doit_config(self.build_dir), "reporter": self._reporter()}}
 
         if self.compiles:
@@ -151,29 +177,29 @@ class BuildRun:
                         "name": compile_label(cell),
                         "doc": f"compile {cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices}",
                         "actions": [(self._compile, [key])],
-                        "uptodate": [config_changed(key), (compile_done, [store, key])],
+                        "uptodate": [config_changed(key), (self._compile_stands, [key])],
                         "verbosity": 2,
                     }
 
             ns["task_compile"] = task_compile
 
-        def task_cell() -> Iterator[dict[str, Any]]:
-            """Resolve each cell's kvcache_num_blocks and finalize its artifact."""
-            for cell in self.cells:
+        def task_cells() -> Iterator[dict[str, Any]]:
+            """Resolve the kvcache_num_blocks of a compile key's cells and finalize their artifacts."""
+            for key, cells in self.groups.items():
                 yield {
-                    "name": cell.id,
-                    "doc": f"cell {cell.id} (budget {cell.memory_budget!r})",
-                    "actions": [(self._cell, [cell])],
-                    "task_dep": [f"compile:{compile_label(cell)}"] if cell.compile_key else [],
-                    "uptodate": [config_changed(cell.cell_key), (_reusable, [store, cell])],
+                    "name": group_label(key, cells),
+                    "doc": f"{len(cells)} cell(s) of {group_label(key, cells)}",
+                    "actions": [(self._group, [key])],
+                    "task_dep": [] if key == NO_COMPILE else [f"compile:{compile_label(cells[0])}"],
+                    "uptodate": [config_changed(_cells_digest(cells)), (self._group_stands, [key])],
                     "verbosity": 2,
                 }
 
         def task_manifest() -> dict[str, Any]:
             """Write manifest.json with one entry per cell, then the artifacts/ links."""
-            return {"actions": [self._publish], "task_dep": ["cell"], "uptodate": [False], "verbosity": 2}
+            return {"actions": [self._publish], "task_dep": ["cells"], "uptodate": [False], "verbosity": 2}
 
-        ns["task_cell"] = task_cell
+        ns["task_cells"] = task_cells
         ns["task_manifest"] = task_manifest
         return ns
 
@@ -183,7 +209,7 @@ class BuildRun:
             if done.fresh:
                 self.compiled.append(key)
             return
-        if compile_done(self.store, key):  # in the Store already (doit's state did not know): nothing to do
+        if self.ledger.compile_done(key):  # in the Store already (doit's state did not know): nothing to do
             return
         cell = self.compiles[key]
         assert cell.spec is not None
@@ -198,11 +224,29 @@ class BuildRun:
         self.compiled.append(key)
         self.display.compile_finished(label, took, True, outcome.meta["produced"])
 
+    def _compile_stands(self, key: str) -> bool:
+        return self.ledger.compile_done(key)
+
+    def _group_stands(self, key: str) -> bool:
+        ledger = self.ledger
+        return all(ledger.stands(cell) for cell in self.groups[key])
+
+    def _group(self, key: str) -> None:
+        """Redo the compile key's cells that do not stand (each resolved and finalized once)."""
+        ledger = self.ledger
+        for cell in self.groups[key]:
+            if not ledger.stands(cell):
+                self._cell(cell)
+            elif self.parallel is None or cell.id not in self.parallel.shown:
+                self.display.cell_cached(cell.id)
+
     def _cell(self, cell: Cell) -> None:
         self.redone.add(cell.id)
         if self.parallel is not None and cell.id in self.parallel.cell_results:
+            self.results[cell.id] = self.parallel.cell_results[cell.id]
             return  # built ahead of doit (shown already)
         result = build_cell(self.store, cell)
+        self.results[cell.id] = result
         if result.ok:
             what = (
                 f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
@@ -212,17 +256,36 @@ class BuildRun:
             what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
         self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
 
+    def rows(self) -> list[tuple[Cell, CellResult | None]]:
+        """Each cell with its result: redone in this run, else as the survey found it (None when it
+        has none, or its artifact is gone or damaged: the manifest never names a missing artifact)."""
+        ledger = self.ledger
+        done = {} if self.parallel is None else self.parallel.cell_results
+        out: list[tuple[Cell, CellResult | None]] = []
+        for cell in self.cells:
+            result = self.results.get(cell.id) or done.get(cell.id)
+            if result is None:
+                result = ledger.stored.get(cell.id)
+                if result is not None and result.ok and not ledger.stands(cell):
+                    result = None
+            out.append((cell, result))
+        return out
+
     def _publish(self) -> None:
         """Write the manifest and the links. A failure to write them is kept in ``output_error`` (the
         entries are still known, for the report), never raised into doit."""
         if not self.publish:
             return
         try:
-            rows = collect(self.store, self.cells)
+            rows = self.rows()
             self.entries = [entry_for(cell, result) for cell, result in rows]
-            self.entries = publish(
-                self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows)
+            publish(
+                self.build_dir,
+                rows,
+                None if self.sections is None else self.sections(self.store, rows),
+                entries=self.entries,
             )
+            index_cells(self.ledger, self.store, self.cells)  # the next run's survey reads these
         except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
             message = (
                 str(exc)
@@ -250,7 +313,15 @@ class BuildRun:
         stream = _TracebackTrap(sys.stderr)
         try:
             self.parallel = Parallel(
-                self.store, self.ref, self.scale, self.compiles, self.cells, self.display, _label, self._warn
+                self.store,
+                self.ref,
+                self.scale,
+                self.compiles,
+                self.cells,
+                self.display,
+                _label,
+                self._warn,
+                ledger=self.ledger,
             )
             self.parallel.run()
             with contextlib.redirect_stderr(stream):
@@ -283,6 +354,7 @@ class BuildRun:
         if relinked:
             self.display.warn(f"re-linked {relinked} artifact(s) to the manifest of an interrupted build")
         check_state_file(self.build_dir / STATE_FILE, self._warn)
+        self._ledger = survey(self.store, self.cells)  # after the clean-up: what this run starts from
 
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
@@ -343,8 +415,9 @@ def _label(cell: Cell) -> str:
     return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
 
 
-def _reusable(store: Store, cell: Cell) -> bool:
-    return reusable(store, cell) is not None
+def _cells_digest(cells: list[Cell]) -> str:
+    """What a ``cells:`` task's doit state remembers: its cells' ids and keys."""
+    return digest([[c.id, c.cell_key] for c in cells])
 
 
 def scope_inventory_cache(build_dir: Path) -> None:
