@@ -80,6 +80,14 @@ class Ledger:
         state = self.compiles.get(key)
         return state is not None and state.done
 
+    def artifact_state(self, result: CellResult) -> str:
+        """ "ok" | "missing" | "damaged" for an ok result's artifact, as the survey found it."""
+        key = result.artifact_key
+        if key is None or not is_key(key):
+            return "damaged"
+        state, recorded = self.artifacts.get(key, ("missing", None))
+        return state if state != "ok" or recorded == result.artifact_hash else "damaged"
+
     def stands(self, cell: Cell) -> bool:
         return cell.id in self.standing
 
@@ -266,17 +274,18 @@ def _parse(store: Store, cell: Cell, body: Any, read_only: bool) -> CellResult |
         return None
     if result.cell_key != cell.cell_key:
         return None
-    if result.ok and not is_key(result.artifact_key):
-        if not read_only:
-            store.drop_record("results", cell.cell_key)  # forged or damaged: never used as a path
+    if result.ok and not is_key(result.artifact_key) and not read_only:
+        store.drop_record("results", cell.cell_key)  # forged or damaged: never used as a path
         return None
-    return result
+    return result  # read-only: kept, and its artifact is "damaged" (_artifact_ok never makes it a path)
 
 
 def _artifact_ok(store: Store, ledger: Ledger, result: CellResult, read_only: bool) -> bool:
     if not result.ok:
         return True
     key = result.artifact_key
+    if not is_key(key):
+        return False
     assert key is not None
     known = ledger.artifacts.get(key)
     if known is None:

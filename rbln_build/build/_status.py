@@ -25,16 +25,17 @@ up to date and nothing was removed, 1 otherwise, 2 for a configuration error.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._ledger import Ledger, entry_state, read_record, survey
 from ._matrix import Cell
-from ._result import CellResult
-from ._store import ENTRY_FILE, FILES_DIR, Store, _meta_hash, _result_hash, _stats, content_hash, is_key
+from ._store import Store
 
-__all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main"]
+__all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main", "entry_state", "read_record"]
 
 UP_TO_DATE, COMPILE, RESOLVE, FINALIZE = "up to date", "would compile", "would re-resolve", "would finalize"
 
@@ -47,36 +48,6 @@ class CellStatus:
 
     def to_json(self) -> dict[str, Any]:
         return {"cell": self.cell, "state": self.state, "reasons": list(self.reasons)}
-
-
-def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] | None]:
-    """("ok", meta) | ("missing", None) | ("damaged", None), read-only (unlike Store.lookup)."""
-    path = store.entry_path(kind, key)
-    try:
-        record = json.loads((path / ENTRY_FILE).read_bytes())
-        meta, recorded = record["meta"], record["content_hash"]
-        if record.get("key") != key:
-            return "damaged", None
-    except FileNotFoundError:
-        return ("damaged" if path.exists() else "missing"), None
-    except (OSError, ValueError, KeyError, TypeError):
-        return "damaged", None
-    files = path / FILES_DIR
-    if _stats(files) == record.get("stat") and record.get("meta_hash") == _meta_hash(meta):
-        return "ok", meta
-    return ("ok", meta) if content_hash(files, meta) == recorded else ("damaged", None)
-
-
-def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
-    """A record's body if it is there and intact, read-only (Store.load_record removes a damaged one)."""
-    try:
-        record = json.loads(store.record_path(kind, key).read_bytes())
-        body = record["result"]
-        if record["key"] != key or record["content_hash"] != _result_hash(body):
-            return None
-        return body  # type: ignore[no-any-return]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return None
 
 
 def _show(value: Any) -> str:
@@ -147,7 +118,8 @@ def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[s
 
 
 def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus], list[str]]:
-    """Every cell's state and reasons, and the ids the manifest has but the matrix no longer does."""
+    """Every cell's state and reasons, and the ids the manifest has but the matrix no longer does.
+    The Store is read once, as a build reads it (``_ledger.survey``), without changing anything."""
     from ._manifest import entry_for
 
     store = Store(build_dir / "cache", warn=lambda message: None)
@@ -155,12 +127,17 @@ def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus],
         old_entries: dict[str, Any] = json.loads((build_dir / "manifest.json").read_bytes())["cells"]
     except (OSError, ValueError, KeyError, TypeError):
         old_entries = {}
-    compiles: dict[str, str] = {}
+    ledger = survey(store, cells, read_only=True)
+    links = os.path.join(build_dir, "artifacts")
     ids = {c.id for c in cells}
     out: list[CellStatus] = []
     for cell in cells:
-        inputs = cell.inputs()
         old = old_entries.get(cell.id)
+        state, extra = _state(ledger, cell, old, links, entry_for)
+        if state == UP_TO_DATE:
+            out.append(CellStatus(cell.id, state))
+            continue
+        inputs = cell.inputs()
         reasons: list[str] = []
         if old is None:
             pred = _predecessor(inputs, old_entries, ids)
@@ -171,45 +148,34 @@ def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus],
                 reasons.append(f"new cell id (the manifest has {pred['cell']})")
         else:
             reasons.extend(changed_inputs(old.get("inputs") or {}, inputs))
-        state, extra = _state(store, cell, compiles, old, entry_for)
-        if state == UP_TO_DATE:
-            out.append(CellStatus(cell.id, state))
-            continue
         if not reasons or extra not in reasons:
             reasons.extend([extra] if extra else [])
         out.append(CellStatus(cell.id, state, reasons))
     return out, sorted(cid for cid in old_entries if cid not in ids)
 
 
-def _state(
-    store: Store, cell: Cell, compiles: dict[str, str], old: dict[str, Any] | None, entry_for: Any
-) -> tuple[str, str]:
+def _state(ledger: Ledger, cell: Cell, old: dict[str, Any] | None, links: str, entry_for: Any) -> tuple[str, str]:
     if cell.compile_key is not None:
-        if cell.compile_key not in compiles:
-            compiles[cell.compile_key] = entry_state(store, "compile", cell.compile_key)[0]
-        compiled = compiles[cell.compile_key]
-        if compiled != "ok":
-            failure = read_record(store, "failures", cell.compile_key) if compiled == "missing" else None
-            if failure is None or failure.get("retry", True):
-                what = "no compile entry in the cache" if compiled == "missing" else "the compile entry is damaged"
+        compiled = ledger.compiles[cell.compile_key]
+        if compiled.entry != "ok":
+            failure = compiled.failure if compiled.entry == "missing" else None
+            if failure is None or failure.retry:
+                what = (
+                    "no compile entry in the cache" if compiled.entry == "missing" else "the compile entry is damaged"
+                )
                 return (
                     COMPILE,
-                    what if failure is None else f"the compile failed before and is retried: {failure.get('error')}",
+                    what if failure is None else f"the compile failed before and is retried: {failure.error}",
                 )
-    try:
-        body = read_record(store, "results", cell.cell_key)
-        result = None if body is None else CellResult.from_json(body)
-    except (OSError, TypeError, ValueError):
-        result = None
+    result = ledger.stored.get(cell.id)
     if result is None or result.retry:
         return RESOLVE, "no stored result for this cell key" if result is None else f"retried: {result.error}"
     if result.ok:
-        key = result.artifact_key
-        state = entry_state(store, "artifacts", key)[0] if key is not None and is_key(key) else "damaged"
+        state = ledger.artifact_state(result)
         if state != "ok":
             return FINALIZE, f"artifact {state}"
-        link = store.root.parent / "artifacts" / cell.id
-        if not link.is_symlink() or not link.exists():
+        link = os.path.join(links, cell.id)
+        if not os.path.islink(link) or not os.path.exists(link):
             return FINALIZE, f"artifact link artifacts/{cell.id} is missing"
     if old != entry_for(cell, result):
         return FINALIZE, "the manifest entry is not what a build would publish"
