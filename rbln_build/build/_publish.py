@@ -41,7 +41,7 @@ ARTIFACTS_DIR = "artifacts"
 MANIFEST_FILE = "manifest.json"
 SUMMARY_FILE = "summary.json"
 # Files of the build directory written through a ".tmp-<name>-*" sibling (progress-history.json: _progress)
-_OWN_FILES = (MANIFEST_FILE, SUMMARY_FILE, "progress-history.json")
+_OWN_FILES = (MANIFEST_FILE, SUMMARY_FILE, "progress-history.json", "results.txt")
 PUBLISHING_FILE = ".publishing"  # present from a manifest change until its links are done
 
 
@@ -155,7 +155,7 @@ def write_summary(
 
 def clean_leftovers(build_dir: Path) -> int:
     """Remove what killed runs left in the build directory: ``.tmp-manifest.json-*``,
-    ``.tmp-summary.json-*``, ``.tmp-progress-history.json-*`` and ``.tmp-.publishing-*`` files (``write_atomic``), ``artifacts/.tmp-*`` symlinks (``link_atomic``)
+    ``.tmp-summary.json-*``, ``.tmp-results.txt-*``, ``.tmp-progress-history.json-*`` and ``.tmp-.publishing-*`` files (``write_atomic``), ``artifacts/.tmp-*`` symlinks (``link_atomic``)
     and the inventory cache's ``*.json.*.tmp`` files. Only those names, and never a directory: a
     user's own entry is left alone. Call only while holding the build lock."""
     removed = 0

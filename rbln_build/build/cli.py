@@ -117,32 +117,6 @@ def _compose_jobs(
     return jobs, errors, called[0]
 
 
-def _table(entries: list[dict[str, Any]], redone: set[str]) -> str:
-    rows = [("cell", "status", "blocks", "full", "floor", "budget", "budget bytes", "produced", "this run")]
-    for e in entries:
-        status = e["status"]
-        rows.append(
-            (
-                e["cell"],
-                status,
-                "-" if e["kvcache_num_blocks"] is None else str(e["kvcache_num_blocks"]),
-                "-" if e["num_full_blocks"] is None else str(e["num_full_blocks"]),
-                "-" if e["num_min_blocks"] is None else str(e["num_min_blocks"]),
-                repr(e["memory_budget"]) if not isinstance(e["memory_budget"], str) else e["memory_budget"],
-                "-" if e["budget_bytes"] is None else f"{e['budget_bytes']:,}",
-                e["produced"] or "-",
-                "built" if e["cell"] in redone else "cached",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    for e in entries:
-        if e["status"] in ("failed", "unexpected_success", "expected_failure") and e["error"]:
-            lines.append(f"{e['cell']} [{e['status']}, {e['error_kind']}]: {e['error']}")
-    return "\n".join(lines)
-
-
 def _lock(build_dir: Path) -> Any:
     """Create the build directory and hold its lock; a place that cannot be written is a
     configuration error naming build_dir (exit 2)."""
@@ -157,7 +131,24 @@ def _lock(build_dir: Path) -> Any:
         ) from None
 
 
-def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
+def _results(entries: list[dict[str, Any]], redone: set[str], build_dir: Path, full: bool) -> str:
+    """The full table (up to _table.FULL_TABLE_MAX cells, or ``--full-table``), else a summary that
+    names ``results.txt``, which always holds the full table of the run."""
+    from ._store import write_atomic
+    from ._table import FULL_TABLE_MAX, TABLE_FILE, full_table, summary_table
+
+    table = full_table(entries, redone)
+    path: Path | None = build_dir / TABLE_FILE
+    try:
+        write_atomic(path, (table + "\n").encode("utf-8"))  # type: ignore[arg-type]
+    except OSError:
+        path = None
+    if full or len(entries) <= FULL_TABLE_MAX:
+        return table
+    return summary_table(entries, redone, None if path is None else str(path))
+
+
+def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False) -> int:
     from ._matrix import expand_all
     from ._tasks import BuildRun
 
@@ -179,7 +170,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         entries = build.entries or []
     finally:
         lock.release()
-    print(_table(entries, build.redone))
+    print(_results(entries, build.redone, build_dir, full_table))
     took = time.perf_counter() - started
     counts = (
         f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['finalized']} finalized, "
@@ -262,13 +253,15 @@ def main() -> None:
             sys.exit(2)
     from ._guard import DeferredSweep, report_internal
 
+    full_table = "--full-table" in argv  # ours, not Hydra's: the table of every cell, however many
+    argv = [a for a in argv if a != "--full-table"]
     sweep = DeferredSweep(argv)  # a sweep's multirun.yaml waits until every job composed
     state: dict[str, Any] = {}
     try:
         jobs = compose(argv)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             sys.exit(0)
-        code = _build(jobs, sweep, state)
+        code = _build(jobs, sweep, state, full_table)
     except RblnBuildError as exc:
         print(f"rbln-build: {exc}", file=sys.stderr)
         sys.exit(2)
