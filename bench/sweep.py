@@ -20,12 +20,15 @@ For each matrix, side by side in one run (each measured ``--repeat`` times, the 
 * fresh build (the build dir removed first; ``--fresh-repeat`` times, default 1);
 * no-op rebuild (checked: nothing compiled, nothing redone);
 * ``rbln-build status`` (checked: exit 0, everything up to date);
-* ``rbln-build report`` (when matplotlib is installed);
+* ``rbln-build report`` (when matplotlib is installed): once with no figures drawn yet, then
+  ``--repeat`` times reusing them (``report/.figures``);
 
 plus the no-op of the 18-cell default matrix (built once into ``<root>/default``), and
 ``python -c "import hydra, doit"`` measured ``--repeat`` times before every group. Every figure is
 a ratio to the minimum of all those import runs. The machine's cores may be shared with other work:
-the minimum of the repeats is the figure least disturbed by it. The no-op's cost per cell is fitted
+the minimum of the repeats is the figure least disturbed by it, and each run's CPU time (user +
+system, from the kernel's accounting of the child) is reported beside its wall time, also as a
+ratio to the import's: it moves far less with the load than the wall time does. The no-op's cost per cell is fitted
 from the two matrices (the slope between 1,008 and 10,008 cells).
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -71,10 +75,21 @@ def write_project(root: Path) -> Path:
     return project
 
 
+CPU: list[float] = []  # the CPU seconds (user + system) of each timed() child, in order
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    cpu = _children_cpu()
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
-    return time.perf_counter() - started, proc
+    took = time.perf_counter() - started
+    CPU.append(_children_cpu() - cpu)
+    return took, proc
 
 
 class Bench:
@@ -83,7 +98,9 @@ class Bench:
         self.repeat = repeat
         self.env = dict(os.environ, RBLN_BUILD_CACHE=str(root / "inventory"), HF_HUB_OFFLINE="1")
         self.imports: list[float] = []
+        self.import_cpu: list[float] = []
         self.rows: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
         self.notes: dict[str, Any] = {}
 
     def cli(self, *args: str) -> list[str]:
@@ -92,10 +109,12 @@ class Bench:
     def baseline(self) -> None:
         for _ in range(self.repeat):
             self.imports.append(timed([sys.executable, "-c", "import hydra, doit"], self.env)[0])
+            self.import_cpu.append(CPU[-1])
 
     def record(self, label: str, took: float) -> None:
         self.rows.setdefault(label, []).append(took)
-        print(f"  {label}: {took:.2f}s", file=sys.stderr, flush=True)
+        self.cpu.setdefault(label, []).append(CPU[-1])
+        print(f"  {label}: {took:.2f}s (cpu {CPU[-1]:.2f}s)", file=sys.stderr, flush=True)
 
     def build_args(self, name: str, project: Path | None) -> list[str]:
         build = self.root / name
@@ -136,6 +155,11 @@ class Bench:
             self.record(f"{name} status", took)
 
     def report(self, name: str) -> None:
+        shutil.rmtree(self.root / name / "report", ignore_errors=True)  # the first report draws every figure
+        took, proc = timed(self.cli("report", f"build_dir={self.root / name}"), self.env)
+        if proc.returncode != 0:
+            sys.exit(f"{name}: report failed:\n{proc.stderr[-2000:]}")
+        self.record(f"{name} report, drawing the figures", took)
         for _ in range(self.repeat):
             took, proc = timed(self.cli("report", f"build_dir={self.root / name}"), self.env)
             if proc.returncode != 0:
@@ -198,19 +222,35 @@ def main() -> None:
         if report:
             bench.baseline()
             bench.report(name)
-    base = min(bench.imports)
+    base, base_cpu = min(bench.imports), min(bench.import_cpu)
     rows = [
-        {"what": 'python -c "import hydra, doit"', "min_s": round(base, 3), "n": len(bench.imports), "x_import": 1.0}
+        {
+            "what": 'python -c "import hydra, doit"',
+            "min_s": round(base, 3),
+            "n": len(bench.imports),
+            "x_import": 1.0,
+            "cpu_s": round(base_cpu, 3),
+            "cpu_x_import": 1.0,
+        }
     ]
     for label, times in bench.rows.items():
+        cpu = min(bench.cpu[label])
         rows.append(
-            {"what": label, "min_s": round(min(times), 3), "n": len(times), "x_import": round(min(times) / base, 2)}
+            {
+                "what": label,
+                "min_s": round(min(times), 3),
+                "n": len(times),
+                "x_import": round(min(times) / base, 2),
+                "cpu_s": round(cpu, 3),
+                "cpu_x_import": round(cpu / base_cpu, 2),
+            }
         )
     fit = {}
     if "k10 no-op" in bench.rows and "k1 no-op" in bench.rows:
-        slope = (min(bench.rows["k10 no-op"]) - min(bench.rows["k1 no-op"])) / (10008 - 1008)
-        fit["no-op cost per cell (us)"] = round(slope * 1e6, 1)
-        fit["no-op fixed cost (s)"] = round(min(bench.rows["k1 no-op"]) - slope * 1008, 3)
+        for what, table in (("wall", bench.rows), ("cpu", bench.cpu)):
+            slope = (min(table["k10 no-op"]) - min(table["k1 no-op"])) / (10008 - 1008)
+            fit[f"no-op cost per cell, {what} (us)"] = round(slope * 1e6, 1)
+            fit[f"no-op fixed cost, {what} (s)"] = round(min(table["k1 no-op"]) - slope * 1008, 3)
     out = {
         "repeat": opts.repeat,
         "rows": rows,
@@ -220,9 +260,12 @@ def main() -> None:
         "import_s": bench.imports,
     }
     width = max(len(r["what"]) for r in rows)
-    print(f"{'what'.ljust(width)}    min   x import  (n: runs, the minimum kept)")
+    print(f"{'what'.ljust(width)}  wall min  x import   cpu min  x import  (n: runs, the minimum kept)")
     for r in rows:
-        print(f"{r['what'].ljust(width)}  {r['min_s']:6.2f}s  {r['x_import']:7.2f}  (n={r['n']})")
+        print(
+            f"{r['what'].ljust(width)}  {r['min_s']:7.2f}s  {r['x_import']:8.2f}  {r['cpu_s']:7.2f}s  "
+            f"{r['cpu_x_import']:8.2f}  (n={r['n']})"
+        )
     for k, v in {**fit, **bench.notes}.items():
         print(f"{k}: {v}")
     if opts.json:
