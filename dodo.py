@@ -1,8 +1,8 @@
 """doit entry point at the repository root: the same tasks, state and build directory as `rbln-build`.
 
-    doit list                     # tasks of the default matrix
-    doit info cell:qwen3_8b.rebel100.b0.3
-    doit forget cell:qwen3_8b.rebel100.b0.3
+    doit list                     # tasks of the default matrix: compile:<label>, cells:<label>, manifest
+    doit info cells:qwen3_8b.RBLN-CR.x1.<key prefix>
+    doit forget cells:qwen3_8b.RBLN-CR.x1.<key prefix>
     RBLN_BUILD_OVERRIDES="matrix=plans budget=0.3" doit list
 
 Build with `rbln-build` (it holds the build lock and prints the results table). `doit run` (and

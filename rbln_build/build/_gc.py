@@ -8,7 +8,7 @@ artifact its result points at (``cache/artifacts``).
 
 Removed: ``artifacts/<cell id>`` links of cells in neither the matrix nor the manifest (only
 symlinks that rbln-build made; a real file there is reported and left alone), and every cache entry
-and record not kept. ``cache/inventory`` and ``cache/weights`` (the memory model's and the
+and record not kept (a compile key's results index goes with its compile entry). ``cache/inventory`` and ``cache/weights`` (the memory model's and the
 checkpoints' digest caches, small) are left alone. gc holds the build lock, so it never races a
 build. It reports what it removed and the bytes freed; ``--dry-run`` reports the same, removes nothing.
 """
@@ -115,6 +115,11 @@ def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[t
             for path in sorted(folder.glob("*.json")):
                 if is_key(path.stem) and path.stem not in kept.keys[kind]:
                     rows.append((kind, path, _size(path)))
+    folder = store.root / "index"  # a compile key's results index (_ledger) goes with its compile key
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.json")):
+            if is_key(path.stem) and path.stem not in kept.keys["compile"]:
+                rows.append(("index", path, _size(path)))
     return rows, notes
 
 

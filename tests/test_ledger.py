@@ -1,0 +1,108 @@
+"""The single pass over the Store (``_ledger.survey``): each compile key, result and artifact is
+read once, through each compile key's results index when the records did not change since; the
+records stay the ground truth, and a no-op writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rbln_build.build._config import compose_settings
+from rbln_build.build._ledger import INDEX_KIND, read_index, survey
+from rbln_build.build._matrix import Cell, expand_all
+from rbln_build.build._store import Store
+from rbln_build.build._tasks import BuildRun
+
+
+def _build(build_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[BuildRun, list[Cell]]:
+    _, cells = expand_all(
+        [compose_settings(["matrix=plans", "matrix.budgets=[0.3,0.4,0.5]", f"build_dir={build_dir}"])]
+    )
+    run = BuildRun(build_dir, cells, progress=False)
+    assert run.run() == 0
+    run.summary()
+    capsys.readouterr()
+    return run, cells
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            st = os.lstat(os.path.join(dirpath, n))
+            out[os.path.join(dirpath, n)] = (st.st_mtime_ns, st.st_ino)
+    return out
+
+
+@pytest.fixture
+def built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[Path, list[Cell]]:
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))
+    _, cells = _build(tmp_path / "b", capsys)
+    return tmp_path / "b", cells
+
+
+def test_a_no_op_reads_the_index_and_writes_nothing_in_the_cache(
+    built: tuple[Path, list[Cell]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    build, cells = built
+    keys = {c.compile_key for c in cells}
+    assert sorted(p.name for p in (build / "cache" / INDEX_KIND).iterdir()) == sorted(f"{k}.json" for k in keys)
+    ledger = survey(Store(build / "cache"), cells)
+    assert ledger.standing == {c.id for c in cells} and ledger.from_index == {c.cell_key for c in cells}
+    assert len(ledger.artifacts) < len([c for c in cells if ledger.stored[c.id].ok])  # shared ones once  # type: ignore[union-attr]
+    before = _snapshot(build / "cache")
+    manifest = (build / "manifest.json").read_bytes()
+    run, _ = _build(build, capsys)
+    assert (run.compiled, run.redone) == ([], set())
+    assert _snapshot(build / "cache") == before and (build / "manifest.json").read_bytes() == manifest
+
+
+def test_a_record_rewritten_after_the_index_is_read_from_the_record(built: tuple[Path, list[Cell]]) -> None:
+    build, cells = built
+    store = Store(build / "cache")
+    cell = next(c for c in cells if c.id == "qwen3_8b.rebel100.b0.3")
+    body = store.load_record("results", cell.cell_key)
+    assert body is not None
+    body["kvcache_num_blocks"] = 3  # a consistent forgery: the record's self-hash is recomputed
+    store.save_record("results", cell.cell_key, body)
+    ledger = survey(store, cells)
+    assert cell.cell_key not in ledger.from_index
+    assert ledger.stored[cell.id].kvcache_num_blocks == 3  # type: ignore[union-attr]  # the record, not the index
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_index_is_ignored_and_rewritten(
+    built: tuple[Path, list[Cell]], capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    build, cells = built
+    store = Store(build / "cache")
+    key = cells[0].compile_key
+    assert key is not None
+    path = build / "cache" / INDEX_KIND / f"{key}.json"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else data.replace(b'"plan"', b'"PLAN"', 1))
+    assert read_index(store, key) == {}
+    ledger = survey(store, cells)
+    assert ledger.standing == {c.id for c in cells}  # read from the records instead
+    assert not {c.cell_key for c in cells if c.compile_key == key} & ledger.from_index
+    run, _ = _build(build, capsys)
+    assert run.redone == set() and path.read_bytes() == data  # the same index again
+
+
+def test_a_read_only_survey_removes_nothing(built: tuple[Path, list[Cell]]) -> None:
+    build, cells = built
+    store = Store(build / "cache")
+    ok = next(c for c in cells if c.id == "llama3_2_1b.rebel100.b0.5")
+    record = store.record_path("results", ok.cell_key)
+    record.write_text("{")
+    result = json.loads(json.dumps(store.load_record("results", cells[0].cell_key)))
+    artifact = build / "cache" / "artifacts" / result["artifact_key"] / "files" / "rbln-build.json"
+    artifact.write_text(artifact.read_text() + " ")
+    ledger = survey(store, cells, read_only=True)
+    assert ok.id not in ledger.standing and ledger.stored[ok.id] is None and record.read_text() == "{"
+    assert ledger.artifact_state(ledger.stored[cells[0].id]) == "damaged" and artifact.is_file()  # type: ignore[arg-type]
