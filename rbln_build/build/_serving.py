@@ -114,7 +114,7 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
             "model id to take one from; add the checkpoint's tokenizer files to the recipe (tokenizer: {files: "
             "[...]}, as `rbln-build recipe add` does) and rebuild, or set source.model_id"
         )
-    elif not cell.recipe.tokenizer_files:
+    elif precompiled and not cell.recipe.tokenizer_files:
         notes.append(f"the cell carries no tokenizer: vllm-rbln takes {tokenizer}'s")
     return {
         "engine": ENGINE,
