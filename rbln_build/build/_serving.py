@@ -153,8 +153,8 @@ def command_for(
     model = serving["model"]
     tokenizer = serving.get("tokenizer")
     argv = ["vllm", "serve", place(str(model)), "--port", str(port)]
-    if tokenizer is not None:
-        argv += ["--tokenizer", place(str(tokenizer))]
+    if tokenizer is not None and (tokenizer != model or str(tokenizer).startswith(CELL_PREFIX)):
+        argv += ["--tokenizer", place(str(tokenizer))]  # a hub model's own tokenizer is vllm's default
     flags = serving["flags"]
     for name in FLAG_ORDER:
         if name in flags:
