@@ -19,19 +19,17 @@ Groups (``conf/<group>/<option>.yaml``)::
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..errors import ConfigError, EstimateError
 from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
-from ..memory._shipped import shipped_dir
-from ._checks import check_build_dir, check_count, check_name, check_options, expected_failure_fields
+from ._checks import check_build_dir, check_count, check_name, expected_failure_fields
+from ._groups import CONF_DIR, _plain, device_from_node, list_group_options, load_group_option, model_from_node
 from ._scale import scale_from_config
 from ._schema import (
     AttnImpl,
@@ -41,7 +39,7 @@ from ._schema import (
     MatrixConf,
     MatrixIncludeConf,
     ModelConf,
-    register_configs,
+    register_build_schema,
 )
 from ._settings import BuildSettings, Device, ExpectedFailure, Matrix, Model, SubMatrix
 
@@ -67,53 +65,13 @@ __all__ = [
     "compose_settings",
 ]
 
-CONF_DIR = shipped_dir("conf")  # the shipped configs (a project layers its own over them: _project)
 
+def register_configs() -> None:
+    """Register the build's and the deployments' schemas in Hydra's ConfigStore (idempotent)."""
+    from ._deployment import register_deployment_schema
 
-def _dirs(conf_dir: Path | Sequence[Path]) -> tuple[Path, ...]:
-    return (conf_dir,) if isinstance(conf_dir, Path) else tuple(conf_dir)
-
-
-def list_group_options(group: str, conf_dir: Path | Sequence[Path] = CONF_DIR) -> list[str]:
-    return sorted({p.stem for d in _dirs(conf_dir) for p in (d / group).glob("*.yaml")})
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
-    if isinstance(value, enum.Enum):
-        return value.value
-    return value
-
-
-def load_group_option(group: str, name: str, where: str, conf_dir: Path | Sequence[Path] = CONF_DIR) -> DictConfig:
-    """Load conf/<group>/<name>.yaml against its schema; errors name the file and the key. With
-    several config folders (a project's, then the shipped), the first that has the file wins."""
-    schema = {"device": DeviceConf, "model": ModelConf}[group]
-    check_name(where, name)
-    dirs = _dirs(conf_dir)
-    found = [d / group / f"{name}.yaml" for d in dirs] if isinstance(name, str) else []
-    path = next((f for f in found if f.is_file()), None)
-    if path is None:
-        known = ", ".join(list_group_options(group, dirs))
-        places = ", ".join(str(d / group) for d in dirs)
-        raise ConfigError(f"{where}: unknown {group} {name!r}; known: {known} (files in {places}).")
-    try:
-        return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))  # type: ignore[return-value]
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{path}: {exc}".rstrip()) from None
-
-
-def _device(name: str, node: Any) -> Device:
-    check_count(f"device {name} (conf/device/{name}.yaml): num_devices", "num_devices", node.num_devices)
-    return Device(name=name, npu=str(node.npu), num_devices=int(node.num_devices))
-
-
-def _model(name: str, node: Any) -> Model:
-    options = {k: _plain(node[k]) for k in node if k != "recipe" and node[k] is not None}
-    check_name(f"model {name} (conf/model/{name}.yaml): recipe", node.recipe)
-    check_options(f"model {name} (conf/model/{name}.yaml)", options)
-    return Model(name=name, recipe=str(node.recipe), options=tuple(sorted(options.items())))
+    register_build_schema()
+    register_deployment_schema()
 
 
 def _positive_ints(where: str, values: Any) -> tuple[int, ...] | None:
@@ -202,9 +160,9 @@ class _Axes:
             if choices.get(group) is not None:
                 check_name(group, choices[group])
         if cfg.model is not None:
-            self.model = _model(str(choices.get("model")), cfg.model)
+            self.model = model_from_node(str(choices.get("model")), cfg.model)
         if cfg.device is not None:
-            self.device = _device(str(choices.get("device")), cfg.device)
+            self.device = device_from_node(str(choices.get("device")), cfg.device)
         if not OmegaConf.is_missing(cfg, "budget"):
             value = _plain(cfg.budget)
             scalar = not isinstance(value, list)
@@ -214,7 +172,7 @@ class _Axes:
         out = []
         for i, n in enumerate(names):
             if n not in self.models:
-                self.models[n] = _model(n, load_group_option("model", n, f"{where}[{i}]", self.conf_dirs))
+                self.models[n] = model_from_node(n, load_group_option("model", n, f"{where}[{i}]", self.conf_dirs))
             out.append(self.models[n])
         return tuple(out)
 
@@ -222,7 +180,7 @@ class _Axes:
         out = []
         for i, n in enumerate(names):
             if n not in self.devices:
-                self.devices[n] = _device(n, load_group_option("device", n, f"{where}[{i}]", self.conf_dirs))
+                self.devices[n] = device_from_node(n, load_group_option("device", n, f"{where}[{i}]", self.conf_dirs))
             out.append(self.devices[n])
         return tuple(out)
 

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._matrix import Cell
-from ._result import CellResult
-from ._store import ENTRY_FILE, FILES_DIR, Store, _meta_hash, _result_hash, _stats, content_hash, is_key
+from ..config import Cell
+from ..store import ENTRY_FILE, FILES_DIR, CellResult, Store, content_hash, file_stats, is_key, meta_hash, result_hash
 
 __all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main"]
 
@@ -62,7 +61,7 @@ def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] 
     except (OSError, ValueError, KeyError, TypeError):
         return "damaged", None
     files = path / FILES_DIR
-    if _stats(files) == record.get("stat") and record.get("meta_hash") == _meta_hash(meta):
+    if file_stats(files) == record.get("stat") and record.get("meta_hash") == meta_hash(meta):
         return "ok", meta
     return ("ok", meta) if content_hash(files, meta) == recorded else ("damaged", None)
 
@@ -72,7 +71,7 @@ def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
     try:
         record = json.loads(store.record_path(kind, key).read_bytes())
         body = record["result"]
-        if record["key"] != key or record["content_hash"] != _result_hash(body):
+        if record["key"] != key or record["content_hash"] != result_hash(body):
             return None
         return body  # type: ignore[no-any-return]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
@@ -148,7 +147,7 @@ def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[s
 
 def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus], list[str]]:
     """Every cell's state and reasons, and the ids the manifest has but the matrix no longer does."""
-    from ._manifest import entry_for
+    from ..pipeline import entry_for
 
     store = Store(build_dir / "cache", warn=lambda message: None)
     try:
@@ -234,8 +233,8 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path) -> s
 
 
 def main(argv: list[str]) -> int:
-    from ._matrix import expand_all
-    from .cli import compose
+    from ..config import expand_all
+    from ._build import compose
 
     as_json = "--json" in argv
     args = [a for a in argv if a != "--json"]

@@ -11,12 +11,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..config import Project, device_from_node, find_project, load_group_option, model_from_node, split_project_arg
 from ..errors import ConfigError
 from ..memory import Recipe, load_recipe
 from ..memory.explain import Resolver
 from ..memory.explain import main as explain_main
-from ._config import _device, _model, load_group_option
-from ._project import Project, find_project, split_project_arg
 
 __all__ = ["main", "resolver"]
 
@@ -25,8 +24,8 @@ def resolver(project: Project) -> Resolver:
     """(model, device) names -> (recipe, NPU, number of devices, the model config's build options)."""
 
     def resolve(model: str, device: str) -> tuple[Recipe, str, int, dict[str, Any]]:
-        m = _model(model, load_group_option("model", model, "explain model=", project.conf_dirs))
-        d = _device(device, load_group_option("device", device, "explain device=", project.conf_dirs))
+        m = model_from_node(model, load_group_option("model", model, "explain model=", project.conf_dirs))
+        d = device_from_node(device, load_group_option("device", device, "explain device=", project.conf_dirs))
         return load_recipe(m.recipe, project.recipe_dirs), d.npu, d.num_devices, dict(m.options)
 
     return resolve

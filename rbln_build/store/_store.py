@@ -97,7 +97,7 @@ def content_hash(files_dir: Path, meta: dict[str, Any]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _stats(files_dir: Path) -> dict[str, list[int]]:
+def file_stats(files_dir: Path) -> dict[str, list[int]]:
     out = {}
     for rel, path in _files(files_dir):
         st = path.stat()
@@ -146,7 +146,7 @@ class Store:
             self._discard(path, f"cache entry {path}: unreadable {ENTRY_FILE} ({exc}); removed, it will be rebuilt")
             return None
         files_dir = path / FILES_DIR
-        if not full and _stats(files_dir) == stats and record.get("meta_hash") == _meta_hash(meta):
+        if not full and file_stats(files_dir) == stats and record.get("meta_hash") == meta_hash(meta):
             return Entry(key, path, meta, recorded)
         actual = content_hash(files_dir, meta)
         if actual != recorded:
@@ -156,7 +156,7 @@ class Store:
                 "removed, it will be rebuilt",
             )
             return None
-        record["stat"] = _stats(files_dir)  # verified: refresh the fast-path fingerprint
+        record["stat"] = file_stats(files_dir)  # verified: refresh the fast-path fingerprint
         try:
             write_atomic(record_file, canonical_json(record).encode("utf-8"))
         except OSError:
@@ -177,8 +177,8 @@ class Store:
                 "key": key,
                 "meta": meta,
                 "content_hash": digest,
-                "stat": _stats(tmp / FILES_DIR),
-                "meta_hash": _meta_hash(meta),
+                "stat": file_stats(tmp / FILES_DIR),
+                "meta_hash": meta_hash(meta),
             }
             write_atomic(tmp / ENTRY_FILE, canonical_json(record).encode("utf-8"))
             _fsync_dir(tmp)
@@ -212,7 +212,7 @@ class Store:
         try:
             record = json.loads(data)
             body = record["result"]
-            if record["key"] != key or record["content_hash"] != _result_hash(body):
+            if record["key"] != key or record["content_hash"] != result_hash(body):
                 raise ValueError("hash or key does not match")
             return body  # type: ignore[no-any-return]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
@@ -220,7 +220,7 @@ class Store:
             return None
 
     def save_record(self, kind: str, key: str, body: dict[str, Any]) -> None:
-        record = {"key": key, "result": body, "content_hash": _result_hash(body)}
+        record = {"key": key, "result": body, "content_hash": result_hash(body)}
         write_atomic(self.record_path(kind, key), canonical_json(record).encode("utf-8"))
 
     def drop_record(self, kind: str, key: str) -> None:
@@ -262,12 +262,12 @@ class Store:
             pass
 
 
-def _meta_hash(meta: Any) -> str:
+def meta_hash(meta: Any) -> str:
     """The fast path re-hashes the metadata alone (the files are vouched for by their stat)."""
     return hashlib.sha256(canonical_json(meta).encode("utf-8")).hexdigest()
 
 
-def _result_hash(body: Any) -> str:
+def result_hash(body: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 

@@ -44,8 +44,7 @@ def _compose(overrides: list[str]) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ._config import compose_settings
-    from ._project import find_project, split_project_arg
+    from ..config import compose_settings, find_project, split_project_arg
 
     chosen, overrides = split_project_arg(overrides)
     try:
@@ -60,8 +59,8 @@ def _compose(overrides: list[str]) -> Any:
 
 
 def _plan(settings: Any, as_json: bool) -> int:
+    from ..config import plan_for
     from ..deploy import plan_json, render_plan
-    from ._colocation import plan_for
 
     plan = plan_for(settings)
     name = settings.deployment.name
@@ -73,8 +72,8 @@ def _plan(settings: Any, as_json: bool) -> int:
 
 
 def _explain(settings: Any, as_json: bool) -> int:
+    from ..config import plan_for
     from ..deploy import Demand, mib, plan_json, render_chiplets
-    from ._colocation import plan_for
 
     plan = plan_for(settings)
     name = settings.deployment.name
@@ -115,7 +114,7 @@ def _explain(settings: Any, as_json: bool) -> int:
 
 
 def _serve(settings: Any, as_json: bool) -> int:
-    from ._serving import command_for
+    from ..pipeline import command_for
 
     d = settings.deployment
     path = settings.build_dir / "manifest.json"
@@ -177,7 +176,7 @@ def main(argv: list[str]) -> int:
     """``argv``: the subcommand and its arguments (``plan deployment=x --json``)."""
     command, rest = argv[0], argv[1:]
     if any(a in ("-h", "--help", "help") for a in rest):
-        from ._config import list_group_options
+        from ..config import list_group_options
 
         options = [o for o in list_group_options("deployment") if o != "deployment_schema"]
         sys.stdout.write(USAGE.format(deployments=", ".join(options) or "none"))
@@ -194,3 +193,15 @@ def main(argv: list[str]) -> int:
     except RblnBuildError as exc:
         sys.stderr.write(f"rbln-build {command}: {exc}\n")
         return 1
+
+
+def plan_main(argv: list[str]) -> int:
+    return main(["plan", *argv])
+
+
+def serve_main(argv: list[str]) -> int:
+    return main(["serve-command", *argv])
+
+
+def explain_main(argv: list[str]) -> int:
+    return main(["explain", *argv])

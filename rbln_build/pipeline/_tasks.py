@@ -30,10 +30,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..config import Cell, Scale
 from ..errors import BuildError
+from ..store import LOCK_FILE, CellResult, CompileOutcome, Store
 from ._executors import Parallel, StoreRef
 from ._manifest import entry_for, summarize
-from ._matrix import Cell
 from ._progress import HISTORY_FILE, make_progress
 from ._publish import (
     ARTIFACTS_DIR,
@@ -45,15 +46,11 @@ from ._publish import (
     recover,
     write_summary,
 )
-from ._result import CellResult, CompileOutcome
-from ._scale import Scale
 from ._stages import LOG_DIR, build_cell, compile_done, compile_once, describe, reusable
-from ._store import Store
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
 
 STATE_FILE = ".doit.sqlite3"
-LOCK_FILE = ".lock"
 INVENTORY_ENV = "RBLN_BUILD_CACHE"  # rbln_build.memory._inventory's cache root
 
 
@@ -358,12 +355,11 @@ def scope_inventory_cache(build_dir: Path) -> None:
 def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
     """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
     e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
-    from ._config import compose_settings
-    from ._matrix import expand_all
+    from ..config import compose_settings, expand_all
 
     if overrides is None:
         overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
-    from ._project import find_project
+    from ..config import find_project
 
     settings = compose_settings(overrides, project=find_project())
     build_dir, cells = expand_all([settings])

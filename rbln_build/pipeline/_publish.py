@@ -19,13 +19,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config import Cell
 from ..errors import BuildError
 from ..estimator._limits import cell_id_problem
+from ..store import CellResult, Store, is_key, write_atomic
 from ._manifest import entry_for, render_json, render_manifest, summarize
-from ._matrix import Cell
-from ._result import CellResult
 from ._stages import reusable
-from ._store import Store, is_key, write_atomic
 
 __all__ = [
     "ARTIFACTS_DIR",

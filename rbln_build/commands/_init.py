@@ -18,9 +18,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..config import MARKER
 from ..errors import ConfigError
 from ..memory._shipped import shipped_dir
-from ._project import MARKER
 
 __all__ = ["scaffold", "main"]
 

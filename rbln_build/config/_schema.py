@@ -23,7 +23,7 @@ __all__ = [
     "MatrixIncludeConf",
     "MatrixConf",
     "BuildConf",
-    "register_configs",
+    "register_build_schema",
 ]
 
 
@@ -125,15 +125,13 @@ class BuildConf:
 _registered = False
 
 
-def register_configs() -> None:
-    """Register the schema in Hydra's ConfigStore (idempotent)."""
+def register_build_schema() -> None:
+    """Register the build's schema in Hydra's ConfigStore (idempotent); _config.register_configs
+    registers the deployments' schema beside it."""
     global _registered
     if _registered:
         return
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="rbln_build_schema", node=BuildConf)
-    from ._deployment import register_deployment_schema
-
-    register_deployment_schema()
     _registered = True

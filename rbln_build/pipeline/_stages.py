@@ -24,14 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, EstimateError, InputFailure, RblnBuildError
-from ._keys import digest
-from ._result import CellResult, CompileOutcome
-from ._store import Entry, Store, is_key
+from ..store import CellResult, CompileOutcome, Entry, Store, digest, is_key
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
+    from ..config import Cell
     from ..estimator import AllocationReport
-    from ._matrix import Cell
 
 __all__ = ["resolve", "finalize", "build_cell", "reusable", "compile_done", "artifact_key", "describe"]
 
@@ -129,7 +127,7 @@ def _parsed_report(content_hash: str, report_json: str) -> AllocationReport:
 
 
 def _report(entry: Entry) -> AllocationReport:
-    from ._keys import canonical_json
+    from ..store import canonical_json
 
     return _parsed_report(entry.content_hash, canonical_json(entry.meta["report"]))
 

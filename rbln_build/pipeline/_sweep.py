@@ -56,8 +56,8 @@ def run_job(num: int, overrides: list[str], settings: Any, error: BaseException 
     """In a launcher's worker: build this job's cells (under the build lock), then record the job."""
     from filelock import FileLock
 
-    from ._matrix import expand_all
-    from ._store import write_atomic
+    from ..config import expand_all
+    from ..store import write_atomic
     from ._tasks import LOCK_FILE, BuildRun
 
     record: dict[str, Any] = {"num": num, "overrides": list(overrides), "error": None}
@@ -79,7 +79,7 @@ def run_job(num: int, overrides: list[str], settings: Any, error: BaseException 
 def finish(folder: Path, project: Any = None) -> list[Any] | None:
     """In the parent, after the launcher returned: the jobs' settings in job order (None when no job
     ran in another process). Raises ConfigError for a job's configuration error."""
-    from ._config import compose_settings
+    from ..config import compose_settings
 
     try:
         records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]

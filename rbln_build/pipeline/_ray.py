@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ._executors import CompileDone, StoreRef, compile_job
-from ._result import CompileOutcome
-from ._store import Store
+from ..store import CompileOutcome, Store
+from ._jobs import CompileDone, StoreRef, compile_job
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
-    from ._scale import Scale
+    from ..config import Scale
 
 __all__ = ["RayCompiler", "resources_for", "BACKEND_RESOURCES", "EXTRA_HINT"]
 
@@ -55,7 +54,7 @@ def _compile_task(
     key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool
 ) -> tuple[CompileDone, bytes | None, str | None]:
     """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash)."""
-    from ._remote import pack_entry
+    from ..store import pack_entry
 
     work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
     try:
@@ -121,7 +120,7 @@ class RayCompiler:
         try:
             done, packed, recorded = fut.result()
             if packed is not None:
-                from ._remote import install_packed
+                from ..store import install_packed
 
                 store = self.ref.open(lambda _msg: None)
                 local = Store.lookup(store, "compile", key)  # this level only: the bytes are here

@@ -22,12 +22,10 @@ from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, 
 from ..errors import BackendUnavailable, ConfigError, EstimateError
 from ..estimator import AllocationReport, resolve_npu
 from ..memory import CompileSpec, Recipe, load_recipe
+from ..store import CellResult, Store, compile_key
 from ._config import BuildSettings, Matrix, Model, SubMatrix
 from ._deployment import Deployment, DeploymentModel
-from ._keys import compile_key
 from ._matrix import BUILD_OPTIONS, Cell, expand
-from ._result import CellResult
-from ._store import Store
 
 __all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRecords"]
 

@@ -100,7 +100,7 @@ def add_recipe(
 
 
 def main(argv: list[str]) -> int:
-    from ._project import find_project, split_project_arg
+    from ..config import find_project, split_project_arg
 
     chosen, rest = split_project_arg(argv)
     parser = argparse.ArgumentParser(prog="rbln-build recipe", description="Manage recipes of a project.")

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["run", "compose"]
 
 
 def _compose_jobs(
@@ -42,9 +42,9 @@ def _compose_jobs(
     from hydra.core.hydra_config import HydraConfig
     from omegaconf.errors import OmegaConfBaseException
 
+    from ..config import register_configs, settings_from_config
     from ..errors import ConfigError, RblnBuildError
-    from . import _sweep
-    from ._config import register_configs, settings_from_config
+    from ..pipeline import _sweep
     from ._guard import one_line
 
     register_configs()
@@ -147,7 +147,7 @@ def _lock(build_dir: Path) -> Any:
     """Create the build directory and hold its lock; a place that cannot be written is a
     configuration error naming build_dir (exit 2)."""
     from ..errors import ConfigError
-    from ._lock import acquire_build_lock
+    from ..store import acquire_build_lock
 
     try:
         return acquire_build_lock(build_dir)
@@ -158,13 +158,13 @@ def _lock(build_dir: Path) -> Any:
 
 
 def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
-    from ._matrix import expand_all
-    from ._tasks import BuildRun
+    from ..config import expand_all
+    from ..pipeline import BuildRun
 
     build_dir, cells = expand_all(jobs)
-    records = None  # a deployment's record for the manifest (rbln_build.build._colocation)
+    records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
     if any(j.deployment is not None for j in jobs):
-        from ._colocation import DeploymentRecords
+        from ..config import DeploymentRecords
 
         records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
@@ -200,7 +200,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     for problem in records.problems if records is not None else ():
         print(f"deployment: {problem}", file=sys.stderr)
     if summary["failed"]:
-        from ._progress import failure_summary
+        from ..pipeline import failure_summary
 
         print("\n".join(failure_summary(entries)), file=sys.stderr)
         names = summary["failed_cells"]
@@ -213,7 +213,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
 def compose(args: list[str], prog: str = "rbln-build") -> list[Any] | None:
     """The project (``--project``, RBLN_BUILD_PROJECT or found from the current directory) and the
     composed jobs; None when Hydra only printed something (--help, --cfg). Raises RblnBuildError."""
-    from ._project import find_project, split_project_arg
+    from ..config import find_project, split_project_arg
 
     chosen, rest = split_project_arg(args)
     project = find_project(chosen)
@@ -223,65 +223,17 @@ def compose(args: list[str], prog: str = "rbln-build") -> list[Any] | None:
     return jobs if called else None
 
 
-# Subcommands that are not a build: name -> "module:function" (function(argv) -> exit status).
-SUBCOMMANDS = {
-    "status": "rbln_build.build._status:main",
-    "init": "rbln_build.build._init:main",
-    "diff": "rbln_build.build._diff:main",
-    "gc": "rbln_build.build._gc:main",
-    "recipe": "rbln_build.build._recipe_add:main",
-}
-
-
-def main() -> None:
-    argv = sys.argv[1:]
-    if argv[:1] in (["plan"], ["serve-command"]) or (
-        argv[:1] == ["explain"] and any(a.startswith("deployment=") for a in argv)
-    ):
-        from ._deploy_cli import main as deploy_main
-
-        sys.exit(deploy_main(argv))
-    if argv[:1] == ["explain"]:
-        from ._explain_cli import main as explain_main
-
-        sys.exit(explain_main(argv[1:]))
-    if argv[:1] == ["report"]:
-        from ..reporting import main as report_main
-
-        sys.exit(report_main(argv[1:]))
-    from ..errors import RblnBuildError
-
-    if argv[:1] and argv[0] in SUBCOMMANDS:
-        import importlib
-
-        module, func = SUBCOMMANDS[argv[0]].split(":")
-        try:
-            sys.exit(getattr(importlib.import_module(module), func)(argv[1:]))
-        except RblnBuildError as exc:
-            print(f"rbln-build {argv[0]}: {exc}", file=sys.stderr)
-            sys.exit(2)
-    from ._guard import DeferredSweep, report_internal
+def run(argv: list[str], state: dict[str, Any]) -> int:
+    """The build command: compose ``argv`` (Hydra overrides and flags) and build the union of the
+    jobs' cells. Raises RblnBuildError for the user's mistakes (the boundary in _main reports them);
+    ``state["build_dir"]`` tells the boundary where to log an internal error."""
+    from ._guard import DeferredSweep
 
     sweep = DeferredSweep(argv)  # a sweep's multirun.yaml waits until every job composed
-    state: dict[str, Any] = {}
     try:
         jobs = compose(argv)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
-            sys.exit(0)
-        code = _build(jobs, sweep, state)
-    except RblnBuildError as exc:
-        print(f"rbln-build: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
-        print("rbln-build: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)
-        sys.exit(130)
-    except Exception as exc:  # a bug: one line, the traceback in a file
-        print(report_internal(exc, state.get("build_dir")), file=sys.stderr)
-        sys.exit(3)
+            return 0
+        return _build(jobs, sweep, state)
     finally:
         sweep.close()
-    sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()

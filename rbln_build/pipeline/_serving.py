@@ -31,9 +31,9 @@ import json
 import shlex
 from typing import Any
 
+from ..config import Cell
 from ..estimator import fraction_for_bytes
-from ._matrix import Cell
-from ._result import CellResult
+from ..store import CellResult
 
 __all__ = ["ENGINE", "serving_for", "command_for", "FLAG_ORDER"]
 

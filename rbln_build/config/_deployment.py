@@ -37,7 +37,8 @@ from omegaconf.errors import OmegaConfBaseException
 from ..deploy import Reservation
 from ..errors import ConfigError, EstimateError
 from ..estimator import BYTE_UNITS, check_budget
-from ._config import Device, Model, _device, _model, _plain, load_group_option
+from ._groups import _plain, device_from_node, load_group_option, model_from_node
+from ._settings import Device, Model
 
 __all__ = [
     "DeploymentMode",
@@ -181,14 +182,16 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
     ``conf_dirs``: the config folders searched for models and devices (a project's, then the shipped)."""
     dirs = {} if conf_dirs is None else {"conf_dir": conf_dirs}
     cfg = _checked(name, node)
-    device = _device(str(cfg.device), load_group_option("device", str(cfg.device), "deployment.device", **dirs))
+    device = device_from_node(
+        str(cfg.device), load_group_option("device", str(cfg.device), "deployment.device", **dirs)
+    )
     if not cfg.models:
         raise ConfigError(f"deployment.models ({name}): an empty list deploys nothing; list at least one model.")
     port = cfg.serve.port
     models: list[DeploymentModel] = []
     for i, m in enumerate(cfg.models):
         where = f"deployment.models[{i}]"
-        model = _model(str(m.model), load_group_option("model", str(m.model), f"{where}.model", **dirs))
+        model = model_from_node(str(m.model), load_group_option("model", str(m.model), f"{where}.model", **dirs))
         label = str(m.name) if m.name is not None else model.name
         if not _NAME.fullmatch(label):
             raise ConfigError(f"{where}.name: {label!r} must be letters, digits, '_' or '-' (it names cells).")

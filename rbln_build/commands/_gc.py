@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ._result import CellResult
-from ._store import RECORD_KINDS, Store, is_key
+from ..store import RECORD_KINDS, CellResult, Store, is_key
 
 __all__ = ["Kept", "plan_gc", "main"]
 
@@ -128,9 +127,9 @@ def _remove(path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from ._lock import acquire_build_lock
-    from ._matrix import expand_all
-    from .cli import compose
+    from ..config import expand_all
+    from ..store import acquire_build_lock
+    from ._build import compose
 
     dry = "--dry-run" in argv
     as_json = "--json" in argv

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._tasks import LOCK_FILE
-
 if TYPE_CHECKING:
     from filelock import FileLock
 
 __all__ = ["LOCK_FILE", "acquire_build_lock", "lock_for_doit"]
+
+LOCK_FILE = ".lock"  # <build_dir>/.lock
 
 
 def acquire_build_lock(build_dir: Path, who: str = "rbln-build") -> FileLock:

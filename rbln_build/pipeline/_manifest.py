@@ -29,8 +29,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ._matrix import Cell
-from ._result import CellResult
+from ..config import Cell
+from ..store import CellResult
 from ._serving import serving_for
 
 __all__ = [

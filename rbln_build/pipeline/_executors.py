@@ -25,23 +25,20 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._result import CellResult, CompileOutcome
-from ._stages import build_cell, compile_done, compile_once, reusable
-from ._store import Entry, Store
+from ..store import CellResult, CompileOutcome, Store
+from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job, worker_died
+from ._stages import compile_done, reusable
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
-    from ._matrix import Cell
-    from ._scale import Scale
+    from ..config import Cell, Scale
 
 __all__ = [
     "StoreRef",
@@ -54,84 +51,6 @@ __all__ = [
     "cell_job",
     "worker_died",
 ]
-
-
-@dataclass(frozen=True)
-class StoreRef:
-    """Where a worker finds the build's Store: the local cache folder, and the remote cache if any."""
-
-    root: str
-    remote: str | None = None
-    require_remote: bool = False
-
-    def open(self, warn: Callable[[str], None]) -> Store:
-        if self.remote is None:
-            return Store(Path(self.root), warn=warn)
-        from ._remote import RemoteStore
-
-        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote)
-
-
-@dataclass(frozen=True)
-class CompileDone:
-    """What a worker says about one compile key (the entry itself is in the Store)."""
-
-    key: str
-    produced: str | None  # None when it failed
-    fresh: bool  # compiled by this job (False: found in a cache)
-    elapsed_s: float
-    where: str  # host:pid of the worker
-    error: str | None = None
-    error_kind: str | None = None
-    retry: bool = False
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class CellDone:
-    result: CellResult
-    elapsed_s: float
-    warnings: tuple[str, ...] = ()
-
-
-def _where() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> CompileDone:
-    """Compile one key into the Store at ``ref`` (any process). Failures are values, not raises."""
-    started = time.perf_counter()
-    warnings: list[str] = []
-    store = ref.open(warnings.append)
-    cached = store.lookup("compile", key)
-    outcome = cached if cached is not None else compile_once(store, key, spec, backend)
-    took = time.perf_counter() - started
-    if isinstance(outcome, CompileOutcome):
-        return CompileDone(
-            key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry, tuple(warnings)
-        )
-    assert isinstance(outcome, Entry)
-    return CompileDone(key, outcome.meta["produced"], cached is None, took, _where(), warnings=tuple(warnings))
-
-
-def cell_job(ref: StoreRef, cell: Cell) -> CellDone:
-    started = time.perf_counter()
-    warnings: list[str] = []
-    result = build_cell(ref.open(warnings.append), cell)
-    return CellDone(result, time.perf_counter() - started, tuple(warnings))
-
-
-def worker_died(key: str, why: str) -> CompileDone:
-    return CompileDone(
-        key,
-        None,
-        False,
-        0.0,
-        "-",
-        f"the worker compiling this key died ({why}); the next run retries it",
-        "build_failed",
-        True,
-    )
 
 
 # -- where the work runs ---------------------------------------------------------------------------

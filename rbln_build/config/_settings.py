@@ -95,4 +95,4 @@ class BuildSettings:
     progress: bool
     deployment: Any = None  # a _deployment.Deployment: build its planned cells instead of the matrix
     recipe_dirs: tuple[Path, ...] = ()  # searched in order (a project's recipes/, then the shipped); () = recipes_dir
-    scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.build._scale)
+    scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.config._scale)

@@ -23,7 +23,6 @@ fail with the estimator's exact error; the other cells still build.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, EstimateError
@@ -32,13 +31,13 @@ from ..estimator._limits import cell_id_problem
 from ..estimator._npu import NpuTarget, resolve_npu
 from ..memory import CompileSpec
 from ..memory._recipes import Recipe, load_recipe
+from ..store import cell_key, compile_key, digest, key_code_versions
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
-from ._keys import cell_key, compile_key, digest, key_code_versions
 
 if TYPE_CHECKING:
     from ..estimator import Request
 
-__all__ = ["Cell", "expand", "expand_all", "format_budget", "BUILD_OPTIONS"]
+__all__ = ["Cell", "expand", "format_budget", "BUILD_OPTIONS"]
 
 BUILD_OPTIONS = ATTENTION_OPTIONS  # the build options a recipe, a model config or the matrix may set
 
@@ -236,37 +235,3 @@ def _compile_of(
         return None, None, (str(exc), exc.kind)
     spec = CompileSpec(recipe=recipe, npu=npu, num_devices=device.num_devices, attention=attention)
     return spec, compile_key(spec.key_fields(), backend, toolchain), None
-
-
-def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
-    """The union of the cells of several composed configs (the jobs of a multirun sweep), in job
-    order, each cell once. A sweep shares one build directory; a cell id that two jobs define
-    differently is an error."""
-    from ..backends import get_backend
-
-    if not jobs:
-        raise ConfigError("nothing to build: no configuration was composed.")
-    build_dir = jobs[0].build_dir
-    toolchains: dict[str, dict[str, str]] = {}
-    cells: dict[str, Cell] = {}
-    for job in jobs:
-        if job.build_dir != build_dir:
-            raise ConfigError(
-                f"build_dir: the jobs of one sweep must share one build directory, got {build_dir} and {job.build_dir}."
-            )
-        name = job.matrix.backend
-        if name not in toolchains:
-            toolchains[name] = get_backend(name).toolchain()
-        if job.deployment is not None:  # a deployment's planned cells instead of the matrix
-            from ._colocation import deployment_cells
-
-            job_cells = deployment_cells(job, toolchains[name])[1]
-        else:
-            job_cells = expand(job, toolchains[name])
-        for cell in job_cells:
-            other = cells.get(cell.id)
-            if other is None:
-                cells[cell.id] = cell
-            elif other.cell_key != cell.cell_key:
-                raise ConfigError(f"cell {cell.id}: two jobs of the sweep define it with different inputs.")
-    return build_dir, list(cells.values())
