@@ -16,6 +16,7 @@ from __future__ import annotations
 from ._manifest import entry_for
 from ._progress import failure_summary
 from ._serving import command_for
-from ._tasks import STATE_FILE, BuildRun, dodo_namespace, doit_config
+from ._startup import STATE_FILE
+from ._tasks import BuildRun, dodo_namespace, doit_config
 
 __all__ = ["BuildRun", "STATE_FILE", "command_for", "dodo_namespace", "doit_config", "entry_for", "failure_summary"]

@@ -40,18 +40,15 @@ from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
     SUMMARY_FILE,
-    clean_leftovers,
     collect,
     publish,
-    recover,
     write_summary,
 )
+from ._reporter import doit_reporter
 from ._stages import LOG_DIR, build_cell, compile_done, compile_once, describe, reusable
+from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
-
-STATE_FILE = ".doit.sqlite3"
-INVENTORY_ENV = "RBLN_BUILD_CACHE"  # rbln_build.memory._inventory's cache root
 
 
 def doit_config(build_dir: Path) -> dict[str, Any]:
@@ -109,26 +106,8 @@ class BuildRun:
         self.display.warn(message)
 
     def _reporter(self) -> type:
-        """doit's error-only reporter, also telling the display which tasks were up to date."""
-        from doit.reporter import ErrorOnlyReporter
-
-        display, labels = self.display, {compile_label(c): _label(c) for c in self.compiles.values()}
-        run = self
-
-        class Reporter(ErrorOnlyReporter):  # type: ignore[misc]
-            def skip_uptodate(self, task: Any) -> None:
-                kind, _, name = task.name.partition(":")
-                if (
-                    run.parallel is not None
-                    and (labels.get(name, name) if kind == "compile" else name) in run.parallel.shown
-                ):
-                    return  # built ahead of doit: shown already
-                if kind == "compile" and name in labels:
-                    display.compile_cached(labels[name])
-                elif kind == "cell" and name:
-                    display.cell_cached(name)
-
-        return Reporter
+        labels = {compile_label(c): _label(c) for c in self.compiles.values()}
+        return doit_reporter(self.display, labels, lambda: None if self.parallel is None else self.parallel.shown)
 
     # -- tasks ------------------------------------------------------------------------------------
 
@@ -271,15 +250,8 @@ class BuildRun:
         self._warn(f"doit stopped before running every task: {last}{where}")
 
     def prepare(self) -> None:
-        """Before any task (holding the lock): remove what killed runs left, roll the links forward
-        to the manifest, and move a damaged doit state file aside."""
-        removed = self.store.clean_temporaries() + clean_leftovers(self.build_dir)
-        if removed:
-            self.display.warn(f"removed {removed} temporary file(s) left by an interrupted build")
-        relinked = recover(self.build_dir, self.store)
-        if relinked:
-            self.display.warn(f"re-linked {relinked} artifact(s) to the manifest of an interrupted build")
-        check_state_file(self.build_dir / STATE_FILE, self._warn)
+        """Before any task (holding the lock): the run's start-up (_startup)."""
+        start_run(self.build_dir, self.store, self.display.warn, self._warn)
 
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
@@ -311,30 +283,6 @@ class _TracebackTrap:
         return getattr(self.real, name)
 
 
-def check_state_file(path: Path, warn: Any) -> None:
-    """Move a doit state file that sqlite cannot read (truncated, overwritten) aside, with a warning:
-    it only saves the up-to-date checks, which the Store answers again."""
-    import sqlite3
-
-    if not path.exists():
-        return
-    try:
-        conn = sqlite3.connect(path)
-        try:
-            ok = conn.execute("pragma quick_check").fetchone()[0] == "ok"
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        ok = False
-    if not ok:
-        aside = path.with_name(path.name + ".corrupt")
-        os.replace(path, aside)
-        warn(
-            f"{path} is damaged (not a readable sqlite database); moved it to {aside.name} and rebuilding the "
-            "up-to-date checks from the cache."
-        )
-
-
 def _label(cell: Cell) -> str:
     """A compile as the progress display names it (and matches it with earlier similar compiles)."""
     return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
@@ -342,14 +290,6 @@ def _label(cell: Cell) -> str:
 
 def _reusable(store: Store, cell: Cell) -> bool:
     return reusable(store, cell) is not None
-
-
-def scope_inventory_cache(build_dir: Path) -> None:
-    """Unless the user chose a place (RBLN_BUILD_CACHE), keep the memory model's parameter
-    inventories under this build directory (``cache/inventory``), so ``rm -rf build`` resets
-    everything. Staleness is the inventory cache's own key's job (``rbln_build.memory._inventory``)."""
-    if not os.environ.get(INVENTORY_ENV):
-        os.environ[INVENTORY_ENV] = str(build_dir / "cache")
 
 
 def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
