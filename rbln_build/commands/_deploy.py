@@ -104,11 +104,7 @@ def _explain(settings: Any, as_json: bool) -> int:
         )
     out.append("")
     out.append("per chiplet, what each model occupies at its planned count:")
-    out += ["  " + line for line in render_chiplets(mp, "usage")]
-    if plan.mode == "budget":
-        out.append("")
-        out.append("per chiplet, what each model's budget sets aside (budget // chiplets on every chiplet):")
-        out += ["  " + line for line in render_chiplets(mp, "charge")]
+    out += ["  " + line for line in render_chiplets(mp)]
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 

@@ -230,7 +230,7 @@ def _record(
     grid = target.grid
     problems: list[str] = []
     models: dict[str, Any] = {}
-    used, charged = list(chosen.reserved), list(chosen.reserved)
+    used = list(chosen.reserved)
     for dm, a, cell in zip(d.models, chosen.assignments, cells, strict=True):
         result = results.get(cell.cell_key)
         entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
@@ -242,14 +242,7 @@ def _record(
             demand = Demand(built, target)
             count = result.kvcache_num_blocks
             usage = demand.need(count)
-            share = (
-                0
-                if result.budget_bytes is None or cell.kvcache_num_blocks
-                else result.budget_bytes // target.num_chiplets
-            )
-            charge = usage if d.mode == BLOCKS else (max(demand.slice(count), share),) * len(usage)
             used = [u + x for u, x in zip(used, usage, strict=True)]
-            charged = [c + x for c, x in zip(charged, charge, strict=True)]
             if count != a.kvcache_num_blocks:
                 problems.append(
                     f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "
@@ -272,7 +265,7 @@ def _record(
         }
     available = target.available_per_chiplet
     headroom = [available - u for u in used]
-    fits = all(h >= 0 for h in headroom) and all(c <= available for c in charged)
+    fits = all(h >= 0 for h in headroom)
     if not fits:
         problems.append("the built reports' per-chiplet totals exceed the available DRAM")
     return {
@@ -288,7 +281,6 @@ def _record(
             "reserved": [list(r) for r in grid(chosen.reserved)],
             "total": [list(r) for r in grid(tuple(used))],
             "headroom": [list(r) for r in grid(tuple(headroom))],
-            "charged": [list(r) for r in grid(tuple(charged))],  # budget mode: each budget's even share
         },
         "serve": {"device_ids": list(d.device_ids)},
         "fits": fits,  # the built reports at the built counts, plus the reservations, fit every chiplet

@@ -3,7 +3,7 @@
     _inputs    the target, the tenants (a model and its report), reservations, and what a tenant
                occupies per (node, chiplet) at every count (the estimator's arithmetic)
     _search    the exact search: max-min by binary search, then branch and bound
-    _planner   one mode's plan (budget: even budget shares; blocks: explicit counts)
+    _planner   one mode's plan (budget: the smallest budget per planned count; blocks: explicit counts)
     _plan      both modes, and for an infeasible plan the conflicting models and verified changes
     _render    the plan and the per-chiplet table as text and as JSON
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 from ._inputs import Demand, Grid, Reservation, Target, Tenant
 from ._plan import MEASURE, DeploymentPlan, Reshape, Suggestion, plan_deployment
 from ._planner import (
+    ACCOUNTING,
     BLOCKS,
     BUDGET,
     MODES,
@@ -30,6 +31,7 @@ from ._planner import (
 from ._render import mib, plan_json, render_chiplets, render_plan
 
 __all__ = [
+    "ACCOUNTING",
     "Assignment",
     "BLOCKS",
     "BUDGET",
