@@ -76,11 +76,12 @@ def test_plan_of_an_infeasible_pair_names_the_conflict_and_verified_changes(
     out = proc.stdout
     assert (
         "budget plan: the smallest memory_budget per model that resolves to its count (what `rbln-build "
-        "deployment=tiny_pair` builds): DOES NOT FIT: tiny_llama, tiny_qwen3 cannot reach their lower bounds together"
-        in out
+        "deployment=tiny_pair` builds): DOES NOT FIT; 2 model(s) cannot fit:\n  tiny_llama fits alone but not "
+        "together with tiny_qwen3" in out
     )
     assert "  tiny_qwen3: max_seq_len 8192 -> 3072: gives up 0.6250; plan: tiny_llama 6, tiny_qwen3 4" in out
-    assert "  drop reservation other_tenant" in out
+    assert "\n      deployment.models.1.max_seq_len=3072\n" in out  # the override that applies it
+    assert "  reservation other_tenant: bytes 16,674,455,552 -> 16,653,484,032" in out
     assert not (tmp_path / "build" / "manifest.json").exists()
 
 
@@ -221,7 +222,7 @@ def test_an_infeasible_deployment_builds_nothing(tmp_path: Path, env: dict[str, 
     )
     check_ok(proc, 2)
     assert "deployment qwen3_8b_llama3_2_1b: the budget plan does not fit, so nothing was built." in proc.stderr
-    assert "drop reservation vision_encoder" in proc.stderr
+    assert "reservation vision_encoder: bytes 150,323,855,360 -> " in proc.stderr
     assert not (build / "manifest.json").exists()
 
 

@@ -150,18 +150,32 @@ def test_an_infeasible_pair_gets_the_smallest_fitting_change_verified() -> None:
     # 194 MiB: the floors need 86 + 128 = 214. tiny_llama cannot give enough (batch 1 or 2048 tokens
     # still need 78 + 128 = 206), nor tiny_qwen3's batch 1 (86 + 116 = 202). Shorter tiny_qwen3
     # lengths: 7168..4096 tokens keep its floor's plateau at 116 MiB (202); 3072 tokens (3 blocks a
-    # sequence, floor 4) need 104: 86 + 104 = 190 fits, with (6, 4). Dropping the reservation fits too.
+    # sequence, floor 4) need 104: 86 + 104 = 190 fits, with (6, 4). A reservation 20 MiB smaller fits
+    # (the smallest change), and so does either model alone.
     tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
     reservations = [leave(ATOM, 194)]
     plan = plan_deployment(ATOM, tenants, reservations, reshape=reshape)
     assert not plan.feasible and plan.chosen.conflict == ("tiny_llama", "tiny_qwen3")
-    assert "tiny_llama floor of 5 blocks, tiny_qwen3 floor of 9 blocks" in plan.chosen.reason
+    assert [(c.name, c.alone, c.partners) for c in plan.chosen.conflicts] == [
+        ("tiny_llama", False, (("tiny_qwen3",),)),
+        ("tiny_qwen3", False, (("tiny_llama",),)),
+    ]
+    assert (
+        "tiny_llama fits alone but not together with tiny_qwen3: their lower bounds (tiny_llama floor of 5 "
+        "blocks, tiny_qwen3 floor of 9 blocks) with the reservations (other) do not fit; on chiplet 0 they "
+        "need 214 MiB, 20 MiB more than the 194 MiB left by the reservations" in plan.chosen.reason
+    )
+    old = reservations[0].nbytes
     found = [(s.kind, s.subject, s.old, s.new, s.given_up) for s in plan.suggestions]
     assert found == [
+        ("reservation", "other", old, old - 20 * MiB, Fraction(20 * MiB, old)),
         ("max_seq_len", "tiny_qwen3", 8192, 3072, Fraction(5, 8)),
-        ("drop_reservation", "other", reservations[0].nbytes, None, Fraction(1)),
+        ("drop_model", "tiny_llama", None, None, Fraction(1)),
+        ("drop_model", "tiny_qwen3", None, None, Fraction(1)),
     ]
-    assert counts(plan.suggestions[0].plan) == {"tiny_llama": 6, "tiny_qwen3": 4}
+    assert counts(plan.suggestions[0].plan) == {"tiny_llama": 6, "tiny_qwen3": 12}
+    assert plan.suggestions[0].plan.headroom() == (0,)  # the largest reservation that fits leaves nothing
+    assert counts(plan.suggestions[1].plan) == {"tiny_llama": 6, "tiny_qwen3": 4}
     # verified: 3072 fits and the next longer length does not
     shorter = [tenants[0], reshape(tenants[1], {"max_seq_len": 3072})]
     longer = [tenants[0], reshape(tenants[1], {"max_seq_len": 4096})]
@@ -173,16 +187,20 @@ def test_an_infeasible_pair_gets_the_smallest_fitting_change_verified() -> None:
 def test_suggestions_are_ranked_by_what_they_give_up() -> None:
     # 206 MiB (floors 214): tiny_qwen3 at 7168 tokens (86 + 116 = 202, gives up 1/8), tiny_llama at
     # 3072 tokens (78 + 128 = 206, 1/4), either at batch 1 (1/2; listed order breaks the tie), the
-    # reservation (all of it).
+    # reservation 8 MiB smaller (a small fraction of it), dropping a model (all of it).
     tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
-    plan = plan_deployment(ATOM, tenants, [leave(ATOM, 206)], reshape=reshape)
+    reservations = [leave(ATOM, 206)]
+    plan = plan_deployment(ATOM, tenants, reservations, reshape=reshape)
     found = [(s.kind, s.subject, s.new, s.given_up) for s in plan.suggestions]
+    old = reservations[0].nbytes
     assert found == [
+        ("reservation", "other", old - 8 * MiB, Fraction(8 * MiB, old)),
         ("max_seq_len", "tiny_qwen3", 7168, Fraction(1, 8)),
         ("max_seq_len", "tiny_llama", 3072, Fraction(1, 4)),
         ("batch_size", "tiny_llama", 1, Fraction(1, 2)),
         ("batch_size", "tiny_qwen3", 1, Fraction(1, 2)),
-        ("drop_reservation", "other", None, Fraction(1)),
+        ("drop_model", "tiny_llama", None, Fraction(1)),
+        ("drop_model", "tiny_qwen3", None, Fraction(1)),
     ]
     for s in plan.suggestions:
         assert s.plan.feasible and min(s.plan.headroom()) >= 0
@@ -192,7 +210,10 @@ def test_a_model_that_cannot_fit_even_alone_is_named_alone() -> None:
     tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
     plan = plan_deployment(ATOM, tenants, [leave(ATOM, 120)])  # tiny_qwen3's floor alone needs 128
     assert plan.chosen.conflict == ("tiny_qwen3",)
-    assert "tiny_qwen3 cannot reach its floor of 9 blocks on atom_max even alone" in plan.chosen.reason
+    assert (
+        "tiny_qwen3 cannot reach its floor of 9 blocks on atom_max even alone with the reservations (other): "
+        "on chiplet 0 it needs 128 MiB, 8 MiB more than the 120 MiB left by the reservations" in plan.chosen.reason
+    )
 
 
 def test_min_blocks_and_a_fixed_budget() -> None:

@@ -59,15 +59,16 @@ def _compose(overrides: list[str]) -> Any:
 
 
 def _plan(settings: Any, as_json: bool) -> int:
-    from ..config import plan_for
+    from ..config import overrides_for, plan_for
     from ..deploy import plan_json, render_plan
 
     plan = plan_for(settings)
     name = settings.deployment.name
+    overrides = overrides_for(settings.deployment)
     if as_json:
-        sys.stdout.write(json.dumps(plan_json(plan, name), sort_keys=True, indent=2) + "\n")
+        sys.stdout.write(json.dumps(plan_json(plan, name, overrides=overrides), sort_keys=True, indent=2) + "\n")
     else:
-        sys.stdout.write(render_plan(plan, name))
+        sys.stdout.write(render_plan(plan, name, overrides=overrides))
     return 0 if plan.feasible else 1
 
 

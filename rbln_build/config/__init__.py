@@ -16,12 +16,14 @@ from __future__ import annotations
 from ._cells import expand_all
 from ._colocation import DeploymentRecords, plan_for
 from ._config import compose_settings, register_configs, settings_from_config
+from ._deploy_overrides import overrides_for
 from ._groups import device_from_node, list_group_options, load_group_option, model_from_node
 from ._matrix import Cell
 from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_arg
 from ._scale import Scale
 
 __all__ = [
+    "overrides_for",
     "Cell",
     "DeploymentRecords",
     "MARKER",

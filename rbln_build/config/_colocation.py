@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
-from ..errors import BackendUnavailable, ConfigError, EstimateError
+from ..errors import BackendUnavailable, ConfigError, EstimateError, UserError
 from ..estimator import AllocationReport, resolve_npu
 from ..memory import CompileSpec, Recipe, load_recipe
 from ..store import CellResult, Store, compile_key
 from ._config import BuildSettings, Matrix, Model, SubMatrix
+from ._deploy_overrides import overrides_for
 from ._deployment import Deployment, DeploymentModel
+from ._groups import device_from_node, list_group_options, load_group_option
 from ._matrix import BUILD_OPTIONS, Cell, expand
 
 __all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRecords"]
@@ -83,6 +85,8 @@ def _options(dm: DeploymentModel, recipe: Recipe) -> dict[str, Any]:
 
 
 class _Tenants:
+    """The deployment's models as planner tenants, on its target or (for suggestions) another one."""
+
     def __init__(self, settings: BuildSettings) -> None:
         assert settings.deployment is not None
         self.deployment: Deployment = settings.deployment
@@ -93,10 +97,11 @@ class _Tenants:
             for m in self.deployment.models
         }
 
-    def make(self, dm: DeploymentModel, options: dict[str, Any]) -> Tenant:
+    def make(self, dm: DeploymentModel, options: dict[str, Any], target: Target | None = None) -> Tenant:
         where = f"deployment.models[{self.deployment.models.index(dm)}] ({dm.name})"
+        target = target or self.target
         try:
-            spec = CompileSpec.for_recipe(self.recipes[dm.name], self.target.npu, self.target.num_devices, **options)
+            spec = CompileSpec.for_recipe(self.recipes[dm.name], target.npu, target.num_devices, **options)
         except EstimateError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         report, source = self.reports.report(spec)
@@ -115,13 +120,39 @@ class _Tenants:
         changed = self.make(self.deployment.model(tenant.name), {**dict(tenant.options), **change})
         return replace(changed, min_blocks=tenant.min_blocks, memory_budget=tenant.memory_budget)
 
+    def retarget(self, tenant: Tenant, target: Target) -> Tenant:
+        """The same model, options and constraints on another device target (its report there)."""
+        dm = self.deployment.model(tenant.name)
+        changed = self.make(dm, _options(dm, self.recipes[dm.name]), target)
+        return replace(changed, min_blocks=tenant.min_blocks, memory_budget=tenant.memory_budget)
+
+
+def shipped_targets() -> list[Target]:
+    """Every shipped device target (conf/device/*.yaml), for the device suggestions."""
+    out = []
+    for name in list_group_options("device"):
+        try:
+            device = device_from_node(name, load_group_option("device", name, "conf/device"))
+            out.append(Target(name, resolve_npu(device.npu), device.num_devices))
+        except (UserError, EstimateError):  # a broken shipped file is not this deployment's problem
+            continue
+    return out
+
 
 def plan_for(settings: BuildSettings) -> DeploymentPlan:
     """Plan the configured deployment (both modes; suggestions when its mode has no plan)."""
     tenants = _Tenants(settings)
     d = tenants.deployment
     built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
-    return plan_deployment(tenants.target, built, d.reservations, d.mode, reshape=tenants.reshape)
+    return plan_deployment(
+        tenants.target,
+        built,
+        d.reservations,
+        d.mode,
+        reshape=tenants.reshape,
+        retarget=tenants.retarget,
+        targets=shipped_targets(),
+    )
 
 
 def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tuple[DeploymentPlan, list[Cell]]:
@@ -142,7 +173,7 @@ def _deployment_cells(
     if not plan.feasible:
         raise ConfigError(
             f"deployment {d.name}: the {d.mode} plan does not fit, so nothing was built.\n"
-            + render_plan(plan, d.name).rstrip()
+            + render_plan(plan, d.name, overrides=overrides_for(d)).rstrip()
         )
     parts = []
     for i, (dm, a) in enumerate(zip(d.models, plan.chosen.assignments, strict=True)):

@@ -48,6 +48,7 @@ from typing import Any
 
 from ..errors import BuildError, ConfigError
 from ..estimator import Request, estimate, fraction_for_bytes
+from ._conflict import Conflict, find_conflicts
 from ._inputs import Demand, Reservation, Target, Tenant
 from ._search import SearchLimit, Vector, branch_and_bound, max_min_start
 
@@ -132,9 +133,10 @@ class ModePlan:
     assignments: tuple[Assignment, ...]  # in the deployment's order; empty when infeasible
     reserved: Vector
     objective: Objective | None
-    conflict: tuple[str, ...] = ()  # infeasible: a minimal set of models that cannot reach their floors together
+    conflict: tuple[str, ...] = ()  # infeasible: every model that cannot fit (in a minimal conflict)
     reason: str | None = None
     nodes: int = 0  # branch-and-bound nodes visited
+    conflicts: tuple[Conflict, ...] = ()  # each of them with its reason
 
     def assignment(self, name: str) -> Assignment:
         return next(a for a in self.assignments if a.name == name)
@@ -176,6 +178,7 @@ class Problem:
         self.demands = tuple(Demand(t, target) for t in tenants)
         self.reserved: Vector = tuple(per_chiplet[c] for _, c in target.buckets())
         self._fixed: dict[str, tuple[int, int] | str] = {}
+        self._options: dict[tuple[str, str], list[tuple[int, Vector]]] = {}
 
     # -- the pieces ---------------------------------------------------------------------------------
 
@@ -209,6 +212,9 @@ class Problem:
         more), and in budget mode counts no budget resolves to (the tightest chiplet does not grow at
         the next count, so a budget that holds this count holds the next one too)."""
         t = d.tenant
+        key = (t.name, mode)
+        if key in self._options:
+            return self._options[key]
         out = []
         for n in range(t.lower_bound, t.full + 1):
             cost = d.need(n)
@@ -218,6 +224,7 @@ class Problem:
                 if d.need(n + 1) == cost:
                     continue
             out.append((n, cost))
+        self._options[key] = out
         return out
 
     def _fixed_costs(self, mode: str, members: set[str] | None) -> tuple[Vector, list[str]]:
@@ -235,42 +242,28 @@ class Problem:
             total = [a + b for a, b in zip(total, d.need(count), strict=True)]
         return tuple(total), failing
 
-    def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
-        """Whether the given models (all by default), each at its lower bound, fit with the reservations."""
+    def at_floors(self, mode: str, members: set[str] | None = None, with_reserved: bool = True) -> Vector | None:
+        """Per bucket: the given models (all by default) at their lower bounds (a fixed model at its
+        resolved count), plus the reservations; None when a given fixed model's budget fails."""
         fixed_cost, failing = self._fixed_costs(mode, members)
         if failing:
-            return False
-        room = [c - f for c, f in zip(self.capacity(), fixed_cost, strict=True)]
+            return None
+        total = [f + (r if with_reserved else 0) for f, r in zip(fixed_cost, self.reserved, strict=True)]
         for d in self.demands:
             if d.tenant.fixed or (members is not None and d.tenant.name not in members):
                 continue
             first = self.options(d, mode)[0][1]
-            room = [r - c for r, c in zip(room, first, strict=True)]
-        return all(r >= 0 for r in room)
+            total = [t + c for t, c in zip(total, first, strict=True)]
+        return tuple(total)
 
-    def conflict(self, mode: str) -> tuple[tuple[str, ...], str]:
-        """A minimal set of models that cannot reach their floors together (each one is needed for the
-        conflict: a deletion filter in the listed order), and a sentence saying so."""
-        for d in self.demands:
-            if d.tenant.fixed:
-                fixed = self.fixed_resolution(d)
-                if isinstance(fixed, str):
-                    return (d.tenant.name,), f"{d.tenant.name} cannot reach its floor with {fixed}"
-        members = [t.name for t in self.tenants]
-        for name in list(members):
-            trial = [m for m in members if m != name]
-            if not self.fits_at_floors(mode, set(trial)):
-                members = trial
-        if not members:
-            return (), "the reservations alone exceed the available DRAM of a chiplet"
-        held = f" with the reservations ({', '.join(r.name for r in self.reservations)})" if self.reservations else ""
-        bounds = {t.name: _bound(t) for t in self.tenants}
-        if len(members) == 1:
-            return tuple(
-                members
-            ), f"{members[0]} cannot reach its {bounds[members[0]]} on {self.target.name} even alone{held}"
-        listed = ", ".join(f"{m} {bounds[m]}" for m in members)
-        return tuple(members), f"{', '.join(members)} cannot reach their lower bounds together ({listed}){held}"
+    def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
+        """Whether the given models (all by default), each at its lower bound, fit with the reservations."""
+        total = self.at_floors(mode, members)
+        return total is not None and all(t <= self.target.available_per_chiplet for t in total)
+
+    def conflicts(self, mode: str) -> tuple[Conflict, ...]:
+        """Every model that cannot fit, each with its reason (``_conflict``)."""
+        return find_conflicts(self, mode)
 
     # -- solving ------------------------------------------------------------------------------------
 
@@ -295,8 +288,13 @@ class Problem:
                         "finishing; fix some models' counts with min_blocks or memory_budget to shrink it."
                     ) from None
         if counts is None:
-            conflict, reason = self.conflict(mode)
-            return ModePlan(mode, self.target, False, (), self.reserved, None, conflict, reason, nodes)
+            conflicts = self.conflicts(mode)
+            if conflicts:
+                reason = "; ".join(c.reason for c in conflicts)
+            else:  # no model conflicts, so the reservations alone do
+                reason = "the reservations alone exceed the available DRAM of a chiplet"
+            names = tuple(c.name for c in conflicts)
+            return ModePlan(mode, self.target, False, (), self.reserved, None, names, reason, nodes, conflicts)
         return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts, strict=True)), nodes)
 
     def _assemble(self, mode: str, counts: dict[str, int], nodes: int) -> ModePlan:
@@ -341,13 +339,6 @@ class Problem:
         if min(plan.headroom()) < 0:  # the search only returns plans that fit; this is a bug if it fires
             raise BuildError(f"planner: the {mode} plan does not fit its own capacity ({plan.headroom()}).")
         return plan
-
-
-def _bound(t: Tenant) -> str:
-    if t.fixed:
-        return f"count at its fixed memory_budget {t.memory_budget!r}"
-    what = "full pool (eager attention)" if t.eager else "floor" if t.lower_bound == t.floor else "min_blocks"
-    return f"{what} of {t.lower_bound} blocks"
 
 
 def _check_resolves(problem: Problem, d: Demand, budget: object, count: int) -> None:

@@ -7,7 +7,8 @@ reservations, the total, what the chiplet offers and the headroom. Byte values a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shlex
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._plan import MEASURE, DeploymentPlan, Suggestion
@@ -28,6 +29,10 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
         "feasible": mp.feasible,
         "objective": None if mp.objective is None else mp.objective.to_json(),
         "conflict": list(mp.conflict),
+        "conflicts": [
+            {"model": c.name, "alone": c.alone, "partners": [list(p) for p in c.partners], "reason": c.reason}
+            for c in mp.conflicts
+        ],
         "reason": mp.reason,
         "search_nodes": mp.nodes,
         "models": {},
@@ -55,19 +60,27 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
     return out
 
 
-def _suggestion_json(s: Suggestion) -> dict[str, Any]:
+Overrides = Callable[[Suggestion], Sequence[str]]
+
+
+def _suggestion_json(s: Suggestion, overrides: Overrides | None) -> dict[str, Any]:
     return {
         "kind": s.kind,
         "subject": s.subject,
         "old": s.old,
         "new": s.new,
+        "also": [{"key": k, "old": o, "new": n} for k, o, n in s.also],
         "given_up": float(s.given_up),
         "description": s.describe(),
+        "overrides": None if overrides is None else list(overrides(s)),
+        "device": s.plan.target.name,
         "plan": {a.name: a.kvcache_num_blocks for a in s.plan.assignments},
     }
 
 
-def plan_json(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None) -> dict[str, Any]:
+def plan_json(
+    plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None, overrides: Overrides | None = None
+) -> dict[str, Any]:
     """The whole plan as a plain, deterministic JSON value (what ``plan --json`` prints)."""
     t = plan.target
     return {
@@ -102,7 +115,8 @@ def plan_json(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = 
         ],
         "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in plan.reservations],
         "plans": {BUDGET: _mode_json(plan, plan.budget), BLOCKS: _mode_json(plan, plan.blocks)},
-        "suggestions": [_suggestion_json(s) for s in plan.suggestions],
+        "suggestions": [_suggestion_json(s, overrides) for s in plan.suggestions],
+        "fits_alone_on": {n: list(where) for n, where in plan.elsewhere},
         "suggestion_measure": MEASURE,
     }
 
@@ -142,7 +156,10 @@ def render_chiplets(mp: ModePlan) -> list[str]:
     return _table(rows, right=set(range(1, len(header))))
 
 
-def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None) -> str:
+def render_plan(
+    plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None, overrides: Overrides | None = None
+) -> str:
+    """The plan as text; ``overrides`` gives each suggestion as the command-line overrides that apply it."""
     t = plan.target
     out = [
         f"deployment {name} on {t.name}: {t.num_devices} x {t.npu.name} ({t.npu.product}), {t.num_chiplets} "
@@ -182,7 +199,11 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
             else ("blocks plan: explicit kvcache_num_blocks per model, nothing split")
         )
         if not mp.feasible:
-            out.append(f"{title}{built}: DOES NOT FIT: {mp.reason}.")
+            if mp.conflicts:
+                out.append(f"{title}{built}: DOES NOT FIT; {len(mp.conflicts)} model(s) cannot fit:")
+                out += [f"  {c.reason}." for c in mp.conflicts]
+            else:
+                out.append(f"{title}{built}: DOES NOT FIT: {mp.reason}.")
             continue
         assert mp.objective is not None
         out.append(
@@ -219,15 +240,22 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
             out += _table(rows, right={1, 3})
         out.append("per chiplet, what each model occupies:")
         out += ["  " + line for line in render_chiplets(mp)]
+    for model, targets in plan.elsewhere:
+        out.append("")
+        places = ", ".join(targets) if targets else "none of the other device targets"
+        out.append(f"{model} cannot fit even alone on {plan.target.name}; alone it fits on: {places}.")
     if plan.suggestions:
         out.append("")
         out.append(f"changes that fit, each verified by planning again (smallest first; {MEASURE}):")
         for s in plan.suggestions:
             counts = ", ".join(f"{a.name} {a.kvcache_num_blocks}" for a in s.plan.assignments)
             out.append(f"  {s.describe()}: gives up {float(s.given_up):.4f}; plan: {counts}")
+            if overrides is not None:
+                out.append(f"      {' '.join(shlex.quote(o) for o in overrides(s))}")
     elif not plan.feasible:
         out.append("")
         out.append(
-            "no single change found that fits (batch_size, max_seq_len, min_blocks, a fixed budget, a reservation)."
+            "no single change found that fits (device, batch_size, max_seq_len, min_blocks, a fixed budget, "
+            "a reservation, a model)."
         )
     return "\n".join(out) + "\n"
