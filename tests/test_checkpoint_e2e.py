@@ -27,7 +27,7 @@ MODELS = {"ck_llama": "llama", "ck_qwen3": "qwen3"}
 MATRIX = "models: [ck_llama, ck_qwen3]\ndevices: [atom_max]\nbudgets: [null]\n"
 
 
-def cli(args: list[str], cwd: Path, module: str = "rbln_build.build.cli", code: int = 0) -> str:
+def cli(args: list[str], cwd: Path, module: str = "rbln_build.cli", code: int = 0) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,

@@ -20,8 +20,8 @@ from _rbln_sdk import needs_optimum_rbln, sdk_on_path
 from _torch_cells import spec_for
 
 from rbln_build.backends import get_backend
-from rbln_build.build._recipe_add import add_recipe
-from rbln_build.build._recipe_add import main as recipe_main
+from rbln_build.commands._recipe import add_recipe
+from rbln_build.commands._recipe import main as recipe_main
 from rbln_build.errors import InputFailure, RecipeError, UserError
 from rbln_build.memory._recipes import load_recipe
 
@@ -202,9 +202,9 @@ def test_rbln_quantization_is_refused_for_float_weights_and_passed_as_rbln_confi
 def _serving(recipe, produced: str):
     from test_serving import ok
 
-    from rbln_build.build._config import compose_settings
-    from rbln_build.build._matrix import expand
-    from rbln_build.build._serving import serving_for
+    from rbln_build.config._config import compose_settings
+    from rbln_build.config._matrix import expand
+    from rbln_build.pipeline._serving import serving_for
 
     cell = next(c for c in expand(compose_settings(["matrix=tiny"]), {"t": "t"}) if c.id.startswith("tiny_qwen3"))
     cell = replace(cell, recipe=recipe, spec=replace(cell.spec, recipe=recipe))
@@ -212,7 +212,7 @@ def _serving(recipe, produced: str):
 
 
 def test_serving_takes_the_tokenizer_from_the_cell_and_refuses_what_it_cannot_serve(checkpoints, tmp_path) -> None:
-    from rbln_build.build._serving import command_for
+    from rbln_build.pipeline._serving import command_for
 
     recipe = recipe_of(checkpoints["qwen3"], tmp_path / "recipes")
     assert recipe.source.get("model_id") is None  # a local checkpoint: no hub id
@@ -241,7 +241,7 @@ def test_serving_takes_the_tokenizer_from_the_cell_and_refuses_what_it_cannot_se
 
 
 def test_serve_command_takes_a_built_or_a_released_cell_folder(checkpoints, tmp_path, capsys) -> None:
-    from rbln_build.build._deploy_cli import main as deploy_main
+    from rbln_build.commands._deploy import main as deploy_main
 
     cell, serving = _serving(recipe_of(checkpoints["qwen3"], tmp_path / "recipes"), "rbln")
     entry = {"cell": cell.id, "status": "ok", "serving": serving}
