@@ -1,0 +1,389 @@
+"""The doit wiring: one task per compile key, one per compile key's cells, one that publishes.
+
+The tasks only call the stages (``_stages``) and print progress; they hand nothing to each other
+except through the Store. Nothing heavy happens while tasks are created (keys come from recipe
+bytes, attention arithmetic and package versions), so a no-op rebuild imports neither torch nor
+transformers.
+
+What is up to date is decided once per run, before any task, by one pass over the Store
+(``_ledger.survey``): each compile key's entry, each cell's stored result and each artifact entry
+is read and verified once. Every check below, the parallel scheduler, the manifest and the summary
+take their answer from that Ledger. A sweep of 10,000 cells is 2 doit tasks per compile key, not
+10,000 tiny ones (doit's own bookkeeping per task would cost more than the cells).
+
+Up-to-date checks (doit ``uptodate``):
+
+* ``compile:<label>``: ``config_changed(compile key)`` and the key is done (the entry verifies, or
+  the key failed for good).
+* ``cells:<label>``: ``config_changed`` of the key's cells (their ids and cell keys) and every one of
+  them stands (a final stored result whose artifact verifies). When it runs, it redoes only the
+  cells that do not stand.
+* ``manifest``: always runs; it rewrites ``manifest.json`` only when its bytes change.
+
+The content-addressed Store is the ground truth; doit's state (``<build_dir>/.doit.sqlite3``, the
+sqlite3 backend) only saves the checks, so a damaged state file is moved aside with a warning and the
+run goes on from the Store. A failure never fails a doit task: it is recorded in the Store. If the
+outputs (manifest, links, summary) cannot be written, ``output_error`` says why and the CLI reports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..config import Cell, Scale
+from ..errors import BuildError
+from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest
+from ._executors import Parallel, StoreRef
+from ._ledger import Ledger, index_cells, survey
+from ._manifest import entry_for, summarize
+from ._progress import HISTORY_FILE, make_progress
+from ._publish import (
+    ARTIFACTS_DIR,
+    MANIFEST_FILE,
+    SUMMARY_FILE,
+    publish,
+    write_summary,
+)
+from ._reporter import doit_reporter
+from ._stages import LOG_DIR, build_cell, compile_once, describe
+from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
+
+__all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
+
+
+def doit_config(build_dir: Path) -> dict[str, Any]:
+    return {
+        "dep_file": str(build_dir / STATE_FILE),
+        "backend": "sqlite3",
+        "verbosity": 2,  # actions print their own progress lines
+        "reporter": "error-only",
+    }
+
+
+def compile_label(cell: Cell) -> str:
+    assert cell.compile_key is not None
+    return f"{cell.recipe.name}.{cell.npu.family}.x{cell.device.num_devices}.{cell.compile_key[:12]}"
+
+
+NO_COMPILE = "-"  # the group of the cells whose options are invalid (no compile key)
+
+
+def group_label(key: str, cells: list[Cell]) -> str:
+    """The ``cells:`` task of a compile key's cells (the cells with invalid options: ``invalid-options``)."""
+    return "invalid-options" if key == NO_COMPILE else compile_label(cells[0])
+
+
+class BuildRun:
+    """One run over a list of cells into one build directory: the doit tasks and what the run did
+    (for its progress lines and summary only; no stage reads it)."""
+
+    def __init__(
+        self,
+        build_dir: Path,
+        cells: list[Cell],
+        progress: bool = True,
+        out: TextIO | None = None,
+        sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
+        scale: Scale | None = None,
+        publish: bool = True,
+        kept: list[Cell] | None = None,
+    ) -> None:
+        self.build_dir = Path(build_dir)
+        # cells of the declared matrix this (narrowed) run does not build: their entries stay in the
+        # manifest while their stored results and artifacts are there (_matrix.declared_cells)
+        self.kept = list(kept or [])
+        self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
+        self.cells = cells
+        self.progress = progress
+        self.out = out or sys.stderr
+        self.warnings: list[str] = []
+        # what the run shows: a live status line on a terminal, plain lines otherwise (_progress)
+        self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
+        self.scale = scale or Scale()
+        self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
+        self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
+        self.store: Store = self.ref.open(self._warn)
+        self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
+        self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
+        self.groups: dict[str, list[Cell]] = {}  # compile key (or NO_COMPILE) -> its cells, in order
+        for cell in cells:
+            if cell.compile_key is not None:
+                self.compiles.setdefault(cell.compile_key, cell)
+            self.groups.setdefault(cell.compile_key or NO_COMPILE, []).append(cell)
+        self._ledger: Ledger | None = None  # the run's single pass over the Store (``ledger``)
+        self.results: dict[str, CellResult] = {}  # cell id -> the result of a cell redone in this run
+        self.compiled: list[str] = []
+        self.redone: set[str] = set()
+        self.entries: list[dict[str, Any]] | None = None  # the manifest entries (written unless output_error)
+        self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        self.display.warn(message)
+
+    @property
+    def ledger(self) -> Ledger:
+        """What the Store holds for this run's cells (and the kept ones), read once: ``prepare`` takes
+        it after the start-up's clean-up; ``doit list``/``info`` through dodo.py take it on first use."""
+        if self._ledger is None:
+            self._ledger = survey(self.store, self.cells + self.kept)
+        return self._ledger
+
+    def _reporter(self) -> type:
+        labels = {compile_label(c): _label(c) for c in self.compiles.values()}
+        groups = {group_label(key, cells): [c.id for c in cells] for key, cells in self.groups.items()}
+        return doit_reporter(
+            self.display, labels, lambda: None if self.parallel is None else self.parallel.shown, groups
+        )
+
+    # -- tasks ------------------------------------------------------------------------------------
+
+    def namespace(self) -> dict[str, Any]:
+        """A dodo-like namespace for doit's ModuleTaskLoader (also what dodo.py exports)."""
+        from doit.tools import config_changed
+
+        ns: dict[str, Any] = {"DOIT_CONFIG": {**doit_config(self.build_dir), "reporter": self._reporter()}}
+
+        if self.compiles:
+
+            def task_compile() -> Iterator[dict[str, Any]]:
+                """Compile each compile key once (the baseline and its AllocationReport)."""
+                for key, cell in self.compiles.items():
+                    yield {
+                        "name": compile_label(cell),
+                        "doc": f"compile {cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices}",
+                        "actions": [(self._compile, [key])],
+                        "uptodate": [config_changed(key), (self._compile_stands, [key])],
+                        "verbosity": 2,
+                    }
+
+            ns["task_compile"] = task_compile
+
+        def task_cells() -> Iterator[dict[str, Any]]:
+            """Resolve the kvcache_num_blocks of a compile key's cells and finalize their artifacts."""
+            for key, cells in self.groups.items():
+                yield {
+                    "name": group_label(key, cells),
+                    "doc": f"{len(cells)} cell(s) of {group_label(key, cells)}",
+                    "actions": [(self._group, [key])],
+                    "task_dep": [] if key == NO_COMPILE else [f"compile:{compile_label(cells[0])}"],
+                    "uptodate": [config_changed(_cells_digest(cells)), (self._group_stands, [key])],
+                    "verbosity": 2,
+                }
+
+        def task_manifest() -> dict[str, Any]:
+            """Write manifest.json with one entry per cell, then the artifacts/ links."""
+            return {"actions": [self._publish], "task_dep": ["cells"], "uptodate": [False], "verbosity": 2}
+
+        ns["task_cells"] = task_cells
+        ns["task_manifest"] = task_manifest
+        return ns
+
+    def _compile(self, key: str) -> None:
+        done = None if self.parallel is None else self.parallel.compile_results.get(key)
+        if done is not None:  # compiled ahead of doit (shown already)
+            if done.fresh:
+                self.compiled.append(key)
+            return
+        if self.ledger.compile_done(key):  # in the Store already (doit's state did not know): nothing to do
+            return
+        cell = self.compiles[key]
+        assert cell.spec is not None
+        label = _label(cell)
+        self.display.compile_started(label)
+        started = time.perf_counter()
+        outcome = compile_once(self.store, key, cell.spec, cell.backend)
+        took = time.perf_counter() - started
+        if isinstance(outcome, CompileOutcome):
+            self.display.compile_finished(label, took, False, outcome.error or "")
+            return
+        self.compiled.append(key)
+        self.display.compile_finished(label, took, True, outcome.meta["produced"])
+
+    def _compile_stands(self, key: str) -> bool:
+        return self.ledger.compile_done(key)
+
+    def _group_stands(self, key: str) -> bool:
+        ledger = self.ledger
+        return all(ledger.stands(cell) for cell in self.groups[key])
+
+    def _group(self, key: str) -> None:
+        """Redo the compile key's cells that do not stand (each resolved and finalized once)."""
+        ledger = self.ledger
+        shown = set() if self.parallel is None else self.parallel.shown
+        for cell in self.groups[key]:
+            if not ledger.stands(cell):
+                self._cell(cell)
+            elif cell.id not in shown:
+                self.display.cell_cached(cell.id)
+
+    def _cell(self, cell: Cell) -> None:
+        self.redone.add(cell.id)
+        if self.parallel is not None and cell.id in self.parallel.cell_results:
+            self.results[cell.id] = self.parallel.cell_results[cell.id]
+            return  # built ahead of doit (shown already)
+        result = build_cell(self.store, cell)
+        self.results[cell.id] = result
+        if result.ok:
+            what = (
+                f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
+                f"{result.produced}"
+            )
+        else:
+            what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
+        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
+
+    def rows(self, cells: list[Cell]) -> list[tuple[Cell, CellResult | None]]:
+        """Each cell with its result: redone in this run, else as the survey found it (None when it
+        has none, or its artifact is gone or damaged: the manifest never names a missing artifact)."""
+        ledger = self.ledger
+        done = {} if self.parallel is None else self.parallel.cell_results
+        out: list[tuple[Cell, CellResult | None]] = []
+        for cell in cells:
+            result = self.results.get(cell.id) or done.get(cell.id)
+            if result is None:
+                result = ledger.stored.get(cell.id)
+                if result is not None and result.ok and not ledger.stands(cell):
+                    result = None
+            out.append((cell, result))
+        return out
+
+    def _publish(self) -> None:
+        """Write the manifest and the links. A failure to write them is kept in ``output_error`` (the
+        entries are still known, for the report), never raised into doit."""
+        if not self.publish:
+            return
+        try:
+            rows = self.rows(self.cells)
+            self.entries = [entry_for(cell, result) for cell, result in rows]
+            others = [r for r in self.rows(self.kept) if r[1] is not None]
+            publish(
+                self.build_dir,
+                rows + others,
+                None if self.sections is None else self.sections(self.store, rows),
+                entries=self.entries + [entry_for(cell, result) for cell, result in others],
+            )
+            index_cells(self.ledger, self.store, self.cells)  # what the next run's survey reads
+        except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
+            message = (
+                str(exc)
+                if isinstance(exc, (OSError, BuildError))
+                else describe(exc, self.build_dir / LOG_DIR / "publish.txt")[0]
+            )
+            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {message}"
+
+    # -- a whole run ------------------------------------------------------------------------------
+
+    def run(self, args: list[str] | None = None) -> int:
+        """Run doit over the tasks (the caller holds the build lock). Returns doit's exit code."""
+        from doit.cmd_base import ModuleTaskLoader
+        from doit.doit_cmd import DoitMain
+
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        scope_inventory_cache(self.build_dir)
+        self.prepare()
+        self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
+        if probe is not None and not probe():
+            self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
+        # doit prints a traceback when it cannot run (e.g. its state DB on a full disk): that one write
+        # goes to logs/ as a warning; everything else written to stderr streams through as it comes.
+        stream = _TracebackTrap(sys.stderr)
+        try:
+            self.parallel = Parallel(
+                self.store,
+                self.ref,
+                self.scale,
+                self.compiles,
+                self.cells,
+                self.display,
+                _label,
+                self._warn,
+                ledger=self.ledger,
+            )
+            self.parallel.run()
+            with contextlib.redirect_stderr(stream):
+                code = int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+        finally:
+            self.display.close()
+        for text in stream.trapped:
+            self._doit_said(text)
+        return code
+
+    def _doit_said(self, text: str) -> None:
+        """A traceback doit printed: to ``logs/``, and one warning naming the file."""
+        last = [ln for ln in text.splitlines() if ln.strip()][-1]
+        log = self.build_dir / LOG_DIR / f"doit-{os.getpid()}.txt"
+        try:
+            log.parent.mkdir(exist_ok=True)
+            log.write_text(text, encoding="utf-8")
+            where = f"; details in {log}"
+        except OSError:
+            where = ""
+        self._warn(f"doit stopped before running every task: {last}{where}")
+
+    def prepare(self) -> None:
+        """Before any task (holding the lock): the run's start-up (_startup)."""
+        start_run(self.build_dir, self.store, self.display.warn, self._warn)
+        self._ledger = survey(self.store, self.cells + self.kept)  # after the clean-up: what this run starts from
+
+    def summary(self) -> dict[str, Any]:
+        """Write summary.json for this run from the published manifest entries."""
+        if self.entries is None:  # doit did not reach the manifest task
+            self._publish()
+        entries = self.entries or []
+        try:
+            return write_summary(self.build_dir, entries, len(self.compiled), self.redone, self.warnings)
+        except OSError as exc:
+            self.output_error = self.output_error or f"{SUMMARY_FILE}: {exc}"
+            return summarize(entries, len(self.compiled), self.redone)
+
+
+class _TracebackTrap:
+    """A stderr that keeps each write that is a whole traceback (doit writes one in a single call)
+    and passes everything else through to ``real`` at once."""
+
+    def __init__(self, real: TextIO) -> None:
+        self.real = real
+        self.trapped: list[str] = []
+
+    def write(self, text: str) -> int:
+        if text.startswith("Traceback (most recent call last)"):
+            self.trapped.append(text)
+            return len(text)
+        return self.real.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def _label(cell: Cell) -> str:
+    """A compile as the progress display names it (and matches it with earlier similar compiles)."""
+    return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
+
+
+def _cells_digest(cells: list[Cell]) -> str:
+    """What a ``cells:`` task's doit state remembers: its cells' ids and keys."""
+    return digest([[c.id, c.cell_key] for c in cells])
+
+
+def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
+    """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
+    e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
+    from ..config import compose_settings, expand_all
+
+    if overrides is None:
+        overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
+    from ..config import find_project
+
+    settings = compose_settings(overrides, project=find_project())
+    build_dir, cells = expand_all([settings])
+    build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
+    return BuildRun(build_dir, cells, progress=settings.progress).namespace()
