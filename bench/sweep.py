@@ -104,7 +104,7 @@ class Bench:
         self.notes: dict[str, Any] = {}
 
     def cli(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "rbln_build.build.cli", *args]
+        return [sys.executable, "-m", "rbln_build.cli", *args]
 
     def baseline(self) -> None:
         for _ in range(self.repeat):

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._ledger import INDEX_KIND, read_index, survey
-from rbln_build.build._matrix import Cell, expand_all
-from rbln_build.build._store import Store
-from rbln_build.build._tasks import BuildRun
+from rbln_build.config import Cell, compose_settings, expand_all
+from rbln_build.pipeline import BuildRun, survey
+from rbln_build.pipeline._ledger import INDEX_KIND, read_index
+from rbln_build.store import Store
 
 
 def _build(build_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[BuildRun, list[Cell]]:

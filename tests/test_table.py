@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rbln_build.build._table import FULL_TABLE_MAX, full_table, summary_table
+from rbln_build.commands._table import FULL_TABLE_MAX, full_table, summary_table
 
 
 def entry(cid: str, status: str, kind: str | None = None, produced: str | None = "plan") -> dict[str, Any]:
@@ -64,7 +64,7 @@ def test_a_sweep_above_the_threshold_prints_the_summary_and_writes_the_table(tmp
     env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_BUILD_CACHE=str(tmp_path / "inventory"))
 
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "rbln_build.build.cli", "progress=false", *args, *extra]
+        cmd = [sys.executable, "-m", "rbln_build.cli", "progress=false", *args, *extra]
         return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
 
     proc = run()

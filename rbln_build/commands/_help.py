@@ -28,6 +28,8 @@ Overrides (Hydra syntax; a chosen model/device/budget replaces that axis of the 
                                           more cells after the matrix: sub-matrices with the same keys
                                           (omitted keys from the matrix); narrowing filters them
   build_dir=/path/to/build  recipes_dir=/path/to/recipes  progress=false
+  --full-table                            print every cell's row (above 100 cells: a summary, the
+                                          full table in build_dir/results.txt)
   jobs=4                                  compile in 4 worker processes (default: the cores; 1: in process)
   executor=ray executor.address=auto      compile keys as Ray tasks (pip install 'rbln-build[ray]')
   cache.remote=s3://bucket/prefix         a shared, verified cache behind build_dir/cache (file:// too)
@@ -41,7 +43,7 @@ Examples:
   rbln-build matrix=plans 'matrix.budgets=[0.2,0.25,0.3]'
   rbln-build --cfg job                    print the composed config and exit
 
-Outputs under build_dir: manifest.json, summary.json, artifacts/<cell id>/ (rbln-build.json, ...),
+Outputs under build_dir: manifest.json, summary.json, results.txt, artifacts/<cell id>/ (rbln-build.json, ...),
 cache/ (content-addressed), .doit.sqlite3 (doit state). `doit list` / `doit info <task>` /
 `doit forget <task>` work from the repository root on the same tasks (RBLN_BUILD_OVERRIDES narrows them).
 Exit status: 0 all cells built (or failed as declared in matrix.expect_failure), 1 a cell failed,

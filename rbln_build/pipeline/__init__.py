@@ -1,6 +1,7 @@
 """The pipeline: cells -> compile -> resolve -> finalize -> manifest, run by doit.
 
 _stages     the pure stages (compile_once, resolve, finalize, build_cell, reusable)
+_ledger     the single pass over the Store that decides what is up to date (and the results index)
 _tasks      the doit wiring (one place that turns cells into doit tasks)
 _startup    what a run does first: leftovers cleaned, links rolled forward, doit's state checked
 _executors  compiles in worker processes (jobs=N), scheduled ahead of doit; _ray: as Ray tasks
@@ -13,10 +14,23 @@ _sweep      Hydra launchers' sweep jobs (a job builds its own cells; the driver 
 
 from __future__ import annotations
 
+from ._ledger import Ledger, entry_state, read_record, survey
 from ._manifest import entry_for
 from ._progress import failure_summary
 from ._serving import command_for
 from ._startup import STATE_FILE
 from ._tasks import BuildRun, dodo_namespace, doit_config
 
-__all__ = ["BuildRun", "STATE_FILE", "command_for", "dodo_namespace", "doit_config", "entry_for", "failure_summary"]
+__all__ = [
+    "BuildRun",
+    "Ledger",
+    "STATE_FILE",
+    "command_for",
+    "dodo_namespace",
+    "doit_config",
+    "entry_for",
+    "entry_state",
+    "failure_summary",
+    "read_record",
+    "survey",
+]

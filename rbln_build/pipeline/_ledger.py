@@ -29,12 +29,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._keys import canonical_json
-from ._result import CellResult, CompileOutcome
-from ._store import ENTRY_FILE, FILES_DIR, Store, _meta_hash, _result_hash, _stats, content_hash, is_key, write_atomic
+from ..store import (
+    ENTRY_FILE,
+    FILES_DIR,
+    CellResult,
+    CompileOutcome,
+    Store,
+    canonical_json,
+    content_hash,
+    file_stats,
+    is_key,
+    meta_hash,
+    result_hash,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
-    from ._matrix import Cell
+    from ..config import Cell
 
 __all__ = [
     "Ledger",
@@ -123,7 +134,7 @@ def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] 
     except (OSError, ValueError, KeyError, TypeError):
         return "damaged", None
     files = path / FILES_DIR
-    if _stats(files) == record.get("stat") and record.get("meta_hash") == _meta_hash(meta):
+    if file_stats(files) == record.get("stat") and record.get("meta_hash") == meta_hash(meta):
         return "ok", meta
     return ("ok", meta) if content_hash(files, meta) == recorded else ("damaged", None)
 
@@ -133,7 +144,7 @@ def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
     try:
         record = json.loads(store.record_path(kind, key).read_bytes())
         body = record["result"]
-        if record["key"] != key or record["content_hash"] != _result_hash(body):
+        if record["key"] != key or record["content_hash"] != result_hash(body):
             return None
         return body  # type: ignore[no-any-return]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
