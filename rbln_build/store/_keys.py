@@ -202,5 +202,8 @@ def cell_key(
     )
 
 
+_SCALAR = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # what canonical_json writes for a scalar
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return _SCALAR.encode(value)
