@@ -245,6 +245,10 @@ def main() -> None:
         from ._explain_cli import main as explain_main
 
         sys.exit(explain_main(argv[1:]))
+    if argv[:1] in (["release"], ["verify"]):
+        from ..release._cli import main as release_main
+
+        sys.exit(release_main(argv))
     if argv[:1] == ["report"]:
         from ..reporting import main as report_main
 
