@@ -182,9 +182,9 @@ def verify_release(location: str, key: Path | None = None) -> Verdict:
     verdict.cells = len(body.get("cells") or {})
     _check_signature(release, present, data, key, verdict)
     for rel in sorted(set(present) - set(listed) - _TOP):
-        what = present[rel]
+        extra = present[rel]
         problems.append(
-            (rel, "an extra file, not in release.json" if what == "file" else f"a {what}, not in release.json")
+            (rel, "an extra file, not in release.json" if extra == "file" else f"a {extra}, not in release.json")
         )
     for rel, (sha, size) in sorted(listed.items()):
         what = present.get(rel)
