@@ -1,6 +1,7 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    build      -> deploy, reporting, backends, memory, estimator, errors
+    build      -> release (the CLI's dispatch), deploy, reporting, backends, memory, estimator, errors
+    release    -> build (the Store's content hash, the serving module, the project), errors
     deploy     -> estimator, errors           (the co-location planner: pure arithmetic over reports)
     reporting  -> estimator, errors           (reads manifests and compile entries as files)
     backends   -> memory, estimator, errors
@@ -30,7 +31,8 @@ ALLOWED = {
     "backends": {"memory", "estimator", "errors"},
     "deploy": {"estimator", "errors"},
     "reporting": {"estimator", "errors"},
-    "build": {"deploy", "reporting", "backends", "memory", "estimator", "errors"},
+    "build": {"deploy", "reporting", "backends", "memory", "estimator", "errors", "release"},
+    "release": {"build", "errors"},
 }
 ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "__init__.py", "errors.py"}  # top-level modules
 

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+import rbln_build
 
 __all__ = ["provenance_for", "git_state"]
 
@@ -33,7 +33,7 @@ def provenance_for(
             str(i.get("recipe")), {"recipe_hash": i.get("recipe_hash"), "weights_hash": i.get("weights_hash")}
         )
     return {
-        "rbln_build": __version__,
+        "rbln_build": rbln_build.__version__,
         "manifest_schema_version": manifest.get("schema_version"),
         "recipes": recipes,
         "devices": {str(i.get("device")): {"npu": i.get("npu"), "num_devices": i.get("num_devices")} for i in inputs},

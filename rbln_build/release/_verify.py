@@ -156,6 +156,22 @@ def _checked_files(body: dict[str, Any]) -> dict[str, tuple[str, int]]:
 def verify_release(location: str, key: Path | None = None) -> Verdict:
     """Check the release at ``location``; ``key``: an Ed25519 public key (PEM) its signature must match."""
     release = open_release(location)
+    try:
+        return _verify(release, key)
+    except UserError:
+        raise
+    except Exception as exc:  # an unreachable remote, refused credentials: no verdict at all
+        if isinstance(release, LocalRelease):
+            raise
+        from ._dest import redact
+
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+        raise UserError(
+            f"{redact(release.location)}: cannot be read ({why}); check the URL and the credentials in the environment."
+        ) from None
+
+
+def _verify(release: LocalRelease | RemoteRelease, key: Path | None) -> Verdict:
     verdict = Verdict(release.location)
     problems = verdict.problems
     try:
@@ -166,6 +182,7 @@ def verify_release(location: str, key: Path | None = None) -> Verdict:
     if kind != "file":
         problems.append((RELEASE_FILE, "missing: not a release, or it was deleted" if kind is None else f"a {kind}"))
         return verdict
+    data = b""
     try:
         data = _read_bounded(release, RELEASE_FILE, MAX_RELEASE_JSON_BYTES)
         body = json.loads(data)
