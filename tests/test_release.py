@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -353,3 +354,36 @@ def test_release_to_s3_then_verify_from_the_url(plans: Path, tmp_path: Path, s3:
     proc = rbln(["verify", f"{url}/v1"], cwd=tmp_path, env=env)
     check_ok(proc, 1)
     assert f"rbln-build verify: {url}/v1/{CELL}/config.json: changed: sha256 " in proc.stderr
+
+
+def test_provenance_records_the_projects_git_commit_and_a_dirty_tree(plans: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    repo = tmp_path / "project"
+    repo.mkdir()
+    (repo / "rbln-build.yaml").write_text("{}\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    git_env = dict(os.environ, **env)
+    for args in (["init", "-q"], ["add", "rbln-build.yaml"], ["commit", "-qm", "project"]):
+        subprocess.run(["git", *args], cwd=repo, env=git_env, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    shutil.copytree(plans / "build", repo / "build", symlinks=True)  # untracked, and not part of the check
+    check_ok(rbln(["release", "v1"], cwd=repo))  # the project's build/ and build/releases by default
+    prov = json.loads((repo / "build" / "releases" / "v1" / "release.json").read_bytes())["provenance"]
+    assert prov["git"] == {"commit": head, "clean": True}
+    (repo / "rbln-build.yaml").write_text("{}  # edited\n")
+    check_ok(rbln(["release", "v2"], cwd=repo))
+    prov = json.loads((repo / "build" / "releases" / "v2" / "release.json").read_bytes())["provenance"]
+    assert prov["git"] == {"commit": head, "clean": False}
+
+
+def test_without_cryptography_signing_says_what_to_install(monkeypatch: Any, tmp_path: Path) -> None:
+    import sys
+
+    from rbln_build.errors import UserError
+    from rbln_build.release import _sign
+
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)
+    with pytest.raises(UserError, match=r"pip install 'rbln-build\[sign\]'"):
+        _sign.sign(b"{}", tmp_path / "release.key")

@@ -53,8 +53,8 @@ def release_main(argv: list[str]) -> int:
     args = _release_parser().parse_args(argv)
     from ..build._project import find_project
     from ._bundle import Selection, check_name, stage_release
-    from ._dest import is_url, local_staging, publish, redact
-    from ._format import SIGNATURE_FILE
+    from ._dest import is_url, local_staging, publish
+    from ._format import SIGNATURE_FILE, redact
 
     check_name(args.name, "release name")
     project = find_project(args.project)
@@ -125,7 +125,7 @@ def _verify_parser() -> argparse.ArgumentParser:
 
 def verify_main(argv: list[str]) -> int:
     args = _verify_parser().parse_args(argv)
-    from ._dest import redact
+    from ._format import redact
     from ._verify import verify_release
 
     verdict = verify_release(args.release, Path(args.key) if args.key else None)

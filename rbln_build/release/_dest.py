@@ -23,9 +23,9 @@ from typing import Any
 
 from ..build._remote import _TIMEOUTS
 from ..errors import BuildError, UserError
-from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SIGNATURE_FILE
+from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SIGNATURE_FILE, redact
 
-__all__ = ["ReleaseConflict", "filesystem", "is_url", "local_staging", "publish", "redact"]
+__all__ = ["ReleaseConflict", "filesystem", "is_url", "local_staging", "publish"]
 
 
 class ReleaseConflict(UserError):
@@ -34,14 +34,6 @@ class ReleaseConflict(UserError):
 
 def is_url(to: str) -> bool:
     return "://" in to
-
-
-def redact(url: str) -> str:
-    """The URL without any user:password part (never printed)."""
-    scheme, sep, rest = url.partition("://")
-    if sep and "@" in rest.split("/", 1)[0]:
-        rest = rest.split("@", 1)[1]
-    return f"{scheme}{sep}{rest}"
 
 
 def filesystem(url: str) -> tuple[Any, str]:

@@ -20,6 +20,7 @@ __all__ = [
     "SELF_HASH_KEY",
     "SIGNATURE_FILE",
     "render_release",
+    "redact",
     "self_hash",
 ]
 
@@ -44,3 +45,11 @@ def self_hash(body: dict[str, Any]) -> str:
 def render_release(body: dict[str, Any]) -> bytes:
     """release.json's bytes: sorted keys, no timestamps, its self-hash included."""
     return _render({**body, SELF_HASH_KEY: self_hash(body)})
+
+
+def redact(url: str) -> str:
+    """The URL without any user:password part (never printed)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        rest = rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"

@@ -163,7 +163,7 @@ def verify_release(location: str, key: Path | None = None) -> Verdict:
     except Exception as exc:  # an unreachable remote, refused credentials: no verdict at all
         if isinstance(release, LocalRelease):
             raise
-        from ._dest import redact
+        from ._format import redact
 
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
         raise UserError(
