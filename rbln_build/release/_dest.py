@@ -119,23 +119,22 @@ def _existing_local(dest: Path) -> tuple[bytes, bytes | None] | None:
     return release.read_bytes(), (sig.read_bytes()[:128] if sig.is_file() and not sig.is_symlink() else None)
 
 
-def _fsync_tree(root: Path) -> None:
-    for folder, _dirs, names in os.walk(root):
-        for name in names:
-            with open(Path(folder) / name, "rb") as f:
-                os.fsync(f.fileno())
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def _flush(root: Path) -> None:
+    """Everything staged reaches the disk before the rename makes it visible: one ``sync`` (a
+    per-file fsync took 19 s of a 27 s release of 2,469 small files on a busy disk), then the folder."""
+    os.sync()
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _publish_local(staging: Path, dest: Path, data: bytes, signature: bytes | None) -> str:
     found = _existing_local(dest)
     if found is not None:
         return _compare(str(dest), found[0], data, found[1], signature)
-    _fsync_tree(staging)
+    _flush(staging)
     try:
         os.rename(staging, dest)  # one step: the whole release or nothing
     except OSError:
