@@ -387,3 +387,71 @@ def test_without_cryptography_signing_says_what_to_install(monkeypatch: Any, tmp
     monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)
     with pytest.raises(UserError, match=r"pip install 'rbln-build\[sign\]'"):
         _sign.sign(b"{}", tmp_path / "release.key")
+
+
+# -- end to end: real programs and optimum-rbln cells, loaded from the release alone ---------------
+
+
+@pytest.mark.slow
+def test_release_of_torch_and_rbln_builds_loads_from_the_release_alone(
+    tmp_path: Path, s3: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tiny recipes (seeded weights) built by both backends -> release to a folder and to S3 ->
+    build dirs deleted -> verify both -> a torch cell generates the build's tokens from the release,
+    and optimum-rbln loads every rbln cell from the release with the manifest's block count."""
+    from _rbln_sdk import HAS_OPTIMUM_RBLN, sdk_env, sdk_on_path
+
+    if not HAS_OPTIMUM_RBLN:
+        pytest.skip("optimum-rbln 0.12.0 is not installed (pip install --no-deps optimum-rbln==0.12.0)")
+    env, fs, _ = s3
+    builds = {
+        "torch": ["matrix=tiny", "matrix.budgets=[90MB]", "matrix.expect_failure=[]", "model=tiny_llama"],
+        "rbln": ["matrix=tiny", "matrix.backend=rbln", "matrix.budgets=[null]", "matrix.expect_failure=[]"],
+    }
+    sdk = {k: v for k, v in sdk_env().items() if k != "HF_HUB_OFFLINE"}  # test_cli.rbln sets that one
+    prompt = ["--prompt-ids", "1,2,3", "--max-new-tokens", "6"]
+    before: dict[str, str] = {}
+    for backend, args in builds.items():
+        build = tmp_path / backend / "build"
+        check_ok(rbln([*args, f"build_dir={build}"], cwd=tmp_path, env={**sdk, **env}))
+        for to in (str(tmp_path / "out"), "s3://rbln-cache/e2e"):
+            check_ok(rbln(["release", backend, "--build-dir", str(build), "--to", to], cwd=tmp_path, env=env))
+        if backend == "torch":
+            cell = build / "artifacts" / "tiny_llama.atom_max.b90MB"
+            before["torch"] = _run_cell(cell, prompt)
+        shutil.rmtree(tmp_path / backend)
+    for backend in builds:
+        check_ok(verify(tmp_path, tmp_path / "out" / backend))
+        check_ok(rbln(["verify", f"s3://rbln-cache/e2e/{backend}"], cwd=tmp_path, env=env))
+        assert (
+            fs.cat_file(f"rbln-cache/e2e/{backend}/release.json")
+            == (tmp_path / "out" / backend / "release.json").read_bytes()
+        )
+    torch_release = tmp_path / "out" / "torch"
+    assert _run_cell(torch_release / "tiny_llama.atom_max.b90MB", prompt) == before["torch"]
+    body = json.loads((tmp_path / "out" / "rbln" / "release.json").read_bytes())
+    assert body["cells"]
+    with pytest.MonkeyPatch.context() as mp:
+        sdk_on_path(mp)
+        from optimum.rbln import RBLNAutoModelForCausalLM
+
+        for cid, cell in body["cells"].items():
+            folder = tmp_path / "out" / "rbln" / cell["dir"]
+            assert (folder / "rbln_config.json").is_file()
+            model = RBLNAutoModelForCausalLM.from_pretrained(str(folder), export=False, rbln_create_runtimes=False)
+            assert model.rbln_config.kvcache_num_blocks == cell["record"]["kvcache_num_blocks"], cid
+            card = (folder / "README.md").read_text()
+            assert f'.from_pretrained("{cid}", export=False)' in card
+            assert f"vllm serve ./{cid} --port 8000" in card
+
+
+def _run_cell(cell: Path, prompt: list[str]) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "rbln_build.run", str(cell), *prompt], capture_output=True, text=True, timeout=300
+    )
+    check_ok(proc)  # type: ignore[arg-type]
+    assert proc.stdout.startswith("prompt 0: ")
+    return proc.stdout
