@@ -142,6 +142,28 @@ def test_a_selection_by_glob_and_its_errors(plans: Path, tmp_path: Path) -> None
     assert "release name '../up' is not a safe folder name" in proc.stderr
 
 
+def test_a_deployment_releases_its_cells(tmp_path: Path) -> None:
+    deployment = "qwen3_8b_llama3_2_1b"  # two plan cells on one Rebel100
+    check_ok(rbln([f"deployment={deployment}", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path))
+    cells = {
+        m["cell"]
+        for m in json.loads((tmp_path / "build" / "manifest.json").read_bytes())["deployments"][deployment][
+            "models"
+        ].values()
+    }
+    proc = release(tmp_path, "pair", "--deployment", deployment, "--json")
+    check_ok(proc)
+    assert set(json.loads(proc.stdout)["cells"]) == cells and len(cells) == 2
+    body = json.loads((tmp_path / "build" / "releases" / "pair" / "release.json").read_bytes())
+    assert body["selection"]["deployment"] == deployment and body["provenance"]["deployments"] == [deployment]
+    proc = release(tmp_path, "none", "--deployment", "tiny_pair")
+    check_ok(proc, 2)
+    assert (
+        f"--deployment tiny_pair: {tmp_path / 'build' / 'manifest.json'} holds no build of that deployment (built: {deployment})"
+        in proc.stderr
+    )
+
+
 def test_an_artifact_changed_after_the_build_is_not_released(plans: Path, tmp_path: Path) -> None:
     work = copy(plans, tmp_path)
     target = (work / "build" / "artifacts" / "qwen3_8b.rebel100.b0.3" / "config.json").resolve()
