@@ -28,10 +28,17 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def inventories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The memory model's parameter inventories, computed by the first build and shared by the
+    module's builds (RBLN_BUILD_CACHE), as test_deploy_cli shares them."""
+    return {"RBLN_BUILD_CACHE": str(tmp_path_factory.mktemp("inventories"))}
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory, inventories: dict[str, str]) -> Path:
     """One clean build of matrix=plans (its folder holds build/); tests copy it."""
     work = tmp_path_factory.mktemp("plans")
-    check_ok(rbln([*PLANS, f"build_dir={work / 'build'}"], cwd=work))
+    check_ok(rbln([*PLANS, f"build_dir={work / 'build'}"], cwd=work, env=inventories))
     return work
 
 
@@ -113,12 +120,14 @@ def test_two_releases_of_one_build_are_byte_identical_and_a_repeat_is_a_no_op(pl
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["v1"]  # no staging folder left behind
 
 
-def test_a_changed_build_under_the_same_name_is_refused(plans: Path, tmp_path: Path) -> None:
+def test_a_changed_build_under_the_same_name_is_refused(
+    plans: Path, tmp_path: Path, inventories: dict[str, str]
+) -> None:
     work = copy(plans, tmp_path)
     check_ok(release(work, "v1"))
     before = tree(work / "build" / "releases" / "v1")
     # the same matrix with one budget moved: other cells, other block counts
-    check_ok(rbln([*PLANS, "matrix.budgets=[0.3,0.6]", f"build_dir={work / 'build'}"], cwd=work))
+    check_ok(rbln([*PLANS, "matrix.budgets=[0.3,0.6]", f"build_dir={work / 'build'}"], cwd=work, env=inventories))
     proc = release(work, "v1")
     check_ok(proc, 2)
     assert "already holds a release with different content; first difference: " in proc.stderr
@@ -142,9 +151,9 @@ def test_a_selection_by_glob_and_its_errors(plans: Path, tmp_path: Path) -> None
     assert "release name '../up' is not a safe folder name" in proc.stderr
 
 
-def test_a_deployment_releases_its_cells(tmp_path: Path) -> None:
+def test_a_deployment_releases_its_cells(tmp_path: Path, inventories: dict[str, str]) -> None:
     deployment = "qwen3_8b_llama3_2_1b"  # two plan cells on one Rebel100
-    check_ok(rbln([f"deployment={deployment}", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path))
+    check_ok(rbln([f"deployment={deployment}", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=inventories))
     cells = {
         m["cell"]
         for m in json.loads((tmp_path / "build" / "manifest.json").read_bytes())["deployments"][deployment][
