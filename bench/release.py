@@ -27,8 +27,8 @@ from noop import K1000  # noqa: E402  (the same 1,000-cell matrix as the no-op b
 
 NO_TORCH = """
 import sys
-from rbln_build.release._cli import main
-code = main(["verify", sys.argv[1]])
+from rbln_build.commands._main import dispatch
+code = dispatch(["verify", sys.argv[1]])
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))
 print(json.dumps({"code": code, "heavy": heavy}))
 """
@@ -41,7 +41,7 @@ def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rbln_build.build.cli", *args]
+    return [sys.executable, "-m", "rbln_build.cli", *args]
 
 
 def main() -> None:

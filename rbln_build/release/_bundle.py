@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..build._store import ENTRY_FILE, content_hash, is_key
 from ..errors import IntegrityError, UserError
+from ..store._store import ENTRY_FILE, content_hash, is_key
 from ._card import card_for
 from ._format import CARD_FILE, FORMAT, RELEASE_FILE, render_release
 from ._provenance import provenance_for

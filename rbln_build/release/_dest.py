@@ -21,8 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..build._remote import _TIMEOUTS
 from ..errors import BuildError, UserError
+from ..store._remote import _TIMEOUTS
 from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SIGNATURE_FILE, redact
 
 __all__ = ["ReleaseConflict", "filesystem", "is_url", "local_staging", "publish"]

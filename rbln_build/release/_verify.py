@@ -191,10 +191,9 @@ def _verify(release: LocalRelease | RemoteRelease, key: Path | None) -> Verdict:
         if body.get(SELF_HASH_KEY) != self_hash(body):
             raise ValueError(f"edited: its {SELF_HASH_KEY} does not match its content")
         listed = _checked_files(body)
-    except (OSError, ValueError, RecursionError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # nothing else can be checked against it
         problems.append((RELEASE_FILE, str(exc)))
-        listed = {}
-        body = {}
+        return verdict
     verdict.name = body.get("name") if isinstance(body.get("name"), str) else None
     verdict.cells = len(body.get("cells") or {})
     _check_signature(release, present, data, key, verdict)
