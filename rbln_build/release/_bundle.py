@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IntegrityError, UserError
-from ..store._store import ENTRY_FILE, content_hash, is_key
+from ..store import ENTRY_FILE, content_hash, is_key
 from ._card import card_for
 from ._format import CARD_FILE, FORMAT, RELEASE_FILE, render_release
 from ._provenance import provenance_for

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..pipeline._serving import command_for
+from ..pipeline import command_for
 
 __all__ = ["card_for", "serve_command_for", "DEFAULT_PORT"]
 

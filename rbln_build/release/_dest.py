@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError, UserError
-from ..store._remote import _TIMEOUTS
+from ..store import REMOTE_TIMEOUTS
 from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SIGNATURE_FILE, redact
 
 __all__ = ["ReleaseConflict", "filesystem", "is_url", "local_staging", "publish"]
@@ -40,7 +40,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     try:
         import fsspec  # type: ignore[import-untyped]
 
-        fs, base = fsspec.url_to_fs(url, **_TIMEOUTS.get(url.split("://", 1)[0], {}))
+        fs, base = fsspec.url_to_fs(url, **REMOTE_TIMEOUTS.get(url.split("://", 1)[0], {}))
     except ImportError as exc:
         raise UserError(
             f"{redact(url)}: needs a filesystem package that is not installed ({exc}); "
