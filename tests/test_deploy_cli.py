@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_helpers import _CACHE, inventory
+from memory_helpers import _CACHE, inventory, spec
 from test_cli import check_ok, manifest, rbln
 
-from rbln_build.estimator import resolve_budget, resolve_npu
+from rbln_build.estimator import AllocationReport, Request, estimate, resolve_budget, resolve_npu
 
 MiB = 2**20
 REBEL = resolve_npu("RBLN-CR03")
@@ -209,8 +209,29 @@ def test_a_blocks_deployment_builds_explicit_counts(tmp_path: Path, env: dict[st
     }
     assert record["models"]["qwen3_8b"]["cell"] == "qwen3_8b.rebel100.bs8.s40960.bnone.n33"
     assert record["fits"] and max(record["per_chiplet"]["total"][0]) <= REBEL.available_per_chiplet
+    # the cell's own record cannot say which budget gives 33 (no report in it); the deployment's can, and
+    # serve-command passes the smallest budget that resolves to each built count
     serving = manifest(build)["cells"]["qwen3_8b.rebel100.bs8.s40960.bnone.n33"]["serving"]
     assert serving["exact"] is False and "explicit kvcache_num_blocks (33) cannot be passed" in serving["notes"][-1]
+    proc = rbln(["serve-command", QL, "deployment.mode=blocks", "--json", f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    m = manifest(build)
+    for c in json.loads(proc.stdout)["commands"]:
+        assert c["exact"], c["notes"]
+        flags = dict(zip(c["argv"][5::2], c["argv"][6::2], strict=True))
+        fraction = float(flags["--gpu-memory-utilization"])
+        entry = m["cells"][c["cell"]]
+        stored = json.loads((build / "cache" / "compile" / entry["compile_key"] / "entry.json").read_text())
+        geometry = {"batch_size": 8, "max_seq_len": 40960} if c["model"] == "qwen3_8b" else {}
+        request = Request.for_attention(
+            "RBLN-CR03", 1, spec(c["model"], "RBLN-CR03", **geometry).attention, memory_budget=fraction
+        )
+        resolved = estimate(request, AllocationReport.from_json(stored["meta"]["report"]))
+        assert (
+            resolved.kvcache_num_blocks
+            == entry["kvcache_num_blocks"]
+            == {"qwen3_8b": 33, "llama3_2_1b": 29}[c["model"]]
+        )
 
 
 def test_an_infeasible_deployment_builds_nothing(tmp_path: Path, env: dict[str, str]) -> None:

@@ -267,6 +267,7 @@ def _record(
         result = results.get(cell.cell_key)
         entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
         usage: tuple[int, ...] | None = None
+        serve_budget: int | None = None  # a budget that makes optimum-rbln compile the built count
         if result is None or not result.ok or entry is None or result.kvcache_num_blocks is None:
             problems.append(f"cell {cell.id} did not build" + (f": {result.error}" if result and result.error else ""))
         else:
@@ -275,6 +276,7 @@ def _record(
             count = result.kvcache_num_blocks
             usage = demand.need(count)
             used = [u + x for u, x in zip(used, usage, strict=True)]
+            serve_budget = result.budget_bytes if not cell.kvcache_num_blocks else demand.budget_for(count)
             if count != a.kvcache_num_blocks:
                 problems.append(
                     f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "
@@ -294,6 +296,7 @@ def _record(
             "kvcache_num_blocks": None if result is None else result.kvcache_num_blocks,
             "num_full_blocks": a.num_full_blocks,
             "usage": None if usage is None else [list(r) for r in grid(usage)],
+            "serve_budget_bytes": serve_budget,
         }
     available = target.available_per_chiplet
     headroom = [available - u for u in used]

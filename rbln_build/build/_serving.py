@@ -35,7 +35,7 @@ from ..estimator import fraction_for_bytes
 from ._matrix import Cell
 from ._result import CellResult
 
-__all__ = ["ENGINE", "serving_for", "command_for", "FLAG_ORDER"]
+__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "FLAG_ORDER"]
 
 ENGINE = "vllm-rbln==0.12.0"
 DEVICE_ENV = "RBLN_VISIBLE_DEVICES"
@@ -97,6 +97,36 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         "kvcache_num_blocks": result.kvcache_num_blocks,
         "exact": exact,  # the flags reproduce the cell's block count
         "flags": flags,
+        "notes": notes,
+    }
+
+
+def with_budget(serving: dict[str, Any], budget: int | None, npu: Any) -> dict[str, Any]:
+    """A serving record of a cell built with an explicit count, completed with the budget that
+    reproduces that count (``budget``: the smallest that resolves to it, from the built report; None
+    when no budget resolves to exactly it). vllm-rbln 0.12.0 compiles at start-up with
+    ``memory_budget = --gpu-memory-utilization``, so this fraction is what pins the count there."""
+    if serving["precompiled"] or "gpu_memory_utilization" in serving["flags"]:
+        return serving
+    count = serving["kvcache_num_blocks"]
+    notes = [n for n in serving["notes"] if "cannot be passed" not in n]
+    fraction = None if budget is None else fraction_for_bytes(budget, npu.available_bytes)
+    if budget is None or fraction is None:
+        notes.append(
+            f"no memory_budget resolves to exactly {count} blocks (a budget that holds them holds one more): "
+            "serve an rbln-backend artifact for this count"
+        )
+        return {**serving, "exact": False, "notes": notes}
+    chiplets = npu.num_chiplets
+    exact = int(npu.available_bytes * fraction) // chiplets == budget // chiplets
+    notes.append(
+        f"the explicit count {count} is what memory_budget {budget} bytes per device resolves to (the smallest "
+        "such budget, from the built report): --gpu-memory-utilization passes it"
+    )
+    return {
+        **serving,
+        "flags": {**serving["flags"], "gpu_memory_utilization": fraction},
+        "exact": exact,
         "notes": notes,
     }
 
