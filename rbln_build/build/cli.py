@@ -161,6 +161,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     from ._matrix import expand_all
     from ._tasks import BuildRun
 
+    if any(j.deployment is not None for j in jobs):  # rbln: plan from the compiled reports, in this build
+        from ._deploy_compile import compile_for_planning
+
+        compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
     records = None  # a deployment's record for the manifest (rbln_build.build._colocation)
     if any(j.deployment is not None for j in jobs):
