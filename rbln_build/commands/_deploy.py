@@ -25,13 +25,15 @@ __all__ = ["main", "USAGE"]
 USAGE = """\
 usage: rbln-build plan deployment=<name> [--json] [OVERRIDE ...]
        rbln-build serve-command deployment=<name> [--json] [OVERRIDE ...]
+       rbln-build serve-command CELL_DIR [--port N] [--devices IDS] [--json]
        rbln-build explain deployment=<name> [--json] [OVERRIDE ...]
 
 plan           the budgets and block counts that let the deployment's models share its device,
                exactly optimal for the objective it prints; when they cannot, which models conflict
                and the smallest changes that fit (each verified by planning again)
 serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
-               pinned to the deployment's devices, on its own port, with flags that agree with the artifact
+               pinned to the deployment's devices, on its own port, with flags that agree with the artifact;
+               or the command of one built or released cell folder (its tokenizer, its compiled model)
 explain        the deployment's plan as a table per chiplet, one column per model
 
 Deployments are conf/deployment/<name>.yaml ({deployments}); docs/colocation.md walks through one.
@@ -175,6 +177,14 @@ def _display(path: Path) -> Path:
 def main(argv: list[str]) -> int:
     """``argv``: the subcommand and its arguments (``plan deployment=x --json``)."""
     command, rest = argv[0], argv[1:]
+    if command == "serve-command" and any(not a.startswith("-") and "=" not in a for a in rest):
+        from ._serve_cell import main as serve_cell  # a cell folder instead of a deployment
+
+        try:
+            return serve_cell(rest)
+        except UserError as exc:
+            sys.stderr.write(f"rbln-build {command}: {exc}\n")
+            return 2
     if any(a in ("-h", "--help", "help") for a in rest):
         from ..config import list_group_options
 
