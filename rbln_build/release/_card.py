@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import UserError
 from ..pipeline import command_for
 
 __all__ = ["card_for", "serve_command_for", "DEFAULT_PORT"]
@@ -26,26 +27,28 @@ def _n(value: Any) -> str:
 
 
 def serve_command_for(cell_id: str, record: dict[str, Any]) -> dict[str, Any] | None:
-    """The cell's vllm-rbln command, run from the release's root (the folder holding release.json)."""
+    """The cell's vllm-rbln command, run from the release's root (the folder holding release.json):
+    paths into the cell (a compiled model, the cell's tokenizer) are ``./<cell id>``. None without a
+    serving record; UserError (with the reason) when the record refuses every command."""
     serving = record.get("serving")
     if not isinstance(serving, dict):
         return None
     inputs = record.get("inputs") or {}
     devices = tuple(range(int(inputs.get("num_devices") or 1)))
-    local = dict(serving)
-    if serving.get("precompiled"):
-        local["model"] = cell_id  # a compiled model: this folder of the release
-    return command_for(local, DEFAULT_PORT, devices, ".")
+    return command_for(serving, DEFAULT_PORT, devices, ".", cell_dir=f"./{cell_id}")
 
 
-def _tokenizer_line(meta: dict[str, Any]) -> str:
-    tok = meta.get("tokenizer", "unrecorded")
-    if tok == "unrecorded":
-        return "tokenizer: not recorded by the build that made this cell (it predates tokenizer records)"
+def _tokenizer_line(meta: dict[str, Any], serving: dict[str, Any]) -> str:
+    if "tokenizer" not in meta:
+        return "Tokenizer: not recorded by the build that made this cell (it predates tokenizer records)."
+    tok = meta["tokenizer"]
     if not tok:
-        return "tokenizer: **no tokenizer** in this cell (the checkpoint or recipe had none)"
+        source = serving.get("tokenizer")
+        return "Tokenizer: **no tokenizer** in this cell" + (
+            f"; vllm-rbln takes `{source}`'s." if source and not str(source).startswith("artifacts/") else "."
+        )
     files = ", ".join(f"`{f}`" for f in tok.get("files", []))
-    return f"tokenizer: {files} (from the {tok.get('source', 'checkpoint')})"
+    return f"Tokenizer: {files} in this folder (the checkpoint's files, byte for byte)."
 
 
 def _load_lines(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> list[str]:
@@ -75,6 +78,13 @@ def _load_lines(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> l
     return ["A plan: the resolved configuration, no program. Nothing here loads; serve it as below."]
 
 
+def _quantization(meta: dict[str, Any]) -> str:
+    q = meta.get("quantization")
+    if not isinstance(q, dict) or not q:
+        return "none recorded"
+    return ", ".join(f"{k} {v}" for k, v in sorted(q.items()))
+
+
 def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
     inputs = record.get("inputs") or {}
     attention = inputs.get("attention") or {}
@@ -102,16 +112,21 @@ def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
         f"| attention | {attention.get('attn_impl')}, block {_n(attention.get('kvcache_block_size'))}, "
         f"batch {_n(attention.get('batch_size'))}, max_seq_len {_n(attention.get('max_seq_len'))} |",
         f"| toolchain | {toolchain} |",
+        f"| quantization | {_quantization(meta)} |",
         f"| generation config | {'`' + str(meta['generation_config']) + '`' if meta.get('generation_config') else 'none'} |",
         "",
-        _tokenizer_line(meta),
+        _tokenizer_line(meta, serving),
         "",
         "## Serve with vllm-rbln",
         "",
     ]
-    command = serve_command_for(cell_id, record)
+    try:
+        command = serve_command_for(cell_id, record)
+    except UserError as exc:  # the serving record refuses: a program of a recipe without a hub model id
+        command = None
+        out.append(f"No serve command: {str(exc).removeprefix('no serve command: ')}")
     if command is None:
-        out.append("No serving record: this cell cannot be served.")
+        out += [] if out[-1].startswith("No serve command") else ["No serving record: this cell did not build."]
     else:
         out += ["From the release's root (the folder holding `release.json`):", "", "```bash", command["shell"], "```"]
         if not serving.get("exact", True):
