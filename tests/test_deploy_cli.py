@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _rbln_sdk import needs_optimum_rbln
 from memory_helpers import _CACHE, inventory
 from test_cli import check_ok, manifest, rbln
 
@@ -233,6 +234,7 @@ def test_serve_command_before_a_build_says_how_to_build(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # two builds through the stand-in SDK (~25 s)
+@needs_optimum_rbln  # the rbln backend drives the real optimum-rbln (skipped, saying so, without it)
 def test_rbln_cells_are_served_precompiled_and_replanned_from_their_compiled_reports(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
