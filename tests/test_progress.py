@@ -316,12 +316,25 @@ def test_a_torch_build_ends_when_its_work_ends(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "rbln_build.build.cli", "matrix=tiny", "jobs=2", f"build_dir={tmp_path / 'b'}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     started = time.monotonic()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    assert proc.stdout is not None
-    lines = [(time.monotonic(), line.rstrip("\n")) for line in proc.stdout]
-    assert proc.wait(timeout=60) == 0, "\n".join(ln for _, ln in lines)
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+        assert proc.stdout is not None
+        lines = [(time.monotonic(), line.rstrip("\n")) for line in proc.stdout]
+        assert proc.wait(timeout=60) == 0, "\n".join(ln for _, ln in lines)
     last_cell = next(t for t, ln in reversed(lines) if ln.startswith("[progress 100%] compiles 2/2 | cells 6/6"))
     summary = next(t for t, ln in lines if re.match(r"6 cells: 2 compiled, ", ln))
     share = (summary - last_cell) / (summary - started)
     print(f"last cell -> summary: {summary - last_cell:.2f}s of {summary - started:.1f}s ({share:.2%})")
     assert share < 0.02, "\n".join(f"{t - started:7.2f} {ln}" for t, ln in lines)
+
+
+def test_each_distinct_cell_warning_is_said_once_with_its_cells() -> None:
+    from rbln_build.build._progress import warning_summary
+
+    int_budget = "memory_budget is the int 30, i.e. 30 byte(s), less than 1 MiB. An int is a byte count: ..."
+    entries = [{"cell": f"m{i}.d.b30", "warnings": [int_budget]} for i in range(5, 0, -1)]
+    entries += [{"cell": "x.d.b0.3", "warnings": ["another\nwarning"]}, {"cell": "y.d.b0.3", "warnings": []}]
+    assert warning_summary(entries) == [
+        f"warning (5 cells: m1.d.b30, m2.d.b30, m3.d.b30 and 2 more): {int_budget}",
+        "warning (1 cell: x.d.b0.3): another warning",
+    ]
+    assert warning_summary(entries[-1:]) == []

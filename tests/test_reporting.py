@@ -446,3 +446,48 @@ def test_explain_works_without_matplotlib_until_asked_to_plot(warm_cache: Path) 
     )
     assert plot.returncode == 2 and "Traceback" not in plot.stderr
     assert "pip install 'rbln-build[report]'" in plot.stderr and not (warm_cache / "q.png").exists()
+
+
+def chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium); .ci/run installs it")
+    return subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_a_thousand_cell_sweep_with_compare_renders_in_headless_chromium(build: Path, tmp_path: Path) -> None:
+    """A real 1,000-cell sweep (matrix=plans x 125 budgets) reported with --compare against the
+    module's 12-cell build: Chromium draws the grid pictures (their status colors are on screen) and
+    its DOM holds the contents, the comparison section and a link from every grid square."""
+    sweep = tmp_path / "sweep"
+    budgets = ",".join(str(round(i / 125, 4)) for i in range(1, 126))
+    proc = rbln(
+        ["matrix=plans", f"matrix.budgets=[{budgets}]", f"build_dir={sweep}"],
+        cwd=tmp_path,
+        extra_env={"RBLN_BUILD_CACHE": str(build.parent / "inventories")},
+    )
+    assert proc.returncode == 1 and len(cells(sweep)) == 1000, proc.stderr[-3000:]  # the low budgets fail
+    report = rbln(["report", str(sweep), "--compare", str(build / "manifest.json")], cwd=tmp_path)
+    assert report.returncode == 0 and "(1000 cells)" in report.stdout, report.stderr
+    url = (sweep / "report" / "index.html").resolve().as_uri()
+    shot = tmp_path / "page.png"
+    chromium(["--window-size=1280,2400", f"--screenshot={shot}", url], tmp_path)
+    assert shot.is_file()
+    img = PIL.open(shot).convert("RGB")
+    on_screen = {c for _, c in img.getcolors(1 << 24) or []}
+    from rbln_build.reporting._figures import OUTCOME_COLORS
+
+    for status in ("full_pool", "cut", "failed"):  # the grid pictures, 500 cells each
+        assert hex_rgb(OUTCOME_COLORS[status]) in on_screen, f"no {status} squares on screen"
+    dom = chromium(["--dump-dom", url], tmp_path).stdout
+    assert "<nav><strong>Contents</strong>" in dom and 'id="changes"' in dom
+    assert "1000 cells: " in dom and "grid of atom_max_x4" in dom
+    assert dom.count("cells added, ") == 1 and "Resolved block counts changed" in dom
+    page = (sweep / "report" / "index.html").read_text(encoding="utf-8")
+    assert page.count('<a href="#') >= 1000  # every square of the folded tables links to its figures
