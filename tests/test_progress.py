@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._progress import (
+from rbln_build.pipeline._progress import (
     CompileHistory,
     LineProgress,
     LiveProgress,
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from rbln_build.build._progress import make_progress
+    from rbln_build.pipeline._progress import make_progress
     p = make_progress(sys.argv[1] == "live", history=Path(sys.argv[2]))
     p.plan(["tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"], 3)
     for label in ("tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"):
@@ -223,7 +223,14 @@ def test_a_real_build_logs_plain_lines_and_a_rebuild_counts_what_was_up_to_date(
     (tmp_path / "inv").mkdir()
     os.symlink(_CACHE, tmp_path / "inv" / "inventory")
     # jobs=1: the doit tasks themselves run the stages, in order (jobs=N's lines: tests/test_parallel.py)
-    args = [sys.executable, "-m", "rbln_build.build.cli", "matrix=plans", "jobs=1", f"build_dir={tmp_path / 'build'}"]
+    args = [
+        sys.executable,
+        "-m",
+        "rbln_build.cli",
+        "matrix=plans",
+        "jobs=1",
+        f"build_dir={tmp_path / 'build'}",
+    ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_BUILD_CACHE=str(tmp_path / "inv"), TERM="xterm")
     env.pop("CI", None)
     first = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
@@ -271,7 +278,7 @@ def test_two_workers_show_real_start_times_and_never_zero_time_left(tmp_path: Pa
     worker's measure, in its finished line) by more than a second; at most two run at once; each
     keeps its number from start to finish; and the time left never reads 0 while work remains."""
     args = [
-        sys.executable, "-m", "rbln_build.build.cli", "matrix=plans", "matrix.backend=rbln_test_plugins:SlowBackend",
+        sys.executable, "-m", "rbln_build.cli", "matrix=plans", "matrix.backend=rbln_test_plugins:SlowBackend",
         "jobs=2", f"build_dir={tmp_path / 'build'}",
     ]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1", TERM="xterm", COLUMNS="250", RBLN_TEST_SLEEP_BY=DURATIONS)
@@ -313,7 +320,7 @@ def test_a_torch_build_ends_when_its_work_ends(tmp_path: Path) -> None:
     the last cell's line (the count line at cells 6/6) to the summary is under 2% of the build's.
     Before the workers exited without the interpreter's teardown, their collection of torch's objects
     held the summary back for 10-16 s while the pool shut down."""
-    args = [sys.executable, "-m", "rbln_build.build.cli", "matrix=tiny", "jobs=2", f"build_dir={tmp_path / 'b'}"]
+    args = [sys.executable, "-m", "rbln_build.cli", "matrix=tiny", "jobs=2", f"build_dir={tmp_path / 'b'}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     started = time.monotonic()
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
@@ -328,7 +335,7 @@ def test_a_torch_build_ends_when_its_work_ends(tmp_path: Path) -> None:
 
 
 def test_each_distinct_cell_warning_is_said_once_with_its_cells() -> None:
-    from rbln_build.build._progress import warning_summary
+    from rbln_build.pipeline._progress import warning_summary
 
     int_budget = "memory_budget is the int 30, i.e. 30 byte(s), less than 1 MiB. An int is a byte count: ..."
     entries = [{"cell": f"m{i}.d.b30", "warnings": [int_budget]} for i in range(5, 0, -1)]
