@@ -189,6 +189,26 @@ def test_history_keeps_the_last_runs_and_survives_a_corrupt_file(tmp_path: Path)
     assert CompileHistory(path).seconds == {}
 
 
+def test_a_narrow_terminal_cuts_the_labels_not_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    p = LiveProgress(io.StringIO(), clock=lambda: now[0])
+    p.plan([LABEL, "tiny_qwen3 for RBLN-CA x4 (torch)"], 3)
+    p.use_workers(2)
+    p.compile_started(LABEL, "k1")
+    now[0] += 75
+    p.compile_finished(LABEL, 75.0, True, "program", "k1")
+    p.compile_started("tiny_qwen3 for RBLN-CA x4 (torch)", "k2")
+    now[0] += 5
+    monkeypatch.setenv("COLUMNS", "200")
+    assert p.status() == (
+        "[##--------]  20% | compiles 1/2 | cells 0/3 | 1m20s elapsed | ~1m10s left"
+        " | running #2 5s tiny_qwen3 for RBLN-CA x4 (torch)"
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    assert p.status() == "[##--------]  20% | compiles 1/2 | cells 0/3 | 1m20s elapsed | ~1m10s left | r…"
+    p.close()
+
+
 def test_plain_strips_every_control_character() -> None:
     assert plain("a\x1b[1;31mb\x1b[0m\tc\r\nd\x07e\x9bf") == "ab c  def"
 
@@ -241,6 +261,11 @@ def test_a_real_build_logs_plain_lines_and_a_rebuild_counts_what_was_up_to_date(
     assert re.fullmatch(r"\[progress 100%\] compiles 4/4 \| cells 8/8 \| \d+s elapsed", lines[-1]), lines
     live = read_pty(args, env)
     assert "compiles 4/4 | cells 8/8" in live and "[cell " not in live and "[compile " not in live
+    # doit's state lost: its tasks run again and find the compiles in the cache: they count as done
+    (tmp_path / "build" / ".doit.sqlite3").unlink()
+    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and "[compile " not in again.stderr, again.stderr
+    assert again.stderr.splitlines()[-1].startswith("[progress 100%] compiles 4/4 | cells 8/8 | ")
 
 
 def read_pty(args: list[str], env: dict[str, str]) -> str:

@@ -201,3 +201,44 @@ def test_report_compare_pairs_budget_edits_and_counts_what_changed() -> None:
     assert "Failing before, not now: <code>a.d.b0.2</code>" in section
     assert "added: <code>c.d.b0.5</code>" in section and "removed: <code>b.d.b0.5</code>" in section
     assert '<li><a href="#changes">What changed</a></li>' in page
+
+
+def test_dram_labels_never_overprint_even_with_budgets_above_the_scale() -> None:
+    from rbln_build.reporting._bars import DramCase, dram_figure
+    from rbln_build.reporting._curve import ChipletStack
+
+    stack = ChipletStack(
+        0, 0, {"weights": 200 << 20, "workspace": 10 << 20, "runtime_buffers": 0, "other": 0, "kv": 30 << 20}
+    )
+    cases = [DramCase(f"0.{i}\n{i} blocks", (i + 1) << 32, (stack,), False) for i in range(1, 9)]  # all far above
+    fig = dram_figure(cases, 1, 16 << 30, "eight budgets, one chiplet each")
+    render(fig)  # draws: the texts have their places
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
+    assert len(boxes) == 8 and all("↑" in t.get_text() for t in fig.axes[0].texts)  # the budget is in its label
+    for a, b in itertools.combinations(boxes, 2):
+        assert not a.overlaps(b), (a, b)
+
+
+def test_explain_plot_keeps_the_requested_budgets_on_the_picture() -> None:
+    from rbln_build.estimator import AllocationReport
+    from rbln_build.reporting import blocks_curve, dram_stacks
+    from rbln_build.reporting._bars import DramCase
+    from rbln_build.reporting._compose import explain_figure
+    from rbln_build.reporting._figures import Point, zoom_limit
+
+    report = AllocationReport.from_json(
+        {
+            "alloc": {"prefill": {"weights": [[200 << 20]]}},
+            "kv_tensors": {"k": {"can_resize": True, "sizes": [[4 << 20]]}},
+        }
+    )
+    attention = {"attn_impl": "flash_attn", "batch_size": 1, "kvcache_block_size": 4096,
+                 "kvcache_partition_len": 4096, "max_seq_len": 8192, "prefill_chunk_size": 128}  # fmt: skip
+    curve = blocks_curve(report, "RBLN-CR03", 1, attention)
+    assert zoom_limit(curve) is not None  # a tiny model: the steps sit in a sliver of the device
+    for budget in (1 << 30, 20 << 30, 100 << 30):  # inside, beyond the zoom, far beyond
+        stacks = tuple(dram_stacks(report, curve.num_full_blocks))
+        case = DramCase("b", budget, stacks)
+        fig = explain_figure(curve, [Point("b", budget, curve.num_full_blocks, "full_pool")], [case], "t")
+        assert fig.axes[0].get_xlim()[1] >= budget

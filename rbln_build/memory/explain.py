@@ -284,7 +284,8 @@ def _ceil4(fraction: float) -> str:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GiB:,.2f} GiB"
+    """Bytes in the unit that reads: GiB from 1 GiB on, MiB below (a tiny model's 200 MiB floor)."""
+    return f"{n / GiB:,.2f} GiB" if n >= GiB else f"{n / MiB:,.2f} MiB"
 
 
 def render(data: dict[str, Any]) -> str:
