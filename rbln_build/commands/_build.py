@@ -161,6 +161,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     from ..config import expand_all
     from ..pipeline import BuildRun
 
+    if any(j.deployment is not None for j in jobs):  # rbln: plan from the compiled reports, in this build
+        from ..pipeline import compile_for_planning
+
+        compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
     kept = _declared(jobs, cells)  # a narrowed run keeps the declared matrix's other cells in the manifest
     records = None  # a deployment's record for the manifest (rbln_build.config._colocation)

@@ -113,7 +113,8 @@ def _explain(settings: Any, as_json: bool) -> int:
 
 
 def _serve(settings: Any, as_json: bool) -> int:
-    from ..pipeline import command_for
+    from ..estimator import resolve_npu
+    from ..pipeline import command_for, with_budget
 
     d = settings.deployment
     path = settings.build_dir / "manifest.json"
@@ -128,6 +129,7 @@ def _serve(settings: Any, as_json: bool) -> int:
             f"rbln-build deployment={d.name}\n"
         )
         return 1
+    npu = resolve_npu(d.device.npu)
     commands = []
     for dm in d.models:
         entry_id = record["models"][dm.name]["cell"]
@@ -135,6 +137,7 @@ def _serve(settings: Any, as_json: bool) -> int:
         if serving is None:
             sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
             return 1
+        serving = with_budget(serving, record["models"][dm.name].get("serve_budget_bytes"), npu)
         command = command_for(serving, dm.port, d.device_ids, str(_display(settings.build_dir)))
         commands.append(
             {
