@@ -406,6 +406,21 @@ def test_provenance_records_the_projects_git_commit_and_a_dirty_tree(plans: Path
     check_ok(rbln(["release", "v2"], cwd=repo))
     prov = json.loads((repo / "build" / "releases" / "v2" / "release.json").read_bytes())["provenance"]
     assert prov["git"] == {"commit": head, "clean": False}
+    proc = rbln(["release", "v1"], cwd=repo)  # the same cells from a dirty tree: not the release v1 is
+    check_ok(proc, 2)
+    assert "first difference: release.json at provenance.git.clean (every file is the same)" in proc.stderr
+
+
+def test_verify_refuses_an_oversized_release_json_before_reading_it(
+    released: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from rbln_build.release import _verify
+
+    assert _verify.verify_release(str(released)).ok
+    size = (released / "release.json").stat().st_size
+    monkeypatch.setattr(_verify, "MAX_RELEASE_JSON_BYTES", size - 1)
+    verdict = _verify.verify_release(str(released))
+    assert verdict.problems == [("release.json", f"over {size - 1:,} bytes; refused before reading")]
 
 
 def test_without_cryptography_signing_says_what_to_install(monkeypatch: Any, tmp_path: Path) -> None:
