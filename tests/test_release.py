@@ -173,6 +173,21 @@ def test_a_deployment_releases_its_cells(tmp_path: Path, inventories: dict[str, 
     )
 
 
+def test_a_failed_cell_stops_the_release_unless_allowed(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    path = work / "build" / "manifest.json"  # as a build with matrix.expect_failure=[] records that cell
+    manifest = json.loads(path.read_bytes())
+    manifest["cells"]["qwen3_8b.atom_max_x4.b0.3"]["status"] = "failed"
+    path.write_text(json.dumps(manifest))
+    proc = release(work, "v1")
+    check_ok(proc, 2)
+    assert "1 selected cell(s) of" in proc.stderr and "did not build: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stderr
+    assert "--allow-failed" in proc.stderr and not (work / "build" / "releases" / "v1").exists()
+    proc = release(work, "v1", "--allow-failed")
+    check_ok(proc)
+    assert "not released: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stdout
+
+
 def test_an_artifact_changed_after_the_build_is_not_released(plans: Path, tmp_path: Path) -> None:
     work = copy(plans, tmp_path)
     target = (work / "build" / "artifacts" / "qwen3_8b.rebel100.b0.3" / "config.json").resolve()
