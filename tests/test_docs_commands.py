@@ -64,6 +64,14 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build report --open": Run(),
     "rbln-build report [build_dir=build] [--open]": Run(),
     "rbln-build report build_dir=/scratch/rbln": Run(),
+    "rbln-build report /scratch/rbln": Run(),
+    "rbln-build report --compare release/manifest.json": Elsewhere(
+        "tests/test_report_views.py", "needs a released manifest (the test compares two builds)"
+    ),
+    "python scripts/docs_report.py": Elsewhere("tests/test_reporting.py", "regenerates docs/report.png with Chromium"),
+    "python scripts/docs_report.py --build-dir /tmp/shot": Elsewhere(
+        "tests/test_reporting.py", "the same script on an existing build"
+    ),
     "rbln-build && rbln-build report": Run(),
     "rbln-build matrix.budgetz=[0.3]": Run(exit=2),
     "rbln-build matrix.batch_sizes=[a]": Run(exit=2),
