@@ -25,7 +25,7 @@ class Run:
     """Run it (in document order, in one shared folder) and expect this exit status."""
 
     exit: int = 0
-    cwd: str = "work"  # "work": the shared folder; "project": the project `rbln-build init` made there
+    setup: str | None = None  # a documented command the text assumes ran just before (its context)
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build explain deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build serve-command deployment=qwen3_8b_llama3_2_1b": Run(),
-    "python -m rbln_build.run build/artifacts/<cell> --prompt-ids 1,2,3 --max-new-tokens 8": Run(),
-    "python -m rbln_build.run --manifest build/manifest.json <cell> --prompt-ids 1,2,3": Run(),
+    # the run examples take a cell of the default matrix (the quick start's build)
+    "python -m rbln_build.run build/artifacts/<cell> --prompt-ids 1,2,3 --max-new-tokens 8": Run(setup="rbln-build"),
+    "python -m rbln_build.run --manifest build/manifest.json <cell> --prompt-ids 1,2,3": Run(setup="rbln-build"),
     'python -m rbln_build.run build/artifacts/<cell> --prompt "some text"': Elsewhere(
         "tests/test_checkpoint_e2e.py",
         "needs a cell with a tokenizer: a checkpoint recipe's (the tiny recipes ship none)",
@@ -202,7 +203,10 @@ def test_documented_command_runs_as_the_docs_say(doc: str, command: str, work: P
     if command.startswith("rbln-build init"):
         (work / "p").mkdir(exist_ok=True)
         cwd = work / "p"
-    for argv in _argv_lists(command, work, "tiny_llama.rebel100.b208MB"):
+    steps = ([] if how.setup is None else _argv_lists(how.setup, work, "")) + _argv_lists(
+        command, work, "tiny_llama.rebel100.b208MB"
+    )
+    for argv in steps:
         if argv[0] == "cd":
             continue
         proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
