@@ -23,8 +23,10 @@ in the Store whole or not at all, and the next run resumes from what is there.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..store import CellResult, CompileOutcome, Store
+from . import _jobs
 from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job, worker_died
 from ._stages import compile_done, reusable
 
@@ -67,6 +70,8 @@ class Compiler(Protocol):
 
 
 def _interrupt(*_: Any) -> None:
+    global _STOPPED
+    _STOPPED = True
     # Unwind once: a second signal (Ctrl-C reaches the worker, then the scheduler's SIGTERM) must not
     # break into the `finally` blocks that are removing the Store's temporary folders.
     signal.signal(signal.SIGINT, _ignore)  # not SIG_IGN: a signal already pending would raise OSError
@@ -78,7 +83,24 @@ def _ignore(*_: Any) -> None:
     pass
 
 
-def _worker_init(parent: int, threads: int) -> None:
+_STOPPED = False  # in a worker: stopped by a signal (its exit status says so)
+
+
+def _exit_now() -> None:
+    # The last thing a worker does (multiprocessing's exit hooks, lowest priority): exit without the
+    # interpreter's teardown, whose collection of torch's objects took 10-16 s per worker while the
+    # pool shut down. Its results are sent (synchronously) and its files closed by now.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(1 if _STOPPED else 0)
+
+
+def _worker_init(parent: int, threads: int, started: Any = None) -> None:
+    _jobs.STARTED = started  # compile_job says on it which key it starts
+    multiprocessing.util.Finalize(None, _exit_now, exitpriority=-100)
     # N workers share the cores: torch's intra-op pool (sized from OMP_NUM_THREADS when it is first
     # used) gets cores / N threads per worker, as Ray does for its tasks; a user's setting stands.
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -113,12 +135,24 @@ class LocalPool:
         self.ref = ref
         self.jobs = jobs
         self.description = f"{jobs} worker process(es)"
+        context = multiprocessing.get_context("spawn")
+        self._started, started = context.Pipe(duplex=False)  # workers say when they start a compile
         self._pool = ProcessPoolExecutor(
             max_workers=jobs,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=context,
             initializer=_worker_init,
-            initargs=(os.getpid(), max(1, (os.cpu_count() or 1) // jobs)),
+            initargs=(os.getpid(), max(1, (os.cpu_count() or 1) // jobs), started),
         )
+
+    def started(self) -> list[str]:
+        """The compile keys that workers started since the last call."""
+        keys = []
+        try:
+            while self._started.poll():
+                keys.append(self._started.recv_bytes().decode("ascii"))
+        except (OSError, EOFError):
+            pass
+        return keys
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         return self._pool.submit(compile_job, self.ref, key, spec, backend)
@@ -187,18 +221,23 @@ class Parallel:
         compiler, cell_runner = self._runners(workers, bool(keys))
         waiting: dict[str, list[Cell]] = {k: [] for k in keys}
         pending: dict[Future[Any], tuple[str, Any]] = {}
+        self.display.use_workers(workers)
         try:
             for key in keys:
                 cell = self.compiles[key]
                 pending[compiler.submit_compile(key, cell.spec, cell.backend)] = ("compile", key)
-                self.display.compile_started(self.label(cell))  # queued on the workers
+                if not hasattr(compiler, "started"):  # Ray: queued counts as started
+                    self.display.compile_started(self.label(cell), key)
             for cell in todo:
                 if cell.compile_key in waiting:
                     waiting[cell.compile_key].append(cell)
                 else:
                     pending[cell_runner.submit_cell(cell)] = ("cell", cell)
             while pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                done, _ = wait(list(pending), timeout=0.1, return_when=FIRST_COMPLETED)
+                for key in getattr(compiler, "started", list)():  # before their results: starts come first
+                    if key in self.compiles and key not in self.compile_results:
+                        self.display.compile_started(self.label(self.compiles[key]), key)
                 for fut in done:
                     what, item = pending.pop(fut)
                     if what == "compile":
@@ -255,10 +294,10 @@ class Parallel:
         label = self.label(cell)
         self.shown.add(label)
         if done.error is not None:
-            self.display.compile_finished(label, done.elapsed_s, False, done.error)
+            self.display.compile_finished(label, done.elapsed_s, False, done.error, key)
         else:
-            where = f"({done.where})" if done.fresh else "from the cache"
-            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}")
+            where = f"(worker {done.where})" if done.fresh else "from the cache"
+            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}", key)
 
     def _finished(self, cell: Cell, fut: Future[CellDone]) -> None:
         try:
