@@ -25,7 +25,7 @@ class Run:
     """Run it (in document order, in one shared folder) and expect this exit status."""
 
     exit: int = 0
-    cwd: str = "work"  # "work": the shared folder; "project": the project `rbln-build init` made there
+    setup: str | None = None  # a documented command the text assumes ran just before (its context)
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,14 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build report --open": Run(),
     "rbln-build report [build_dir=build] [--open]": Run(),
     "rbln-build report build_dir=/scratch/rbln": Run(),
+    "rbln-build report /scratch/rbln": Run(),
+    "rbln-build report --compare release/manifest.json": Elsewhere(
+        "tests/test_report_views.py", "needs a released manifest (the test compares two builds)"
+    ),
+    "python scripts/docs_report.py": Elsewhere("tests/test_reporting.py", "regenerates docs/report.png with Chromium"),
+    "python scripts/docs_report.py --build-dir /tmp/shot": Elsewhere(
+        "tests/test_reporting.py", "the same script on an existing build"
+    ),
     "rbln-build && rbln-build report": Run(),
     "rbln-build matrix.budgetz=[0.3]": Run(exit=2),
     "rbln-build matrix.batch_sizes=[a]": Run(exit=2),
@@ -72,8 +80,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build explain deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build serve-command deployment=qwen3_8b_llama3_2_1b": Run(),
-    "python -m rbln_build.run build/artifacts/<cell> --prompt-ids 1,2,3 --max-new-tokens 8": Run(),
-    "python -m rbln_build.run --manifest build/manifest.json <cell> --prompt-ids 1,2,3": Run(),
+    # the run examples take a cell of the default matrix (the quick start's build)
+    "python -m rbln_build.run build/artifacts/<cell> --prompt-ids 1,2,3 --max-new-tokens 8": Run(setup="rbln-build"),
+    "python -m rbln_build.run --manifest build/manifest.json <cell> --prompt-ids 1,2,3": Run(setup="rbln-build"),
     'python -m rbln_build.run build/artifacts/<cell> --prompt "some text"': Elsewhere(
         "tests/test_checkpoint_e2e.py",
         "needs a cell with a tokenizer: a checkpoint recipe's (the tiny recipes ship none)",
@@ -113,6 +122,28 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build -m hydra/launcher=joblib matrix=plans budget=0.3,0.5": Elsewhere(
         "tests/test_launchers.py", "the joblib launcher's sweep"
     ),
+    # releases (docs/releasing.md): the default build's release and its check run here, in order
+    "rbln-build release v1": Run(),
+    "rbln-build verify build/releases/v1": Run(),
+    "rbln-build release v1 --to s3://bucket/releases --cells 'my_llama.*' --sign release.key": Elsewhere(
+        "tests/test_release.py", "a bucket and a key pair (the tests use moto's S3 server and a generated key)"
+    ),
+    "python -m rbln_build.run my_llama.rebel100.b0.3 --prompt-ids 1,2,3 --max-new-tokens 4": Elsewhere(
+        "tests/test_release.py", "runs inside the init project's release folder; the test runs a released torch cell"
+    ),
+    "rbln-build matrix.backend=rbln model=my_qwen3 device=rebel100 budget=null build_dir=build-rbln": Elsewhere(
+        "tests/test_checkpoint_e2e.py", "a checkpoint recipe compiled by optimum-rbln (the compiler stood in)"
+    ),
+    "rbln-build release q1 --build-dir build-rbln": Elsewhere(
+        "tests/test_checkpoint_e2e.py", "the release of that rbln build, loaded from the release alone"
+    ),
+    "pip install 'rbln-build[sign]'": Elsewhere(".ci/run", INSTALL),
+    "rbln-build release v1-signed --sign release.key --to shipped": Elsewhere(
+        "tests/test_release.py", "a key pair (the test generates one)"
+    ),
+    "rbln-build verify shipped/v1-signed --key release.pub": Elsewhere("tests/test_release.py", "the signed release"),
+    "rbln-build release v1 --to s3://my-bucket/releases": Elsewhere("tests/test_release.py", CLUSTER),
+    "rbln-build verify s3://my-bucket/releases/v1": Elsewhere("tests/test_release.py", CLUSTER),
 }
 # After `rbln-build init my-release && cd my-release`, these README commands run inside the project.
 IN_PROJECT = ("rbln-build status",)
@@ -194,7 +225,10 @@ def test_documented_command_runs_as_the_docs_say(doc: str, command: str, work: P
     if command.startswith("rbln-build init"):
         (work / "p").mkdir(exist_ok=True)
         cwd = work / "p"
-    for argv in _argv_lists(command, work, "tiny_llama.rebel100.b208MB"):
+    steps = ([] if how.setup is None else _argv_lists(how.setup, work, "")) + _argv_lists(
+        command, work, "tiny_llama.rebel100.b208MB"
+    )
+    for argv in steps:
         if argv[0] == "cd":
             continue
         proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
