@@ -326,6 +326,7 @@ def settings_from_config(
             for i, e in enumerate(m.expect_failure)
         ),
         include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
+        narrowed=axes.model is not None or axes.device is not None or axes.budgets is not None,
     )
     deployment = None
     if cfg.deployment is not None:

@@ -4,6 +4,10 @@
   path they name is kept; the hints about HYDRA_FULL_ERROR and the grammar page are dropped).
 * ``report_internal``: an unexpected exception's traceback goes to a log file; the user gets one
   line naming the error and that file.
+* ``guarded``: the one error boundary of every subcommand: rbln-build's own errors (a user's bad
+  input: ``UserError`` and its kinds, ``InputError`` for an unreadable or malformed file they named)
+  are one line and exit 2; an interrupt is 130; anything else is a bug: one line naming the
+  traceback file, exit 3. Code below the boundary raises typed errors; it does not print or exit.
 * ``DeferredSweep``: Hydra's basic sweeper saves ``multirun.yaml`` before any job composes, so a
   sweep with a configuration error would still write ``<build_dir>/hydra/multirun.yaml``. The
   sweep is pointed at a private temporary folder instead, and its ``multirun.yaml`` is moved to the
@@ -15,11 +19,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["one_line", "report_internal", "DeferredSweep", "LOG_DIR"]
+__all__ = ["one_line", "report_internal", "guarded", "DeferredSweep", "LOG_DIR"]
 
 LOG_DIR = "logs"  # <build_dir>/logs, as the stages use for their tracebacks
 _NOISE = (
@@ -76,6 +82,25 @@ def report_internal(exc: BaseException, build_dir: Path | None) -> str:
         f"rbln-build: internal error: {type(exc).__name__}: {first}{detail}. "
         "This is a bug in rbln-build; please report it with that file."
     )
+
+
+def guarded(prog: str, command: Callable[[], int], build_dir: Callable[[], Path | None] = lambda: None) -> int:
+    """``command()``'s exit status, with every error it raises classified (see the module doc).
+    ``build_dir``: where an internal error's traceback goes, once the command knows it."""
+    from ..errors import RblnBuildError
+
+    try:
+        return command()
+    except RblnBuildError as exc:
+        text = " ".join(str(exc).split())  # one line, whatever a path or value held
+        print(text if text.startswith(prog) else f"{prog}: {text}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted.", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: one line, the traceback in a file
+        print(report_internal(exc, build_dir()), file=sys.stderr)
+        return 3
 
 
 class DeferredSweep:

@@ -235,32 +235,30 @@ SUBCOMMANDS = {
 
 def main() -> None:
     argv = sys.argv[1:]
+    from ._guard import DeferredSweep, guarded, report_internal
+
     if argv[:1] in (["plan"], ["serve-command"]) or (
         argv[:1] == ["explain"] and any(a.startswith("deployment=") for a in argv)
     ):
         from ._deploy_cli import main as deploy_main
 
-        sys.exit(deploy_main(argv))
+        sys.exit(guarded(f"rbln-build {argv[0]}", lambda: deploy_main(argv)))
     if argv[:1] == ["explain"]:
         from ._explain_cli import main as explain_main
 
-        sys.exit(explain_main(argv[1:]))
+        sys.exit(guarded("rbln-build explain", lambda: explain_main(argv[1:])))
     if argv[:1] == ["report"]:
         from ..reporting import main as report_main
 
-        sys.exit(report_main(argv[1:]))
+        sys.exit(guarded("rbln-build report", lambda: report_main(argv[1:])))
     from ..errors import RblnBuildError
 
     if argv[:1] and argv[0] in SUBCOMMANDS:
         import importlib
 
         module, func = SUBCOMMANDS[argv[0]].split(":")
-        try:
-            sys.exit(getattr(importlib.import_module(module), func)(argv[1:]))
-        except RblnBuildError as exc:
-            print(f"rbln-build {argv[0]}: {exc}", file=sys.stderr)
-            sys.exit(2)
-    from ._guard import DeferredSweep, report_internal
+        command = getattr(importlib.import_module(module), func)
+        sys.exit(guarded(f"rbln-build {argv[0]}", lambda: command(argv[1:])))
 
     sweep = DeferredSweep(argv)  # a sweep's multirun.yaml waits until every job composed
     state: dict[str, Any] = {}

@@ -12,11 +12,11 @@ NPU (the compile key covers the recipe, the NPU family, the device count and the
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import parse_json, read_document
 from ..errors import UserError
 from ..estimator import AllocationReport
 
@@ -76,16 +76,14 @@ def outcome(entry: dict[str, Any]) -> str:
 
 def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
     path = build_dir / "manifest.json"
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise ReportInputError(
             f"report: no manifest at {path}; build first (rbln-build build_dir={build_dir}) or pass build_dir=PATH."
-        ) from None
-    except OSError as exc:
-        raise ReportInputError(f"report: cannot read {path}: {exc}.") from None
+        )
+    hint = "rebuild it with rbln-build, or pass build_dir=PATH"
+    data = read_document(path, error=ReportInputError, hint=hint)
+    manifest = parse_json(data, str(path), error=ReportInputError, hint=hint)
     try:
-        manifest = json.loads(data)
         version, cells = manifest["schema_version"], manifest["cells"]
         if not isinstance(cells, dict):
             raise TypeError("'cells' is not an object")
@@ -103,16 +101,22 @@ def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
 
 def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, AllocationReport | None, str | None]:
     """(meta without the report, the report, None) or (.., None, why not)."""
+    if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+        return None, None, f"the compile key {str(key)[:70]!r} is not a sha256 digest; rebuild the manifest."
     path = build_dir / "cache" / "compile" / key / "entry.json"
     try:
-        record = json.loads(path.read_bytes())
+        record = parse_json(read_document(path), str(path))
         if record.get("key") != key:
             raise ValueError(f"it names key {record.get('key')!r}")
         meta = dict(record["meta"])
         report = AllocationReport.from_json(meta.pop("report"))
-    except FileNotFoundError:
-        return None, None, f"the compile entry {key[:12]} is not in the cache ({path}); run rbln-build to rebuild it."
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UserError) as exc:
+        if not path.exists():
+            return (
+                None,
+                None,
+                f"the compile entry {key[:12]} is not in the cache ({path}); run rbln-build to rebuild it.",
+            )
         return None, None, f"the compile entry {path} is unreadable ({exc}); run rbln-build to rebuild it."
     return meta, report, None
 
