@@ -27,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .._documents import MAX_CONFIG_BYTES, read_document, yaml_problem
 from ..errors import ConfigError, EstimateError
 from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
@@ -98,6 +99,9 @@ def load_group_option(group: str, name: str, where: str, conf_dir: Path | Sequen
         known = ", ".join(list_group_options(group, dirs))
         places = ", ".join(str(d / group) for d in dirs)
         raise ConfigError(f"{where}: unknown {group} {name!r}; known: {known} (files in {places}).")
+    problem = yaml_problem(read_document(path, limit=MAX_CONFIG_BYTES, error=ConfigError))
+    if problem is not None:
+        raise ConfigError(f"{where}: {path}: {problem}.")
     try:
         return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
@@ -287,6 +291,24 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
     )
 
 
+def _axes_overridden(cfg: Any) -> bool:
+    """Whether the command line changed the matrix's own keys (``matrix.batch_sizes=[...]``, ...):
+    then the cell ids differ from the configured matrix's, and its ``expect_failure`` entries are not
+    checked against them (``_matrix.expand``)."""
+    task: list[str] = []
+    try:
+        if "hydra" in cfg:  # the compose API with return_hydra_config
+            task = list(cfg.hydra.overrides.task)
+        else:
+            from hydra.core.hydra_config import HydraConfig
+
+            task = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    except (OmegaConfBaseException, ValueError, AttributeError):
+        task = []
+    keys = (o.lstrip("+~").split("=", 1)[0] for o in task)
+    return any(k.startswith("matrix.") and not k.startswith("matrix.expect_failure") for k in keys)
+
+
 def settings_from_config(
     cfg: Any,
     choices: dict[str, Any],
@@ -326,7 +348,7 @@ def settings_from_config(
             for i, e in enumerate(m.expect_failure)
         ),
         include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
-        narrowed=axes.model is not None or axes.device is not None or axes.budgets is not None,
+        narrowed=axes.model is not None or axes.device is not None or axes.budgets is not None or _axes_overridden(cfg),
     )
     deployment = None
     if cfg.deployment is not None:

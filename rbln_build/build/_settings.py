@@ -70,7 +70,7 @@ class Matrix:
     backend: str
     expect_failure: tuple[ExpectedFailure, ...]
     include: tuple[SubMatrix, ...] = ()
-    narrowed: bool = False  # model=, device= or budget= chose a part of it (expect_failure is then not checked)
+    narrowed: bool = False  # model=, device=, budget= or a matrix.<key>= override changed it: expect_failure unchecked
 
     def parts(self) -> tuple[SubMatrix, ...]:
         """The main product, then each include entry, in expansion order."""
