@@ -39,6 +39,7 @@ from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
     SUMMARY_FILE,
+    OutputError,
     clean_leftovers,
     collect,
     publish,
@@ -48,7 +49,7 @@ from ._publish import (
 from ._result import CellResult, CompileOutcome
 from ._scale import Scale
 from ._stages import LOG_DIR, build_cell, compile_done, compile_once, describe, reusable
-from ._store import Store
+from ._store import Store, is_key
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
 
@@ -223,6 +224,9 @@ class BuildRun:
             self.entries = publish(
                 self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows)
             )
+        except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
+            self.entries = exc.entries
+            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
         except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
             message = (
                 str(exc)
@@ -259,7 +263,27 @@ class BuildRun:
             self.display.close()
         for text in stream.trapped:
             self._doit_said(text)
+        self._upload_missing()
         return code
+
+    def _upload_missing(self) -> None:
+        """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
+        if getattr(self.store, "url", None) is None or getattr(self.store, "down", True):
+            return
+        from ._remote_sync import upload_missing
+
+        keys = [("compile", key) for key in self.compiles]
+        for cell in self.cells:
+            body = self.store.load_record("results", cell.cell_key)
+            try:
+                artifact = None if body is None else CellResult.from_json(body).artifact_key
+            except (TypeError, ValueError):
+                artifact = None
+            if artifact is not None and is_key(artifact):
+                keys.append(("artifacts", artifact))
+        count = upload_missing(self.store, keys)  # type: ignore[arg-type]
+        if count:
+            self.display.warn(f"uploaded {count} cache entr{'y' if count == 1 else 'ies'} the remote cache lacked")
 
     def _doit_said(self, text: str) -> None:
         """A traceback doit printed: to ``logs/``, and one warning naming the file."""
