@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._store import Store, is_key
+from rbln_build.store._store import Store, is_key
 
 SMALL = ["matrix=plans", "model=qwen3_8b", "device=rebel100", "progress=false"]
 
@@ -124,8 +124,8 @@ def test_killed_rebuild_that_changes_every_artifact(
     """The build dir holds a build of the same cells from an edited recipe (other compile key, so
     every artifact differs); the original is rebuilt into it and killed at each mutation. The
     manifest on disk must always agree with the links it names, once rolled forward."""
-    from rbln_build.build._publish import recover
     from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR
+    from rbln_build.pipeline._publish import recover
 
     reference, _ = clean
     recipes = tmp_path / "recipes"
@@ -177,7 +177,7 @@ SLOW_BACKEND = "matrix.backend=rbln_test_plugins:SlowBackend"  # tests/plugins: 
 
 def rbln(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", *args],
+        [sys.executable, "-m", "rbln_build.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -197,7 +197,7 @@ def test_jobs_2_with_a_worker_killed_mid_compile(env: dict[str, str], tmp_path: 
     build = tmp_path / "build"
     slow = dict(env, RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_ONCE_FILE=str(once))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rbln_build.build.cli", *args, "jobs=2", f"build_dir={build}"],
+        [sys.executable, "-m", "rbln_build.cli", *args, "jobs=2", f"build_dir={build}"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

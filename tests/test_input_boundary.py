@@ -27,17 +27,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_checkpoint import CONFIG, checkpoint
 
-from rbln_build import _documents
-from rbln_build.build import cli
-from rbln_build.build._config import compose_settings
-from rbln_build.build._init import scaffold
-from rbln_build.build._matrix import expand
-from rbln_build.build._project import load_project
-from rbln_build.build._remote import RemoteStore, _unpack
+from rbln_build import _documents, cli
+from rbln_build.commands._init import scaffold
+from rbln_build.config._config import compose_settings
+from rbln_build.config._matrix import expand
+from rbln_build.config._project import load_project
 from rbln_build.errors import ConfigError, InputError, RecipeError
 from rbln_build.estimator._jsonl import main as estimate_main
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 from rbln_build.memory._shipped import shipped_dir
+from rbln_build.store._remote import RemoteStore, _unpack
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 TEMPLATE = {
@@ -197,7 +196,7 @@ def test_run_manifest_on_hostile_documents(hostile: Path, document: str, says: s
 def test_a_bug_in_a_subcommand_is_exit_3_with_its_traceback_in_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rbln_build.build import _diff
+    from rbln_build.commands import _diff
 
     def broken(argv: list[str]) -> int:
         raise ZeroDivisionError("a bug")
@@ -394,8 +393,8 @@ def test_a_remote_pointer_is_read_with_a_size_limit(tmp_path: Path) -> None:
 
 
 def test_unwritable_links_are_failed_cells_in_manifest_and_summary(tmp_path: Path) -> None:
-    from rbln_build.build._matrix import expand_all
-    from rbln_build.build._tasks import BuildRun
+    from rbln_build.config import expand_all
+    from rbln_build.pipeline._tasks import BuildRun
 
     build = tmp_path / "build"
     build.mkdir()

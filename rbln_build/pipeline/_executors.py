@@ -1,0 +1,229 @@
+"""Running the build stages concurrently: worker processes on this machine, or Ray tasks.
+
+The stages are pure functions over the Store (``_stages``), so running them elsewhere needs only the
+Store's location (``StoreRef``) and the stage's inputs, both picklable:
+
+    compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
+    cell_job(ref, cell)                   -> CellDone      resolve + finalize one cell (in a worker)
+
+``Parallel`` is the scheduler a build uses when it has more than one worker (``jobs``) or a Ray
+executor. It works ahead of doit: it submits every compile key that is not done, and submits the
+cells of a key the moment its compile is in the Store (cells whose compile was already there start
+at once). It prints one line per finished compile and cell, from its one thread, so lines never
+interleave. doit then runs its tasks as usual and their actions take the results instead of
+redoing them (``_tasks``): doit keeps its up-to-date state, the Store keeps the truth.
+
+Worker processes are started with ``spawn``: a forked child of a process that has imported torch
+(or started threads) may deadlock, and spawn behaves the same on every platform. On Ctrl-C the
+scheduler cancels what has not started, stops the workers (SIGTERM, which a worker turns into
+KeyboardInterrupt so the Store's temporary folders are removed), and re-raises: a compile is either
+in the Store whole or not at all, and the next run resumes from what is there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..store import CellResult, CompileOutcome, Store
+from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job, worker_died
+from ._stages import compile_done, reusable
+from ._workers import InlineCells, LocalPool
+
+if TYPE_CHECKING:
+    from ..backends import CompileSpec
+    from ..config import Cell, Scale
+
+_MAX_SUBMITS = 3  # an item whose pool broke under it this often fails (retryable), even if no worker is to blame
+
+__all__ = [
+    "StoreRef",
+    "CompileDone",
+    "CellDone",
+    "Compiler",
+    "LocalPool",
+    "Parallel",
+    "compile_job",
+    "cell_job",
+    "worker_died",
+]
+
+
+# -- where the work runs ---------------------------------------------------------------------------
+
+
+class Compiler(Protocol):
+    """Runs compile keys somewhere and hands back futures."""
+
+    description: str
+
+    def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]: ...
+
+    def close(self, cancel: bool) -> None: ...
+
+
+def _broke(fut: Future[Any]) -> bool:
+    """Whether ``fut`` failed because its process pool broke (a worker was killed)."""
+    return fut.done() and not fut.cancelled() and isinstance(fut.exception(), BrokenProcessPool)
+
+
+# -- the scheduler ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Parallel:
+    """Compile keys and cells of one run, concurrently (see the module docstring)."""
+
+    store: Store
+    ref: StoreRef
+    scale: Scale
+    compiles: dict[str, Cell]  # compile key -> a cell that needs it (its spec and backend)
+    cells: list[Cell]
+    display: Any  # the run's _progress.Progress: every line goes through it, from this one thread
+    label: Callable[[Cell], str]  # a compile as the display names it
+    warn: Callable[[str], None]  # the run's warnings (shown, and kept for summary.json)
+    compile_results: dict[str, CompileDone] = field(default_factory=dict)
+    cell_results: dict[str, CellResult] = field(default_factory=dict)
+    shown: set[str] = field(default_factory=set)  # compile labels and cell ids shown by this scheduler
+
+    def run(self) -> None:
+        keys = [k for k in self.compiles if not compile_done(self.store, k)]
+        todo = [c for c in self.cells if reusable(self.store, c) is None]
+        workers = self.scale.workers(max(len(keys), 1))
+        if (not keys and not todo) or (self.scale.executor == "local" and workers <= 1):
+            return  # nothing to do, or one worker: doit runs the stages in this process, in order
+        compiler, cell_runner = self._runners(workers, bool(keys))
+        waiting: dict[str, list[Cell]] = {k: [] for k in keys}
+        pending: dict[Future[Any], tuple[str, Any]] = {}
+        try:
+            for key in keys:
+                cell = self.compiles[key]
+                pending[compiler.submit_compile(key, cell.spec, cell.backend)] = ("compile", key)
+                self.display.compile_started(self.label(cell))  # queued on the workers
+            for cell in todo:
+                if cell.compile_key in waiting:
+                    waiting[cell.compile_key].append(cell)
+                else:
+                    pending[cell_runner.submit_cell(cell)] = ("cell", cell)
+            tries: dict[str, int] = {}
+            while pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                broken = [f for f in done if _broke(f)]
+                if broken and isinstance(cell_runner, LocalPool):  # the local pool (compiles too, if local)
+                    done = self._resubmit(cell_runner, pending, done, tries)
+                for fut in done:
+                    what, item = pending.pop(fut)
+                    if what == "compile":
+                        self._compiled(item, fut)
+                        for cell in waiting.pop(item, []):
+                            pending[cell_runner.submit_cell(cell)] = ("cell", cell)
+                    else:
+                        self._finished(item, fut)
+        except BaseException:
+            compiler.close(cancel=True)
+            if cell_runner is not compiler:
+                cell_runner.close(cancel=True)
+            # The workers are gone; what a killed one was writing is a .tmp-* folder of our own (the
+            # build lock is ours), never a half entry. Remove it now rather than at the next run.
+            self.store.clean_temporaries()
+            raise
+        compiler.close(cancel=False)
+        if cell_runner is not compiler:
+            cell_runner.close(cancel=False)
+
+    def _resubmit(
+        self,
+        pool: LocalPool,
+        pending: dict[Future[Any], tuple[str, Any]],
+        done: set[Future[Any]],
+        tries: dict[str, int],
+    ) -> set[Future[Any]]:
+        """The local pool broke (a worker was killed by the OS). What the killed worker ran fails as
+        a retryable failure (its future is returned with ``done``); everything else the broken pool
+        held (the other workers' jobs, the queued ones) is resubmitted to a fresh pool, at most
+        ``_MAX_SUBMITS`` times an item. Returns the futures to report now."""
+        dead = pool.dead_items()
+        pool.restart()
+        report = {f for f in done if not _broke(f)}
+        for fut in [f for f in pending if _broke(f)]:
+            what, item = pending[fut]
+            name = f"{what}:{item if what == 'compile' else item.id}"
+            tries[name] = tries.get(name, 1) + 1
+            if name in dead or tries[name] > _MAX_SUBMITS:
+                report.add(fut)
+                continue
+            del pending[fut]
+            if what == "compile":
+                cell = self.compiles[item]
+                assert cell.spec is not None
+                pending[pool.submit_compile(item, cell.spec, cell.backend)] = (what, item)
+            else:
+                pending[pool.submit_cell(item)] = (what, item)
+        return report
+
+    def _runners(self, workers: int, compiles: bool) -> tuple[Any, Any]:
+        if self.scale.executor == "ray" and compiles:  # cells alone never start or join a cluster
+            from ._ray import RayCompiler
+
+            compiler = RayCompiler(self.ref, self.scale)
+            jobs = self.scale.jobs or 1
+            cells = LocalPool(self.ref, jobs) if jobs > 1 else InlineCells(self.ref)
+            return compiler, cells
+        if self.scale.executor == "ray" and (self.scale.jobs or 1) <= 1:
+            inline = InlineCells(self.ref)
+            return inline, inline
+        pool = LocalPool(self.ref, workers)
+        return pool, pool
+
+    def _compiled(self, key: str, fut: Future[CompileDone]) -> None:
+        try:
+            done = fut.result()
+        except BrokenProcessPool as exc:
+            done = worker_died(key, str(exc) or "the process pool broke")
+        except Exception as exc:  # a task that failed for good (Ray: retries used up)
+            done = worker_died(key, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip())
+        for message in done.warnings:
+            self.warn(message)
+        if done.error is not None and self.store.load_record("failures", key) is None:
+            outcome = CompileOutcome(
+                compile_key=key, error=done.error, error_kind=done.error_kind or "build_failed", retry=done.retry
+            )
+            try:
+                self.store.save_record("failures", key, outcome.to_json())
+            except OSError:
+                pass
+        self.compile_results[key] = done
+        cell = self.compiles[key]
+        label = self.label(cell)
+        self.shown.add(label)
+        if done.error is not None:
+            self.display.compile_finished(label, done.elapsed_s, False, done.error)
+        else:
+            where = f"({done.where})" if done.fresh else "from the cache"
+            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}")
+
+    def _finished(self, cell: Cell, fut: Future[CellDone]) -> None:
+        try:
+            done = fut.result()
+            result = done.result
+            for message in done.warnings:
+                self.warn(message)
+        except Exception as exc:  # the worker died: the cell is not recorded; the next run redoes it
+            result = CellResult(cell.cell_key, cell.compile_key).failed(
+                f"the worker building this cell died ({type(exc).__name__}); the next run retries it",
+                "build_failed",
+                True,
+            )
+        self.cell_results[cell.id] = result
+        if result.ok:
+            what = (
+                f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
+                f"{result.produced}"
+            )
+        else:
+            what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
+        self.shown.add(cell.id)
+        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
