@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._documents import parse_json, read_document
 from ..errors import RecipeError
 
 __all__ = ["Checkpoint", "inspect_checkpoint", "weights_digest", "INDEX_FILE", "DTYPES"]
@@ -128,7 +129,9 @@ def _weight_files(directory: Path) -> list[Path]:
     index = directory / INDEX_FILE
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_bytes())["weight_map"]
+            weight_map = parse_json(read_document(index, error=RecipeError), str(index), error=RecipeError)[
+                "weight_map"
+            ]
             names = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RecipeError(f"{index}: not a valid safetensors index ({exc}); it needs a 'weight_map'.") from None
