@@ -26,13 +26,15 @@ __all__ = ["main", "USAGE"]
 USAGE = """\
 usage: rbln-build plan deployment=<name> [--json] [OVERRIDE ...]
        rbln-build serve-command deployment=<name> [--json] [OVERRIDE ...]
+       rbln-build serve-command CELL_DIR [--port N] [--devices IDS] [--json]
        rbln-build explain deployment=<name> [--json] [OVERRIDE ...]
 
 plan           the budgets and block counts that let the deployment's models share its device,
                exactly optimal for the objective it prints; when they cannot, which models conflict
                and the smallest changes that fit (each verified by planning again)
 serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
-               pinned to the deployment's devices, on its own port, with flags that agree with the artifact
+               pinned to the deployment's devices, on its own port, with flags that agree with the artifact;
+               or the command of one built or released cell folder (its tokenizer, its compiled model)
 explain        the deployment's plan as a table per chiplet, one column per model
 
 Deployments are conf/deployment/<name>.yaml ({deployments}); docs/colocation.md walks through one.
@@ -112,7 +114,8 @@ def _explain(settings: Any, as_json: bool) -> int:
 
 
 def _serve(settings: Any, as_json: bool) -> int:
-    from ..pipeline import command_for
+    from ..estimator import resolve_npu
+    from ..pipeline import command_for, with_budget
 
     d = settings.deployment
     path = settings.build_dir / "manifest.json"
@@ -125,6 +128,7 @@ def _serve(settings: Any, as_json: bool) -> int:
             f"rbln-build deployment={d.name}\n"
         )
         return 1
+    npu = resolve_npu(d.device.npu)
     commands = []
     for dm in d.models:
         try:
@@ -138,6 +142,7 @@ def _serve(settings: Any, as_json: bool) -> int:
         if serving is None:
             sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
             return 1
+        serving = with_budget(serving, record["models"][dm.name].get("serve_budget_bytes"), npu)
         command = command_for(serving, dm.port, d.device_ids, str(_display(settings.build_dir)))
         commands.append(
             {
@@ -177,6 +182,14 @@ def _display(path: Path) -> Path:
 def main(argv: list[str]) -> int:
     """``argv``: the subcommand and its arguments (``plan deployment=x --json``)."""
     command, rest = argv[0], argv[1:]
+    if command == "serve-command" and any(not a.startswith("-") and "=" not in a for a in rest):
+        from ._serve_cell import main as serve_cell  # a cell folder instead of a deployment
+
+        try:
+            return serve_cell(rest)
+        except UserError as exc:
+            sys.stderr.write(f"rbln-build {command}: {exc}\n")
+            return 2
     if any(a in ("-h", "--help", "help") for a in rest):
         from ..config import list_group_options
 

@@ -39,7 +39,9 @@ COMMANDS: dict[str, Command] = {
         "rbln_build.commands._deploy:plan_main", "the co-location plan of a deployment, or what to change", ""
     ),
     "serve-command": Command(
-        "rbln_build.commands._deploy:serve_main", "one vllm-rbln command per model of a built deployment", ""
+        "rbln_build.commands._deploy:serve_main",
+        "one vllm-rbln command per model of a built deployment, or of one built or released cell folder",
+        "",
     ),
     "report": Command("rbln_build.reporting:main", "build/report/index.html: grid, curves, DRAM, failures", ""),
     "status": Command(

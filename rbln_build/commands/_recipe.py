@@ -3,6 +3,8 @@
 Reads the checkpoint (``config.json`` and the safetensors headers; no hub, no torch) and writes
 
     <project>/recipes/NAME/config.json   the checkpoint's config.json, byte for byte
+    <project>/recipes/NAME/<tokenizer files, generation_config.json>   the checkpoint's, byte for byte
+                                         (``memory._companions``: every cell carries them)
     <project>/recipes/NAME/recipe.yaml   weights: {path: ...} (relative to the recipe when the
                                          checkpoint is inside the project), dtype from the weights,
                                          build defaults (batch 1, max_seq_len from the config)
@@ -40,6 +42,7 @@ def add_recipe(
     batch_size: int = 1,
 ) -> list[Path]:
     from ..memory._checkpoint import inspect_checkpoint
+    from ..memory._companions import checkpoint_companions
 
     # what the build would refuse is refused here, by the build's own checks, before anything is written
     problem = name_problem(name)
@@ -66,8 +69,10 @@ def add_recipe(
         )
     _geometry(config, config_file)  # the geometry the build reads, checked as the build checks it
     checkpoint = inspect_checkpoint(source, config)
+    tokenizer, generation = checkpoint_companions(source)
     directory = recipes_dir / name
-    targets = [directory / "recipe.yaml", directory / "config.json"]
+    companions = [*tokenizer, *([generation] if generation else [])]
+    targets = [directory / "recipe.yaml", directory / "config.json", *(directory / n for n in companions)]
     if conf_dir is not None:
         targets.append(conf_dir / "model" / f"{name}.yaml")
     existing = [str(t) for t in targets if t.exists()]
@@ -91,15 +96,20 @@ def add_recipe(
         "dtype": checkpoint.dtype,
         "quantization": {"weight_bits": 16},
         "build": {"batch_size": batch_size, "max_seq_len": seq},
+        "tokenizer": {"files": tokenizer} if tokenizer else None,
+        "generation_config": generation,
     }
     header = (
         f"# Written by `rbln-build recipe add {name} --from {source.name}` from the checkpoint's config.json and\n"
         "# safetensors headers. weights.path: the checkpoint (a relative path is relative to this folder). The weights' content is part of the\n"
         "# compile key (a changed file recompiles). build: default options; a model config or the matrix\n"
         "# may override them (attn_impl, kvcache_partition_len, prefill_chunk_size, ...).\n"
+        "# tokenizer, generation_config: copied from the checkpoint byte for byte; every cell carries them\n"
+        "# (null: the checkpoint has none, and the cells say so).\n"
     )
     files = [
         (directory / "config.json", config_bytes),
+        *((directory / c, read_document(source / c, error=RecipeError)) for c in companions),
         (directory / "recipe.yaml", (header + yaml.safe_dump(recipe, sort_keys=False)).encode()),
     ]
     if conf_dir is not None:
@@ -131,6 +141,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str]) -> int:
     from ..config import find_project, split_project_arg
+    from ..memory._companions import TOKENIZER_FILE_NAMES
 
     chosen, rest = split_project_arg(argv)
     parser = _Parser(prog="rbln-build recipe", description="Manage recipes of a project.")
@@ -167,7 +178,14 @@ def main(argv: list[str]) -> int:
             "no rbln-build project here (no rbln-build.yaml in this folder or above); run "
             "`rbln-build init` first, or give --to RECIPES_DIR."
         )
-    for path in add_recipe(opts.name, opts.source, recipes_dir, conf_dir, opts.max_seq_len, opts.batch_size):
+    written = add_recipe(opts.name, opts.source, recipes_dir, conf_dir, opts.max_seq_len, opts.batch_size)
+    for path in written:
         print(f"created {path}")
+    if not any(p.name in TOKENIZER_FILE_NAMES for p in written):
+        print(
+            f"note: {opts.source} has no tokenizer files ({', '.join(TOKENIZER_FILE_NAMES[:3])}, ...); the cells "
+            'will carry none (rbln-build.json says "tokenizer": null). Copy them into the recipe and list them '
+            "under tokenizer.files to ship one."
+        )
     print(f"Build it: rbln-build model={opts.name}   (or add {opts.name} to matrix.models)")
     return 0

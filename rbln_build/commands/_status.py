@@ -247,7 +247,7 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path) -> s
 
 
 def main(argv: list[str]) -> int:
-    from ..config import expand_all
+    from ..config import declared_cells, expand_all
     from ._build import compose
 
     as_json = "--json" in argv
@@ -257,6 +257,8 @@ def main(argv: list[str]) -> int:
         return 0
     build_dir, cells = expand_all(jobs)
     statuses, removed = cell_statuses(build_dir, cells)
+    declared = {c.id for c in declared_cells(jobs, cells)}  # narrowed: the declared matrix's others stay
+    removed = [cid for cid in removed if cid not in declared]
     clean = not removed and all(s.state == UP_TO_DATE for s in statuses)
     if as_json:
         print(

@@ -278,32 +278,13 @@ def settings_from_config(
     _reject_unknown_keys(cfg)
     m = cfg.matrix
     axes = _Axes(cfg, choices, conf_dirs)
-    if axes.device is not None:
-        devices: tuple[Device, ...] = (axes.device,)
-    else:
-        devices = axes.device_list("matrix.devices", _names("matrix.devices", _plain(m.devices)))
-    if axes.model is not None:
-        models: tuple[Model, ...] = (axes.model,)
-    else:
-        models = axes.model_list("matrix.models", _names("matrix.models", _plain(m.models)))
-    budgets = axes.budgets if axes.budgets is not None else _budgets("matrix.budgets", _plain(m.budgets))
-    matrix = Matrix(
-        models=models,
-        devices=devices,
-        budgets=budgets,
-        batch_sizes=_positive_ints("matrix.batch_sizes", m.batch_sizes),
-        max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
-        kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
-        attn_impl=_plain(m.attn_impl),
-        kvcache_partition_len=_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
-        backend=_backend(str(m.backend)),
-        expect_failure=tuple(
-            ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))
-            for i, e in enumerate(m.expect_failure)
-        ),
-        include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
-        narrowed=axes.model is not None or axes.device is not None or axes.budgets is not None or _axes_overridden(cfg),
-    )
+    overridden = _axes_overridden(cfg)
+    matrix = _matrix(m, axes, overridden)
+    declared = None
+    if cfg.deployment is None and (axes.model is not None or axes.device is not None or axes.budgets is not None):
+        axes.model = axes.device = None  # the same config without the narrowing overrides
+        axes.budgets = None
+        declared = _matrix(m, axes, overridden)
     deployment = None
     if cfg.deployment is not None:
         from ._deployment import deployment_from_config
@@ -326,6 +307,38 @@ def settings_from_config(
         deployment=deployment,
         recipe_dirs=recipe_dirs,
         scale=scale_from_config(cfg),
+        declared=declared,
+    )
+
+
+def _matrix(m: Any, axes: _Axes, overridden: bool = False) -> Matrix:
+    """The matrix of ``cfg.matrix``, narrowed by ``axes`` (a chosen model, device or budgets);
+    ``overridden``: the command line changed its keys (``_axes_overridden``)."""
+    if axes.device is not None:
+        devices: tuple[Device, ...] = (axes.device,)
+    else:
+        devices = axes.device_list("matrix.devices", _names("matrix.devices", _plain(m.devices)))
+    if axes.model is not None:
+        models: tuple[Model, ...] = (axes.model,)
+    else:
+        models = axes.model_list("matrix.models", _names("matrix.models", _plain(m.models)))
+    budgets = axes.budgets if axes.budgets is not None else _budgets("matrix.budgets", _plain(m.budgets))
+    return Matrix(
+        models=models,
+        devices=devices,
+        budgets=budgets,
+        batch_sizes=_positive_ints("matrix.batch_sizes", m.batch_sizes),
+        max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
+        kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
+        attn_impl=_plain(m.attn_impl),
+        kvcache_partition_len=_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
+        backend=_backend(str(m.backend)),
+        expect_failure=tuple(
+            ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))
+            for i, e in enumerate(m.expect_failure)
+        ),
+        include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
+        narrowed=axes.model is not None or axes.device is not None or axes.budgets is not None or overridden,
     )
 
 

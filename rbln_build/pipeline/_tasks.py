@@ -79,8 +79,12 @@ class BuildRun:
         sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
         scale: Scale | None = None,
         publish: bool = True,
+        kept: list[Cell] | None = None,
     ) -> None:
         self.build_dir = Path(build_dir)
+        # cells of the declared matrix this (narrowed) run does not build: their entries stay in the
+        # manifest while their stored results and artifacts are there (_matrix.declared_cells)
+        self.kept = list(kept or [])
         self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
         self.cells = cells
         self.progress = progress
@@ -197,11 +201,15 @@ class BuildRun:
         try:
             rows = collect(self.store, self.cells)
             self.entries = [entry_for(cell, result) for cell, result in rows]
-            self.entries = publish(
-                self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows)
+            others: list[tuple[Cell, CellResult | None]] = [
+                r for r in collect(self.store, self.kept) if r[1] is not None
+            ]
+            entries = publish(
+                self.build_dir, rows + others, None if self.sections is None else self.sections(self.store, rows)
             )
+            self.entries = entries[: len(rows)]  # this run's cells (its table and summary)
         except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
-            self.entries = exc.entries
+            self.entries = exc.entries[: len(rows)]
             self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
         except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
             message = (
