@@ -161,8 +161,8 @@ def _text_side(folder: Path) -> tuple[Any, list[int]]:
 
 def _read_generation_eos(path: Path) -> Any:
     try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
-    except (OSError, ValueError, AttributeError) as exc:
+        value = load_json(path).get("eos_token_id")
+    except (UserError, AttributeError) as exc:
         raise UserError(f"{path}: unreadable generation config ({exc}); rebuild the cell.") from None
     if value is not None and not (
         isinstance(value, int) or (isinstance(value, list) and all(isinstance(v, int) for v in value))
