@@ -146,6 +146,9 @@ def _text_side(folder: Path) -> tuple[Any, list[int]]:
             "none); pass token ids with --prompt-ids, or add the checkpoint's tokenizer files to the recipe "
             "(tokenizer: {files: [...]}) and rebuild."
         )
+    from .memory._companions import verify_data_files
+
+    verify_data_files(folder, record)  # the files the tokenizer and the eos ids come from, before they load
     from transformers import AutoTokenizer
 
     try:

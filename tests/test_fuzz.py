@@ -1,7 +1,7 @@
 """Fuzz (hypothesis) of the two ways input reaches rbln-build: the CLI's configuration path and the
 JSON-lines estimator.
 
-* CLI: ``rbln_build.commands._build.main`` in process with generated Hydra overrides (names with
+* CLI: ``rbln_build.cli.main`` (the build command, rbln_build.commands._build) in process with generated Hydra overrides (names with
   separators and unicode, huge and negative numbers, budget strings, nested lists, build dirs,
   expect_failure and include entries). The build itself is replaced by the matrix expansion (every
   config and recipe check runs; nothing is compiled), so an example takes about half a second. For

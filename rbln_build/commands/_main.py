@@ -77,6 +77,16 @@ COMMANDS: dict[str, Command] = {
         "recipe add NAME --from DIR: a recipe from a local checkpoint",
         "",
     ),
+    "release": Command(
+        "rbln_build.commands._release:release_main",
+        "built cells as self-contained folders + release.json, to a folder or URL (--sign)",
+        "",
+    ),
+    "verify": Command(
+        "rbln_build.commands._release:verify_main",
+        "check a release (folder or URL) against its release.json, without the build dir (--key)",
+        "",
+    ),
 }
 _HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn"}
 _HYDRA_VALUE_FLAGS |= {"--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}

@@ -98,11 +98,13 @@ class Parallel:
         compiler, cell_runner = self._runners(workers, bool(keys))
         waiting: dict[str, list[Cell]] = {k: [] for k in keys}
         pending: dict[Future[Any], tuple[str, Any]] = {}
+        self.display.use_workers(workers)
         try:
             for key in keys:
                 cell = self.compiles[key]
                 pending[compiler.submit_compile(key, cell.spec, cell.backend)] = ("compile", key)
-                self.display.compile_started(self.label(cell))  # queued on the workers
+                if not hasattr(compiler, "started"):  # Ray: queued counts as started
+                    self.display.compile_started(self.label(cell), key)
             for cell in todo:
                 if cell.compile_key in waiting:
                     waiting[cell.compile_key].append(cell)
@@ -110,9 +112,11 @@ class Parallel:
                     pending[cell_runner.submit_cell(cell)] = ("cell", cell)
             tries: dict[str, int] = {}
             while pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                broken = [f for f in done if _broke(f)]
-                if broken and isinstance(cell_runner, LocalPool):  # the local pool (compiles too, if local)
+                done, _ = wait(list(pending), timeout=0.1, return_when=FIRST_COMPLETED)
+                for key in getattr(compiler, "started", list)():  # before their results: starts come first
+                    if key in self.compiles and key not in self.compile_results:
+                        self.display.compile_started(self.label(self.compiles[key]), key)
+                if any(_broke(f) for f in done) and isinstance(cell_runner, LocalPool):  # compiles too, if local
                     done = self._resubmit(cell_runner, pending, done, tries)
                 for fut in done:
                     what, item = pending.pop(fut)
@@ -200,10 +204,10 @@ class Parallel:
         label = self.label(cell)
         self.shown.add(label)
         if done.error is not None:
-            self.display.compile_finished(label, done.elapsed_s, False, done.error)
+            self.display.compile_finished(label, done.elapsed_s, False, done.error, key)
         else:
-            where = f"({done.where})" if done.fresh else "from the cache"
-            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}")
+            where = f"(worker {done.where})" if done.fresh else "from the cache"
+            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}", key)
 
     def _finished(self, cell: Cell, fut: Future[CellDone]) -> None:
         try:

@@ -164,20 +164,21 @@ class BuildRun:
             if done.fresh:
                 self.compiled.append(key)
             return
-        if compile_done(self.store, key):  # in the Store already (doit's state did not know): nothing to do
-            return
         cell = self.compiles[key]
         assert cell.spec is not None
         label = _label(cell)
-        self.display.compile_started(label)
+        if compile_done(self.store, key):  # in the Store already (doit's state did not know): counted as done
+            self.display.compile_cached(label)
+            return
+        self.display.compile_started(label, key)
         started = time.perf_counter()
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
         took = time.perf_counter() - started
         if isinstance(outcome, CompileOutcome):
-            self.display.compile_finished(label, took, False, outcome.error or "")
+            self.display.compile_finished(label, took, False, outcome.error or "", key)
             return
         self.compiled.append(key)
-        self.display.compile_finished(label, took, True, outcome.meta["produced"])
+        self.display.compile_finished(label, took, True, outcome.meta["produced"], key)
 
     def _cell(self, cell: Cell) -> None:
         self.redone.add(cell.id)

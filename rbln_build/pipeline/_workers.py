@@ -1,30 +1,34 @@
 """Worker processes on this machine for ``Parallel`` (``_executors``): ``LocalPool`` and ``InlineCells``.
 
-``LocalPool`` runs jobs in ``jobs`` spawned processes (``ProcessPoolExecutor``). Each job tells the
-pool, through a queue set up when the worker starts, which item it is running (a compile key or a
-cell id) and in which process. When the OS kills a worker (the OOM killer, a segfault), Python's
-pool breaks: every job still running or queued fails with ``BrokenProcessPool`` and the other workers
+``LocalPool`` runs jobs in ``jobs`` spawned processes (``ProcessPoolExecutor``). A pipe set up when
+each worker starts carries two kinds of short messages back: a compile job says which key it starts
+(``_jobs.compile_job``; the progress display shows it), and every job says which item it runs in
+which process (``_tracked``). When the OS kills a worker (the OOM killer, a segfault), Python's pool
+breaks: every job still running or queued fails with ``BrokenProcessPool`` and the other workers
 are stopped. ``dead_items`` then names what the killed process was running (its exit status is a
-signal: the workers the pool stopped itself exit with status 1, quietly), and ``restart`` gives a
+signal; the workers the pool stopped itself exit with status 1, quietly), and ``restart`` gives a
 fresh pool so the scheduler can resubmit everything else: only the killed worker's item fails
 (retryable), as a killed Ray task does once its retries are used up.
 
 A worker turns SIGTERM and SIGINT into ``KeyboardInterrupt`` while it runs a job, so the Store's
 ``finally`` blocks remove its temporary folders, and then exits without a traceback (the scheduler
-stopping its workers is not an error to print); an idle worker exits at once.
+stopping its workers is not an error to print); an idle worker exits at once. A worker that ends
+normally skips the interpreter's teardown (``_exit_now``).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
 import os
-import queue
 import signal
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from . import _jobs
 from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job
 
 if TYPE_CHECKING:
@@ -33,17 +37,20 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalPool", "InlineCells"]
 
-_started: Any = None  # in a worker: the queue on which each job says what it runs
 _busy = False  # in a worker: a job is running (a signal unwinds it, then the worker exits)
+_STOPPED = False  # in a worker: stopped by a signal (its exit status says so)
+_RUNNING = b"@"  # a pipe message "@<pid> <item>": this process runs that item (else: a compile key started)
 
 
 def _interrupt(*_: Any) -> None:
+    global _STOPPED
+    _STOPPED = True
     # Unwind once: a second signal (Ctrl-C reaches the worker, then the scheduler's SIGTERM) must not
     # break into the `finally` blocks that are removing the Store's temporary folders.
     signal.signal(signal.SIGINT, _ignore)  # not SIG_IGN: a signal already pending would raise OSError
     signal.signal(signal.SIGTERM, _ignore)
     if not _busy:
-        os._exit(1)  # idle: nothing to clean up, nothing to print
+        _exit_now()  # idle: nothing to clean up, nothing to print
     raise KeyboardInterrupt
 
 
@@ -51,9 +58,21 @@ def _ignore(*_: Any) -> None:
     pass
 
 
+def _exit_now() -> None:
+    # The last thing a worker does (multiprocessing's exit hooks, lowest priority): exit without the
+    # interpreter's teardown, whose collection of torch's objects took 10-16 s per worker while the
+    # pool shut down. Its results are sent (synchronously) and its files closed by now.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(1 if _STOPPED else 0)
+
+
 def _worker_init(parent: int, threads: int, started: Any = None) -> None:
-    global _started
-    _started = started
+    _jobs.STARTED = started  # compile_job says on it which key it starts; _tracked what it runs
+    multiprocessing.util.Finalize(None, _exit_now, exitpriority=-100)
     # N workers share the cores: torch's intra-op pool (sized from OMP_NUM_THREADS when it is first
     # used) gets cores / N threads per worker, as Ray does for its tasks; a user's setting stands.
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -83,13 +102,17 @@ def _tracked(item: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` in a worker, having said which item this process runs. Stopped by a
     signal, the job's ``finally`` blocks run and the worker exits with status 1, quietly."""
     global _busy
-    if _started is not None:
-        _started.put((os.getpid(), item))
+    if _jobs.STARTED is not None:
+        try:
+            _jobs.STARTED.send_bytes(_RUNNING + f"{os.getpid()} {item}".encode())
+        except (OSError, ValueError):
+            pass
     _busy = True
     try:
         return fn(*args)
     except KeyboardInterrupt:
-        os._exit(1)
+        _exit_now()
+        raise  # not reached
     finally:
         _busy = False
 
@@ -102,18 +125,36 @@ class LocalPool:
         self.jobs = jobs
         self.description = f"{jobs} worker process(es)"
         self._context = multiprocessing.get_context("spawn")
-        self._started: Any = None
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        self._started = self._context.Queue()
+        self._started, started = self._context.Pipe(duplex=False)  # workers' messages (module doc)
         self._running: dict[int, str] = {}  # worker pid -> the item it last started
+        self._announced: list[str] = []
         return ProcessPoolExecutor(
             max_workers=self.jobs,
             mp_context=self._context,
             initializer=_worker_init,
-            initargs=(os.getpid(), max(1, (os.cpu_count() or 1) // self.jobs), self._started),
+            initargs=(os.getpid(), max(1, (os.cpu_count() or 1) // self.jobs), started),
         )
+
+    def _drain(self, wait_s: float = 0.0) -> None:
+        try:
+            while self._started.poll(wait_s):
+                message = self._started.recv_bytes()
+                if message.startswith(_RUNNING):
+                    pid, _, item = message[1:].decode().partition(" ")
+                    self._running[int(pid)] = item
+                else:
+                    self._announced.append(message.decode("ascii"))
+        except (OSError, EOFError, ValueError):
+            pass
+
+    def started(self) -> list[str]:
+        """The compile keys that workers started since the last call."""
+        self._drain()
+        keys, self._announced = self._announced, []
+        return keys
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         return self._pool.submit(_tracked, f"compile:{key}", compile_job, self.ref, key, spec, backend)
@@ -124,15 +165,10 @@ class LocalPool:
     def dead_items(self) -> set[str]:
         """After the pool broke: the items ("compile:<key>", "cell:<id>") that workers killed by a
         signal were running. Empty when no worker died that way (then nothing is to blame)."""
-        while True:
-            try:
-                pid, item = self._started.get(timeout=0.5)
-            except (queue.Empty, OSError, ValueError, EOFError):
-                break
-            self._running[pid] = item
         processes = dict(getattr(self._pool, "_processes", None) or {})  # no public handle on the workers
         for p in processes.values():
             p.join(5)
+        self._drain(0.2)
         return {
             self._running[pid]
             for pid, p in processes.items()
@@ -140,14 +176,16 @@ class LocalPool:
         }
 
     def restart(self) -> None:
-        """A fresh pool after the old one broke (its workers are stopped)."""
+        """A fresh pool after the old one broke (its workers are stopped); compile starts not yet
+        shown are kept for ``started``."""
+        announced = self.started()
         self.close(cancel=True)
         self._pool = self._new_pool()
+        self._announced = announced
 
     def close(self, cancel: bool) -> None:
         if not cancel:
             self._pool.shutdown(wait=True)
-            self._started.close()
             return
         workers = list((getattr(self._pool, "_processes", None) or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -160,7 +198,6 @@ class LocalPool:
             if p.is_alive():
                 p.kill()
                 p.join(5)
-        self._started.close()
 
 
 class InlineCells:

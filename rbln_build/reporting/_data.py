@@ -12,15 +12,25 @@ NPU (the compile key covers the recipe, the NPU family, the device count and the
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._documents import parse_json, read_document
+from .._documents import load_json, parse_json, read_document
 from ..errors import UserError
 from ..estimator import AllocationReport
 
-__all__ = ["BuildView", "Group", "load_build", "MANIFEST_SCHEMA", "FAILED_STATUSES", "budget_label", "outcome"]
+__all__ = [
+    "BuildView",
+    "Group",
+    "load_build",
+    "read_old_manifest",
+    "MANIFEST_SCHEMA",
+    "FAILED_STATUSES",
+    "budget_label",
+    "outcome",
+]
 
 MANIFEST_SCHEMA = 1
 FAILED_STATUSES = ("failed", "unexpected_success")
@@ -45,10 +55,17 @@ class Group:
     produced: str | None = None
     report: AllocationReport | None = None
     problem: str | None = None  # why there is no report (the figures are replaced by this note)
+    options: str = ""  # the build options that tell this compile from the model's others ("" if none)
 
     @property
     def slug(self) -> str:
         return f"{self.model}.{self.device}.{self.compile_key[:12]}"
+
+    @property
+    def title(self) -> str:
+        return f"{self.model} on {self.device}: {self.num_devices} x {self.npu}" + (
+            f" ({self.options})" if self.options else ""
+        )
 
 
 @dataclass
@@ -57,6 +74,31 @@ class BuildView:
     entries: list[dict[str, Any]]  # sorted by cell id
     groups: list[Group]
     compile_meta: dict[str, dict[str, Any]]  # compile key -> entry meta without the report
+    varying: dict[str, list[str]] = field(default_factory=dict)  # model -> build options that vary
+
+    def options(self, entry: dict[str, Any], blocks: bool = True) -> str:
+        """The short label of an entry's options: only those that vary among its model's cells,
+        ``key=value`` in key order, and an explicit block count (``n=12``)."""
+        inputs = entry["inputs"]
+        opts = inputs.get("build_options") or {}
+        parts = [f"{k}={_value(opts.get(k))}" for k in self.varying.get(inputs["model"], [])]
+        if blocks and inputs.get("kvcache_num_blocks"):
+            parts.append(f"n={inputs['kvcache_num_blocks']}")
+        return ", ".join(parts)
+
+
+def _value(value: Any) -> str:
+    return "-" if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _varying(entries: list[dict[str, Any]]) -> dict[str, list[str]]:
+    seen: dict[str, dict[str, set[str]]] = {}
+    for e in entries:
+        opts = e["inputs"].get("build_options") or {}
+        keys = seen.setdefault(e["inputs"]["model"], {})
+        for k in set(opts) | set(keys):
+            keys.setdefault(k, set()).add(json.dumps(opts.get(k), sort_keys=True))
+    return {m: sorted(k for k, values in keys.items() if len(values) > 1) for m, keys in seen.items()}
 
 
 def budget_label(value: Any) -> str:
@@ -104,6 +146,7 @@ def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, All
     if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
         return None, None, f"the compile key {str(key)[:70]!r} is not a sha256 digest; rebuild the manifest."
     path = build_dir / "cache" / "compile" / key / "entry.json"
+    where = f"cache/compile/{key[:12]}…/entry.json"  # relative: the page holds no absolute path
     try:
         record = parse_json(read_document(path), str(path))
         if record.get("key") != key:
@@ -115,10 +158,20 @@ def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, All
             return (
                 None,
                 None,
-                f"the compile entry {key[:12]} is not in the cache ({path}); run rbln-build to rebuild it.",
+                f"the compile entry {where} is not in the cache (gc removed it?); run rbln-build to rebuild it.",
             )
-        return None, None, f"the compile entry {path} is unreadable ({exc}); run rbln-build to rebuild it."
+        why = str(exc).replace(str(build_dir), "<build_dir>")
+        return None, None, f"the compile entry {where} is unreadable ({why}); run rbln-build to rebuild it."
     return meta, report, None
+
+
+def read_old_manifest(path: Path) -> dict[str, Any]:
+    """The cells of an earlier manifest (``report --compare``)."""
+    hint = "give a manifest.json"
+    manifest = load_json(path, error=ReportInputError, hint=hint)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), dict):
+        raise ReportInputError(f"report: --compare {path}: not an rbln-build manifest (no 'cells' mapping).")
+    return manifest["cells"]  # type: ignore[no-any-return]
 
 
 def load_build(build_dir: Path) -> BuildView:
@@ -191,12 +244,15 @@ def _view(build_dir: Path, data: bytes, manifest: dict[str, Any]) -> BuildView:
             )
         groups[key].cells.append(e)
     compile_meta: dict[str, dict[str, Any]] = {}
+    view = BuildView(hashlib.sha256(data).hexdigest(), entries, [], compile_meta, _varying(entries))
     for g in groups.values():
+        g.options = view.options(g.cells[0], blocks=False)
         meta, report, problem = _read_compile(build_dir, g.compile_key)
         g.report, g.problem = report, problem
         if meta is not None:
             compile_meta[g.compile_key] = meta
             g.produced = meta.get("produced")
         g.cells.sort(key=lambda e: (e["budget_bytes"] is None, e["budget_bytes"] or 0, e["cell"]))
-    ordered = sorted(groups.values(), key=lambda g: (g.model, g.device, g.npu, g.compile_key))
-    return BuildView(hashlib.sha256(data).hexdigest(), entries, ordered, compile_meta)
+    # model -> device -> options: the order a reader looks for (the key breaks ties only)
+    view.groups = sorted(groups.values(), key=lambda g: (g.model, g.device, g.npu, g.options, g.compile_key))
+    return view
