@@ -118,6 +118,16 @@ def test_two_releases_of_one_build_are_byte_identical_and_a_repeat_is_a_no_op(pl
     assert "release v1: unchanged" in proc.stdout and "nothing written" in proc.stdout
     assert tree(tmp_path / "a" / "v1") == first
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["v1"]  # no staging folder left behind
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs: what a killed release leaves behind
+    stale = tmp_path / "b" / f".tmp-v2-{gone.pid}-0badf00d"
+    (stale / "cell").mkdir(parents=True)
+    running = tmp_path / "b" / f".tmp-v2-{os.getpid()}-0badf00d"  # a release in progress: kept
+    running.mkdir()
+    check_ok(release(work, "v2", "--to", str(tmp_path / "b")))
+    assert not stale.exists() and running.is_dir()
 
 
 def test_a_changed_build_under_the_same_name_is_refused(
