@@ -16,7 +16,9 @@ into place only when complete, so a killed build leaves at most a ``.tmp-*`` fol
 run (holding the build lock) removes. An entry records a content hash: sha256 over its files in
 sorted relative-path order, each preceded by its name and size, then the entry's metadata as
 canonical JSON. ``lookup`` verifies an entry before it is used; an entry that fails is reported as a
-warning, removed, and treated as a miss (so it is rebuilt), never used and never a crash.
+warning, removed, and treated as a miss (so it is rebuilt), never used and never a crash. A full
+verification also checks the entry's programs as data (``backends._verify``: a consistent entry
+can still be forged by whoever can write the cache).
 
 To keep a no-op rebuild fast, an entry also records each file's (size, mtime, ctime, inode). When
 they all still match, the files are taken as unchanged; any difference triggers the full hash.
@@ -156,6 +158,10 @@ class Store:
                 "removed, it will be rebuilt",
             )
             return None
+        problem = program_problem(files_dir)
+        if problem is not None:  # consistent, but holds a program that is not data only
+            self._discard(path, f"cache entry {path}: {problem}; removed, it will be rebuilt")
+            return None
         record["stat"] = _stats(files_dir)  # verified: refresh the fast-path fingerprint
         try:
             write_atomic(record_file, canonical_json(record).encode("utf-8"))
@@ -260,6 +266,18 @@ class Store:
                 path.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def program_problem(files_dir: Path) -> str | None:
+    """Why the entry's programs are not safe to hand to a loader (``backends._verify``), or None."""
+    from ..backends._verify import verify_entry_files
+    from ..errors import IntegrityError
+
+    try:
+        verify_entry_files(files_dir)
+    except IntegrityError as exc:
+        return str(exc)
+    return None
 
 
 def _meta_hash(meta: Any) -> str:

@@ -39,6 +39,7 @@ from typing import Any
 from ...errors import BuildError
 from .._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
 from .._record import record_for, sha256_file, write_json, write_record
+from ._archive import check_program_archive
 
 __all__ = ["TorchExportBackend", "PROGRAM_FILE"]
 
@@ -122,6 +123,7 @@ class TorchExportBackend(Backend):
         src = baseline_dir / PROGRAM_FILE
         if not src.is_file() or sha256_file(src) != baseline.get("program_sha256"):
             raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
+        check_program_archive(src.read_bytes(), src)  # a cell never links a program that is not data only
         _link_or_copy(src, out_dir / PROGRAM_FILE)
         record = record_for(
             spec,
