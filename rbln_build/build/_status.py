@@ -32,6 +32,7 @@ from typing import Any
 
 from ._matrix import Cell
 from ._result import CellResult
+from ._stages import derived_problem
 from ._store import ENTRY_FILE, FILES_DIR, Store, _meta_hash, _result_hash, _stats, content_hash, is_key
 
 __all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main"]
@@ -203,6 +204,9 @@ def _state(
         result = None
     if result is None or result.retry:
         return RESOLVE, "no stored result for this cell key" if result is None else f"retried: {result.error}"
+    problem = derived_problem(cell, result)
+    if problem is not None:
+        return RESOLVE, f"the stored result is forged or damaged: {problem}"
     if result.ok:
         key = result.artifact_key
         state = entry_state(store, "artifacts", key)[0] if key is not None and is_key(key) else "damaged"
