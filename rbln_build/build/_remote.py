@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import CacheError
 from ._keys import canonical_json
-from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _tmp_name, content_hash, program_problem
+from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, content_hash, program_problem
 
 __all__ = ["RemoteStore", "REMOTE_KINDS", "pack_entry", "install_packed"]
 
@@ -48,8 +48,10 @@ _TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, 
 
 
 class RemoteStore(Store):
-    def __init__(self, root: Path, url: str, warn: Callable[[str], None] | None = None, require: bool = False) -> None:
-        super().__init__(root, warn)
+    def __init__(
+        self, root: Path, url: str, warn: Callable[[str], None] | None = None, require: bool = False, owner: str = ""
+    ) -> None:
+        super().__init__(root, warn, owner)
         self.url = url.rstrip("/")
         self.require = require
         self.down = False  # set on the first failure to reach the remote (reported once)
@@ -130,7 +132,7 @@ class RemoteStore(Store):
             except (ValueError, KeyError, TypeError) as exc:
                 self._reject(kind, key, None, f"its pointer is unreadable ({exc})")
                 return None
-            tmp = _tmp_name(self.entry_path(kind, key))
+            tmp = self._tmp(self.entry_path(kind, key))
             tmp.parent.mkdir(parents=True, exist_ok=True)
             try:
                 packed = tmp.with_name(tmp.name + ".tar")
@@ -179,7 +181,7 @@ class RemoteStore(Store):
             if fs.exists(pointer_path):
                 return  # write-once: the first complete entry published stands
             _makedirs(fs, f"{base}/tmp")
-            packed = _tmp_name(entry.path).with_suffix(".tar")
+            packed = self._tmp(entry.path).with_suffix(".tar")
             try:
                 _pack(entry, packed)
                 blob = _sha256_file(packed)
@@ -233,7 +235,7 @@ def pack_entry(entry: Entry, path: Path) -> bytes:
 
 def install_packed(store: Store, kind: str, key: str, data: bytes, recorded: str | None) -> bool:
     """Install an entry sent as tar bytes into ``store`` after verifying its content hash."""
-    tmp = _tmp_name(store.entry_path(kind, key))
+    tmp = store._tmp(store.entry_path(kind, key))
     tmp.parent.mkdir(parents=True, exist_ok=True)
     packed = tmp.with_name(tmp.name + ".tar")
     try:

@@ -32,6 +32,7 @@ from typing import Any, TextIO
 
 from ..errors import BuildError
 from ._executors import Parallel, StoreRef
+from ._layout import CACHE_DIR, check_contained, link_shared_cache, owner_tag
 from ._manifest import entry_for, summarize
 from ._matrix import Cell
 from ._progress import HISTORY_FILE, make_progress
@@ -95,7 +96,9 @@ class BuildRun:
         self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
         self.scale = scale or Scale()
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
-        self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
+        self.cache_dir = None if self.scale.cache_dir is None else Path(self.scale.cache_dir)  # shared (_layout)
+        owner = "" if self.cache_dir is None else owner_tag(self.build_dir)
+        self.ref = StoreRef(str(self.build_dir / CACHE_DIR), self.scale.remote, self.scale.require_remote, owner)
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
@@ -195,6 +198,9 @@ class BuildRun:
         if isinstance(outcome, CompileOutcome):
             self.display.compile_finished(label, took, False, outcome.error or "")
             return
+        if not outcome.made:  # another build sharing the cache (cache.dir) made it while we waited
+            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache")
+            return
         self.compiled.append(key)
         self.display.compile_finished(label, took, True, outcome.meta["produced"])
 
@@ -276,7 +282,10 @@ class BuildRun:
     def prepare(self) -> None:
         """Before any task (holding the lock): remove what killed runs left, roll the links forward
         to the manifest, and move a damaged doit state file aside."""
-        removed = self.store.clean_temporaries() + clean_leftovers(self.build_dir)
+        check_contained(self.build_dir, self.cache_dir)  # nothing in build_dir is followed out (exit 2)
+        if self.cache_dir is not None:
+            link_shared_cache(self.build_dir, self.cache_dir)
+        removed = self.store.clean_temporaries() + clean_leftovers(self.build_dir, shared=self.cache_dir is not None)
         if removed:
             self.display.warn(f"removed {removed} temporary file(s) left by an interrupted build")
         relinked = recover(self.build_dir, self.store)
@@ -367,5 +376,7 @@ def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
 
     settings = compose_settings(overrides, project=find_project())
     build_dir, cells = expand_all([settings])
+    cache_dir = settings.scale.cache_dir
+    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # doit writes its state there
     build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
     return BuildRun(build_dir, cells, progress=settings.progress).namespace()
