@@ -1,6 +1,6 @@
 """Inside the build dir nothing is followed out; a cache shared by build dirs is ``cache.dir=``.
 
-* a ``cache``, a cache kind, ``logs``, ``hydra``, ``artifacts`` or doit's state file that resolves
+* a ``cache``, a cache kind, ``logs``, ``hydra`` or doit's state file that resolves
   outside ``build_dir`` is refused (exit 2, one line naming it and what to do), and nothing there is
   touched: no ``.tmp-*`` folder emptied, no key-named entry removed, no file written;
 * ``cache.dir=PATH`` shares one cache: a second build dir compiles nothing; two builds at once make
@@ -50,7 +50,7 @@ def small_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["cache", "cache/compile", "logs", "hydra", ".doit.sqlite3", "artifacts"])
+@pytest.mark.parametrize("name", ["cache", "cache/compile", "logs", "hydra", ".doit.sqlite3"])
 def test_a_name_in_the_build_dir_linked_outside_is_refused(small_build: Path, tmp_path: Path, name: str) -> None:
     build = tmp_path / "build"
     shutil.copytree(small_build, build, symlinks=True)
