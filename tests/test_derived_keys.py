@@ -17,13 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._matrix import expand_all
-from rbln_build.build._publish import MANIFEST_FILE, publish
-from rbln_build.build._result import CellResult
-from rbln_build.build._status import cell_statuses
-from rbln_build.build._store import Store
-from rbln_build.build._tasks import BuildRun
+from rbln_build.commands._status import cell_statuses
+from rbln_build.config import compose_settings, expand_all
+from rbln_build.pipeline import BuildRun
+from rbln_build.pipeline._publish import MANIFEST_FILE, publish
+from rbln_build.store import CellResult, Store
 
 SMALL = ["matrix=plans", "model=qwen3_8b", "device=rebel100"]  # one compile; budgets 0.3 and 0.5: 21 and 40 blocks
 

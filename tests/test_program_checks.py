@@ -289,7 +289,7 @@ def _forged(cell: Path, marker: Path) -> Path:
 
 def test_a_consistent_forged_entry_in_the_remote_is_not_installed(cell: Path, tmp_path: Path) -> None:
     pytest.importorskip("fsspec")
-    from rbln_build.build._remote import RemoteStore
+    from rbln_build.store import RemoteStore
 
     marker = tmp_path / "payload-ran"
     forged = _forged(cell, marker)
@@ -310,7 +310,7 @@ def test_a_consistent_forged_entry_in_the_remote_is_not_installed(cell: Path, tm
 
 
 def test_a_consistent_forged_entry_in_the_local_cache_fails_full_verification(cell: Path, tmp_path: Path) -> None:
-    from rbln_build.build._store import Store
+    from rbln_build.store import Store
 
     marker = tmp_path / "payload-ran"
     forged = _forged(cell, marker)

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from test_cli import SLOW, check_ok, popen, rbln, summary
 
-from rbln_build.build._layout import owner_tag
-from rbln_build.build._store import Store
+from rbln_build.config._layout import owner_tag
+from rbln_build.store import Store
 
 SMALL = ["matrix=plans", "model=qwen3_8b", "progress=false"]  # 2 compile keys, 4 cells: fast
 

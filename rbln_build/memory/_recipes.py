@@ -12,8 +12,11 @@ no-op path can hash it cheaply. ``recipe.yaml`` fields::
     dtype: bfloat16                 # torch dtype name of the weights and KV cache
     quantization: {weight_bits: 16} # 16, 8 or 4 bits for linear weights (lm_head stays 16-bit)
     build: {batch_size: 8, max_seq_len: 40960, ...}   # our default build options
+    tokenizer: {files: [tokenizer.json, ...]}   # files beside recipe.yaml, carried by every cell (or null)
+    generation_config: generation_config.json   # likewise (or null); see _companions
 
-The content hash covers both files' bytes, so any edit to a recipe changes its compile key.
+The content hash covers both files' bytes (and the companion files'), so any edit to a recipe changes
+its compile key.
 """
 
 from __future__ import annotations
@@ -29,15 +32,26 @@ import yaml
 
 from ..errors import RecipeError
 from ..estimator._limits import count_problem, name_problem
+from ._companions import companion_names, parse_companions
 from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
 
-DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (build._project)
+DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (config._project)
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHT_BITS = (16, 8, 4)
-_RECIPE_KEYS = {"name", "family", "source", "weights", "dtype", "quantization", "build"}
+_RECIPE_KEYS = {
+    "name",
+    "family",
+    "source",
+    "weights",
+    "dtype",
+    "quantization",
+    "build",
+    "tokenizer",
+    "generation_config",
+}
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,8 @@ class Recipe:
     build: dict[str, Any] = field(default_factory=dict)
     content_hash: str = ""
     weights_hash: str | None = None  # the checkpoint's content digest (weights: {path: ...}), else None
+    tokenizer_files: tuple[str, ...] | None = None  # files in the recipe's folder (_companions); None: none
+    generation_config: str | None = None  # a file in the recipe's folder; None: none
 
     @property
     def has_weights(self) -> bool:
@@ -285,9 +301,12 @@ def load_recipe(
     build = meta.get("build") or {}
     if not isinstance(build, dict):
         raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
+    tokenizer_files, generation_config = parse_companions(recipe_file, meta)
     digest = hashlib.sha256()
     for part in (b"recipe.yaml\0", recipe_bytes, b"\0config.json\0", config_bytes):
         digest.update(part)
+    for companion in companion_names(tokenizer_files, generation_config):  # named in recipe.yaml, so hashed too
+        digest.update(b"\0" + companion.encode() + b"\0" + (directory / companion).read_bytes())
     recipe = Recipe(
         name=name,
         directory=directory,
@@ -301,6 +320,8 @@ def load_recipe(
         build=dict(build),
         content_hash=digest.hexdigest(),
         weights_hash=weights_hash,
+        tokenizer_files=tokenizer_files,
+        generation_config=generation_config,
     )
     _ = recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe
