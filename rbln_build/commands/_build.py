@@ -189,6 +189,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     finally:
         lock.release()
     print(_table(entries, build.redone))
+    from ..pipeline import warning_summary
+
+    for line in warning_summary(entries):  # each distinct cell warning once, with the cells it concerns
+        print(line, file=sys.stderr)
     took = time.perf_counter() - started
     counts = (
         f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['finalized']} finalized, "
