@@ -105,7 +105,7 @@ def _build(backend: str, spec, tmp: Path, blocks: int | None = None) -> Path:
     return cell
 
 
-def test_torch_cells_carry_the_files_byte_for_byte_and_record_them(checkpoints, tmp_path) -> None:
+def test_torch_cells_carry_the_files_byte_for_byte_and_record_them(checkpoints, tmp_path, capsys) -> None:
     spec = spec_for(recipe_of(checkpoints["llama"], tmp_path / "recipes"))
     cell = _build("torch", spec, tmp_path, spec.attention.num_full_blocks)
     assert sorted(p.name for p in cell.iterdir()) == sorted(
@@ -116,6 +116,15 @@ def test_torch_cells_carry_the_files_byte_for_byte_and_record_them(checkpoints, 
     record = json.loads((cell / "rbln-build.json").read_text())
     assert record["tokenizer"] == {"files": sorted(TOKENIZER_FILES)}
     assert (record["generation_config"], record["quantization"]) == ("generation_config.json", {"weight_bits": 16})
+    assert sorted(record["data_files"]) == ALL_FILES
+    # run --prompt checks those files before it loads them: a changed tokenizer is refused, named
+    from rbln_build.run import main as run_main
+
+    data = bytearray((cell / "tokenizer.json").read_bytes())
+    data[-2] ^= 1
+    (cell / "tokenizer.json").write_bytes(bytes(data))
+    assert run_main([str(cell), "--prompt", "hello"]) == 2
+    assert "tokenizer.json: sha256" in capsys.readouterr().err
 
 
 def test_the_torch_backend_refuses_quantization_naming_the_recipe_key(checkpoints, tmp_path) -> None:
@@ -275,3 +284,18 @@ def test_run_prompt_on_a_cell_without_a_tokenizer_says_why(capsys) -> None:
     assert run_main([str(cell), "--prompt", "hello"]) == 2
     err = capsys.readouterr().err
     assert 'carries no tokenizer (rbln-build.json: "tokenizer": null' in err and "--prompt-ids" in err
+
+
+def test_recipe_add_copies_linked_files_as_files(checkpoints, tmp_path) -> None:
+    """A Hugging Face cache snapshot links every file to a blob: the recipe gets the bytes, not the link."""
+    snapshot, blobs = tmp_path / "snapshot", tmp_path / "blobs"
+    blobs.mkdir()
+    snapshot.mkdir()
+    for item in checkpoints["llama"].iterdir():
+        shutil.copyfile(item, blobs / item.name)
+        (snapshot / item.name).symlink_to(blobs / item.name)
+    recipe = recipe_of(snapshot, tmp_path / "recipes")
+    assert recipe.tokenizer_files == tuple(sorted(TOKENIZER_FILES)) and recipe.generation_config
+    for name, data in checkpoint_files(checkpoints["llama"]).items():
+        copied = tmp_path / "recipes" / "ck" / name
+        assert not copied.is_symlink() and copied.read_bytes() == data, name

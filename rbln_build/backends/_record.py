@@ -15,6 +15,7 @@ any folder holding one for a compiled model). The same optimum-rbln key names, a
      "quantization": {"weight_bits": 16 | 8 | 4},  # the recipe's (a backend that cannot honour it refuses)
      "tokenizer": null | {"files": [...]},        # the checkpoint's tokenizer files in the cell (memory._companions)
      "generation_config": null | "generation_config.json",
+     "data_files": {"<file>": "<sha256 hex>"},    # the tokenizer files and generation config, checked before use
      ...backend extras (the torch program's "kv_pool")}
 
 The budget is not here: one artifact serves every budget that resolves to its count (the manifest
@@ -96,7 +97,11 @@ def record_for(
         "recipe": spec.recipe.name,
         "programs": dict(sorted(programs.items())),
         "quantization": {"weight_bits": spec.recipe.weight_bits},
-        **(companions_record(directory) if directory is not None else {"tokenizer": None, "generation_config": None}),
+        **(
+            companions_record(directory)
+            if directory is not None
+            else {"tokenizer": None, "generation_config": None, "data_files": {}}
+        ),
         **extra,
     }
 

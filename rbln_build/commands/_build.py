@@ -152,6 +152,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
     from ..config import expand_all
     from ..pipeline import BuildRun
 
+    if any(j.deployment is not None for j in jobs):  # rbln: plan from the compiled reports, in this build
+        from ..pipeline import compile_for_planning
+
+        compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
     kept = _declared(jobs, cells)  # a narrowed run keeps the declared matrix's other cells in the manifest
     records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
@@ -161,6 +165,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
     started = time.perf_counter()
+    from ..config import check_contained
+
+    cache_dir = jobs[0].scale.cache_dir
+    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # before .lock and hydra/
     lock = _lock(build_dir)
     state["build_dir"] = build_dir
     try:
@@ -172,6 +180,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
     finally:
         lock.release()
     print(_results(entries, build.redone, build_dir, full_table))
+    from ..pipeline import warning_summary
+
+    for line in warning_summary(entries):  # each distinct cell warning once, with the cells it concerns
+        print(line, file=sys.stderr)
     took = time.perf_counter() - started
     counts = (
         f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['finalized']} finalized, "

@@ -7,8 +7,11 @@ compile key (``cache/compile``, ``cache/failures``), its cell key (``cache/resul
 artifact its result points at (``cache/artifacts``).
 
 Removed: ``artifacts/<cell id>`` links of cells in neither the matrix nor the manifest (only
-symlinks that rbln-build made; a real file there is reported and left alone), and every cache entry
-and record not kept (a compile key's results index goes with its compile entry). ``cache/inventory`` and ``cache/weights`` (the memory model's and the
+symlinks that rbln-build made, pointing into its own cache; a user's file, folder or link there is
+named and left alone), and every cache entry and record not kept (a compile key's results index goes with
+its compile entry). A shared cache (``cache.dir``) is
+left alone: other build dirs use its entries, and no one build dir knows which. Every removal is
+checked, after resolving, to lie inside the build dir's ``artifacts/`` or cache. ``cache/inventory`` and ``cache/weights`` (the memory model's and the
 checkpoints' digest caches, small) are left alone. gc holds the build lock, so it never races a
 build. It reports what it removed and the bytes freed; ``--dry-run`` reports the same, removes nothing.
 """
@@ -23,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import load_json
 from ..errors import ConfigError
+from ..pipeline._publish import ours
 from ..store import RECORD_KINDS, CellResult, Store, is_key
 
 __all__ = ["Kept", "plan_gc", "main"]
@@ -66,26 +71,27 @@ def _size(path: Path) -> int:
 
 
 def _manifest_cells(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-        cells = data["cells"]
-        if not isinstance(cells, dict):
-            raise TypeError
-        return cells
-    except FileNotFoundError:
+    """The cells of the manifest at ``path`` ({} when there is none); gc removes nothing on the word
+    of a manifest it cannot read, so anything else is an error naming the file."""
+    if not path.exists() and not path.is_symlink():
         return {}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"{path}: not a readable rbln-build manifest ({exc}); gc removes nothing without it."
-        ) from None
+    hint = "gc removes nothing without it; rebuild it with rbln-build or drop the --keep"
+    data = load_json(path, error=ConfigError, hint=hint)
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if not isinstance(cells, dict) or not all(isinstance(e, dict) for e in cells.values()):
+        raise ConfigError(f"{path}: not an rbln-build manifest (its 'cells' is not a mapping of entries); {hint}.")
+    return cells
 
 
-def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[tuple[str, Path, int]], list[str]]:
-    """What gc would remove: (what, path, bytes) rows, and notes (things left alone, and why)."""
+def plan_gc(
+    build_dir: Path, cells: list[Any], keep: list[Path], shared: Path | None = None
+) -> tuple[list[tuple[str, Path, int]], list[str]]:
+    """What gc would remove: (what, path, bytes) rows, and notes (things left alone, and why).
+    ``shared``: the cache is shared by several build dirs (``cache.dir``), so only links are removed."""
     store = Store(build_dir / "cache", warn=lambda message: None)
     kept = Kept()
     for manifest in [build_dir / "manifest.json", *keep]:
-        if manifest != build_dir / "manifest.json" and not manifest.is_file():
+        if manifest != build_dir / "manifest.json" and not manifest.exists():
             raise ConfigError(f"--keep {manifest}: no such manifest.")
         for cid, entry in _manifest_cells(manifest).items():
             kept.add_cell(store, cid, entry.get("compile_key"), entry.get("cell_key"))
@@ -98,10 +104,16 @@ def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[t
         for link in sorted(links.iterdir()):
             if link.name in kept.cell_ids or link.name.startswith(".tmp-"):
                 continue
-            if link.is_symlink():
+            if ours(link):
                 rows.append(("link", link, _size(link)))
             else:
                 notes.append(f"{link} is not a link rbln-build made; left alone")
+    if shared is not None:
+        notes.append(
+            f"the cache {shared} is shared (cache.dir): its entries are left alone, other build dirs may use "
+            "them; remove it as a whole when no build uses it"
+        )
+        return rows, notes
     for kind in ENTRY_KINDS:
         folder = store.root / kind
         if folder.is_dir():
@@ -122,7 +134,15 @@ def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[t
     return rows, notes
 
 
-def _remove(path: Path) -> None:
+def _remove(what: str, path: Path, build_dir: Path) -> None:
+    """Remove a link of ``artifacts/`` or a cache entry or record, after checking (resolved) that it
+    lies there: nothing outside the build dir's own ``artifacts/`` and cache is ever removed."""
+    real_build = build_dir.resolve()
+    room = build_dir / ("artifacts" if what == "link" else "cache")
+    real_room = room.resolve()
+    where = path.parent.resolve() if path.is_symlink() else path.resolve()
+    if real_build not in real_room.parents or (where != real_room and real_room not in where.parents):
+        raise ConfigError(f"{path} resolves to {where}, outside {room} in {real_build}; gc removes nothing there.")
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)
     elif path.is_dir():
@@ -132,7 +152,7 @@ def _remove(path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from ..config import expand_all
+    from ..config import check_contained, expand_all
     from ..store import acquire_build_lock
     from ._build import compose
 
@@ -160,12 +180,14 @@ def main(argv: list[str]) -> int:
     if not build_dir.is_dir():
         print(f"rbln-build gc: {build_dir} does not exist; nothing to remove.")
         return 0
+    shared = None if jobs[0].scale.cache_dir is None else Path(jobs[0].scale.cache_dir)
+    check_contained(build_dir, shared)  # a cache or artifacts/ linked out is refused (exit 2)
     lock = acquire_build_lock(build_dir, "rbln-build gc")
     try:
-        rows, notes = plan_gc(build_dir, cells, keep)
+        rows, notes = plan_gc(build_dir, cells, keep, shared)
         if not dry:
-            for _what, path, _n in rows:
-                _remove(path)
+            for what, path, _n in rows:
+                _remove(what, path, build_dir)
     finally:
         lock.release()
     freed = sum(n for _w, _p, n in rows)

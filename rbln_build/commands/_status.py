@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import load_json
 from ..config import Cell
+from ..errors import UserError
 from ..pipeline import Ledger, entry_state, read_record, survey
 from ..store import Store
 
@@ -117,15 +119,27 @@ def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[s
     return None
 
 
+def _readable_entry(cid: str, entry: Any) -> bool:
+    """Whether a manifest entry has the shape status reads (a damaged one counts as absent)."""
+    if not isinstance(entry, dict) or entry.get("cell", cid) != cid:
+        return False
+    inputs = entry.get("inputs") or {}
+    return isinstance(inputs, dict) and all(isinstance(inputs.get(k) or {}, dict) for k in ("toolchain", "code"))
+
+
 def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus], list[str]]:
     """Every cell's state and reasons, and the ids the manifest has but the matrix no longer does.
     The Store is read once, as a build reads it (``_ledger.survey``), without changing anything."""
     from ..pipeline import entry_for
 
     store = Store(build_dir / "cache", warn=lambda message: None)
-    try:
-        old_entries: dict[str, Any] = json.loads((build_dir / "manifest.json").read_bytes())["cells"]
-    except (OSError, ValueError, KeyError, TypeError):
+    try:  # a manifest that is missing or not one this version reads: every cell is new to it
+        manifest = load_json(build_dir / "manifest.json")
+        old_entries: dict[str, Any] = manifest["cells"]
+        if not isinstance(old_entries, dict):
+            raise TypeError
+        old_entries = {k: v for k, v in old_entries.items() if _readable_entry(k, v)}
+    except (UserError, KeyError, TypeError):
         old_entries = {}
     ledger = survey(store, cells, read_only=True)
     links = os.path.join(build_dir, "artifacts")
@@ -145,7 +159,7 @@ def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus],
                 reasons.append("new cell (not in the manifest)")
             else:
                 reasons.extend(changed_inputs(pred.get("inputs") or {}, inputs))
-                reasons.append(f"new cell id (the manifest has {pred['cell']})")
+                reasons.append(f"new cell id (the manifest has {pred.get('cell')})")
         else:
             reasons.extend(changed_inputs(old.get("inputs") or {}, inputs))
         if not reasons or extra not in reasons:
@@ -167,6 +181,9 @@ def _state(ledger: Ledger, cell: Cell, old: dict[str, Any] | None, links: str, e
                     COMPILE,
                     what if failure is None else f"the compile failed before and is retried: {failure.error}",
                 )
+    problem = ledger.problems.get(cell.id)
+    if problem is not None:
+        return RESOLVE, f"the stored result is forged or damaged: {problem}"
     result = ledger.stored.get(cell.id)
     if result is None or result.retry:
         return RESOLVE, "no stored result for this cell key" if result is None else f"retried: {result.error}"

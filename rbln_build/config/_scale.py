@@ -5,6 +5,7 @@
     executor=ray executor.address=auto      compile keys as Ray tasks (conf/executor/ray.yaml)
     cache.remote=s3://bucket/prefix         a second cache level behind build_dir/cache (fsspec URL)
     cache.require_remote=true               an unreachable remote fails the build instead of a warning
+    cache.dir=/shared/rbln-cache            a cache shared by several build dirs (per-key locks; _layout)
 
 The schemas (``ExecutorConf``, ``CacheConf``) are nested in ``BuildConf``; ``scale_from_config``
 turns them into one frozen ``Scale`` (nothing downstream sees OmegaConf). Credentials for the remote
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..estimator._limits import count_problem
 
 __all__ = ["ExecutorKind", "ExecutorConf", "CacheConf", "Scale", "scale_from_config", "REMOTE_SCHEMES"]
 
@@ -50,6 +52,7 @@ class ExecutorConf:
 class CacheConf:
     remote: str | None = None  # fsspec URL of a shared cache (file:///..., s3://bucket/prefix)
     require_remote: bool = False  # true: an unreachable remote fails the build (else: warn once, build locally)
+    dir: str | None = None  # a local cache folder shared by several build dirs (null: build_dir/cache)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Scale:
     max_retries: int = 3
     remote: str | None = None
     require_remote: bool = False
+    cache_dir: str | None = None  # absolute; set by the settings (relative to the project or cwd)
 
     def workers(self, todo: int) -> int:
         """Worker processes for ``todo`` compile keys: ``jobs``, or the cores capped by the keys."""
@@ -91,9 +95,9 @@ def _installed(module: str) -> bool:
 def scale_from_config(cfg: Any) -> Scale:
     """``jobs``, ``executor.*`` and ``cache.*`` of the composed config, checked. Raises ConfigError."""
     jobs = cfg.get("jobs")
-    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+    if jobs is not None and count_problem("jobs", jobs) is not None:
         raise ConfigError(
-            f"jobs: expected a positive number of worker processes (or null for the cores), got {jobs!r}."
+            f"jobs: expected a positive number of worker processes (or null for the cores): {count_problem('jobs', jobs)}."
         )
     ex = cfg.executor
     num_cpus = ex.num_cpus
@@ -103,8 +107,9 @@ def scale_from_config(cfg: Any) -> Scale:
     for name, amount in resources.items():
         if not isinstance(amount, (int, float)) or amount <= 0:
             raise ConfigError(f"executor.resources.{name}: expected a positive amount, got {amount!r}.")
-    if ex.max_retries < 0:
-        raise ConfigError(f"executor.max_retries: expected 0 or more, got {ex.max_retries!r}.")
+    retries = count_problem("max_retries", ex.max_retries, zero_ok=True)
+    if retries is not None:
+        raise ConfigError(f"executor.max_retries: expected 0 or more: {retries}.")
     address = str(ex.address).strip()
     if not address:
         raise ConfigError("executor.address: empty; use local, auto or a cluster address such as 10.0.0.5:6379.")

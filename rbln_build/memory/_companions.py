@@ -13,7 +13,8 @@ top of the artifact (where optimum-rbln's own compile saves its preprocessors an
 and records what the cell has in ``rbln-build.json``::
 
     "tokenizer": null | {"files": ["chat_template.jinja", "tokenizer.json", ...]},
-    "generation_config": null | "generation_config.json"
+    "generation_config": null | "generation_config.json",
+    "data_files": {"<file>": "<sha256 hex>", ...}   # each of them, checked before run --prompt loads them
 
 ``null`` says the cell has none (a serving host must then bring its own). Standard library only.
 """
@@ -36,6 +37,7 @@ __all__ = [
     "companion_names",
     "remove_preprocessor_files",
     "companions_record",
+    "verify_data_files",
 ]
 
 # The files a Hugging Face tokenizer (or its processor) is saved as: what `recipe add` looks for in a
@@ -59,9 +61,10 @@ _RESERVED = ("recipe.yaml", "config.json")
 
 
 def checkpoint_companions(directory: Path) -> tuple[list[str], str | None]:
-    """The tokenizer files and the generation config a checkpoint folder holds (regular files only)."""
-    tokenizer = [n for n in TOKENIZER_FILE_NAMES if _regular(directory / n)]
-    generation = GENERATION_CONFIG if _regular(directory / GENERATION_CONFIG) else None
+    """The tokenizer files and the generation config a checkpoint folder holds. A link to a file counts
+    (a Hugging Face cache snapshot links every file to a blob): ``recipe add`` copies the bytes."""
+    tokenizer = [n for n in TOKENIZER_FILE_NAMES if (directory / n).is_file()]
+    generation = GENERATION_CONFIG if (directory / GENERATION_CONFIG).is_file() else None
     return tokenizer, generation
 
 
@@ -146,9 +149,39 @@ def remove_preprocessor_files(directory: Path) -> list[str]:
 
 
 def companions_record(directory: Path) -> dict[str, Any]:
-    """The record fields of what a cell folder holds: ``tokenizer`` and ``generation_config``."""
+    """The record fields of what a cell folder holds: ``tokenizer``, ``generation_config`` and
+    ``data_files`` (the sha256 of each, checked before ``run --prompt`` loads them)."""
+    import hashlib
+
     files = [n for n in TOKENIZER_FILE_NAMES if _regular(directory / n)]
+    generation = GENERATION_CONFIG if _regular(directory / GENERATION_CONFIG) else None
+    names = sorted([*files, *([generation] if generation else [])])
     return {
         "tokenizer": {"files": files} if files else None,
-        "generation_config": GENERATION_CONFIG if _regular(directory / GENERATION_CONFIG) else None,
+        "generation_config": generation,
+        "data_files": {n: hashlib.sha256((directory / n).read_bytes()).hexdigest() for n in names},
     }
+
+
+def verify_data_files(directory: Path, record: dict[str, Any]) -> None:
+    """Check each companion file against the sha256 ``record["data_files"]`` holds (IntegrityError)."""
+    import hashlib
+
+    from ..errors import IntegrityError
+
+    recorded = record.get("data_files")
+    if not isinstance(recorded, dict):
+        raise IntegrityError(f"{directory}/rbln-build.json: no data_files digests; rebuild the cell.")
+    for name, expected in sorted(recorded.items()):
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise IntegrityError(f"{directory}/rbln-build.json: data file {name!r} is not a file in the cell.")
+        path = directory / name
+        try:
+            actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise IntegrityError(f"{path}: cannot read it ({exc.strerror}); rebuild the cell or restore it.") from None
+        if actual != expected:
+            raise IntegrityError(
+                f"{path}: sha256 {actual} does not match {expected} recorded in rbln-build.json; the file was changed "
+                "after the build. Refusing to load it: rebuild the cell (rbln-build) or restore it."
+            )

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..store import CellResult, CompileOutcome, Entry, Store
 from ._stages import build_cell, compile_once
@@ -34,13 +34,14 @@ class StoreRef:
     root: str
     remote: str | None = None
     require_remote: bool = False
+    owner: str = ""  # a shared cache (cache.dir): the build dir's tag (Store)
 
     def open(self, warn: Callable[[str], None]) -> Store:
         if self.remote is None:
-            return Store(Path(self.root), warn=warn)
+            return Store(Path(self.root), warn=warn, owner=self.owner)
         from ..store import RemoteStore
 
-        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote)
+        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote, owner=self.owner)
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,22 @@ def _where() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+STARTED: Any = None  # in a LocalPool worker: the pipe on which it says which compile it starts (_executors)
+
+
+def _announce(key: str) -> None:
+    """Tell the scheduler that this worker starts compiling ``key`` (one small write: atomic on a pipe)."""
+    if STARTED is not None:
+        try:
+            STARTED.send_bytes(key.encode("ascii"))
+        except (OSError, ValueError):
+            pass  # the scheduler is gone or stopping: the display is all that misses it
+
+
 def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> CompileDone:
     """Compile one key into the Store at ``ref`` (any process). Failures are values, not raises."""
     started = time.perf_counter()
+    _announce(key)
     warnings: list[str] = []
     store = ref.open(warnings.append)
     cached = store.lookup("compile", key)
@@ -82,7 +96,8 @@ def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> Com
             key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry, tuple(warnings)
         )
     assert isinstance(outcome, Entry)
-    return CompileDone(key, outcome.meta["produced"], cached is None, took, _where(), warnings=tuple(warnings))
+    fresh = cached is None and outcome.made  # not made meanwhile by another build sharing the cache
+    return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings))
 
 
 def cell_job(ref: StoreRef, cell: Cell) -> CellDone:

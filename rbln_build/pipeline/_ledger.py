@@ -82,7 +82,10 @@ class Ledger:
     compiles: dict[str, CompileState] = field(default_factory=dict)  # compile key -> state
     stored: dict[str, CellResult | None] = field(default_factory=dict)  # cell id -> its stored result
     standing: set[str] = field(default_factory=set)  # ids whose stored result stands as is
-    artifacts: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # key -> (state, content hash)
+    # artifact key -> (state, content hash, (compile key, npu, blocks) its entry records)
+    artifacts: dict[str, tuple[str, str | None, tuple[Any, ...] | None]] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)  # cell id -> why its record is forged or damaged
+    derived: dict[tuple[Any, ...], str] = field(default_factory=dict)  # (compile key, npu, blocks) -> artifact key
     fingerprints: dict[str, list[int] | None] = field(default_factory=dict)  # cell key -> its record's stat
     indexed: dict[str, dict[str, Any]] = field(default_factory=dict)  # compile key -> the index as read
     from_index: set[str] = field(default_factory=set)  # cell keys whose body the index gave
@@ -96,7 +99,7 @@ class Ledger:
         key = result.artifact_key
         if key is None or not is_key(key):
             return "damaged"
-        state, recorded = self.artifacts.get(key, ("missing", None))
+        state, recorded, _ = self.artifacts.get(key, ("missing", None, None))
         return state if state != "ok" or recorded == result.artifact_hash else "damaged"
 
     def stands(self, cell: Cell) -> bool:
@@ -267,47 +270,74 @@ def survey(store: Store, cells: list[Cell], read_only: bool = False) -> Ledger:
                     if read_only
                     else store.load_record("results", cell.cell_key)
                 )
-        result = _parse(store, cell, body, read_only)
+        result, problem = _parse(cell, body, ledger)
+        if result is not None and problem is None and result.ok:
+            problem = _artifact_problem(store, ledger, cell, result, read_only)
+        if problem is not None:  # forged or damaged: never used (as _stages.reusable decides)
+            ledger.problems[cell.id] = problem
+            result = None
+            if not read_only:
+                store.warn(
+                    f"cache record {store.record_path('results', cell.cell_key)} of cell {cell.id}: {problem}; "
+                    "forged or damaged: removed, the cell will be redone"
+                )
+                store.drop_record("results", cell.cell_key)
         ledger.stored[cell.id] = result
-        if result is not None and not result.retry and _artifact_ok(store, ledger, result, read_only):
+        if result is not None and not result.retry and (not result.ok or _artifact_ok(ledger, result)):
             ledger.standing.add(cell.id)
     return ledger
 
 
-def _parse(store: Store, cell: Cell, body: Any, read_only: bool) -> CellResult | None:
+def _parse(cell: Cell, body: Any, ledger: Ledger) -> tuple[CellResult | None, str | None]:
+    """The stored result and why it does not belong to the cell (``_stages.derived_problem``)."""
+    from ._stages import derived_problem
+
     if body is None:
-        return None
+        return None, None
     try:
         result = CellResult.from_json(body)
-    except (TypeError, ValueError):
-        if not read_only:
-            store.drop_record("results", cell.cell_key)
-        return None
-    if result.cell_key != cell.cell_key:
-        return None
-    if result.ok and not is_key(result.artifact_key) and not read_only:
-        store.drop_record("results", cell.cell_key)  # forged or damaged: never used as a path
-        return None
-    return result  # read-only: kept, and its artifact is "damaged" (_artifact_ok never makes it a path)
+        return result, derived_problem(cell, result, ledger.derived)
+    except (TypeError, ValueError) as exc:
+        return None, f"not a cell result ({exc})"
 
 
-def _artifact_ok(store: Store, ledger: Ledger, result: CellResult, read_only: bool) -> bool:
-    if not result.ok:
-        return True
+def _artifact_problem(store: Store, ledger: Ledger, cell: Cell, result: CellResult, read_only: bool) -> str | None:
+    """Verify the result's artifact entry once per run; a problem when it records another cell's keys."""
     key = result.artifact_key
-    if not is_key(key):
-        return False
-    assert key is not None
+    assert key is not None and is_key(key)  # derived_problem checked it is the derived key
     known = ledger.artifacts.get(key)
     if known is None:
         if read_only:
             state, meta = entry_state(store, "artifacts", key)
-            known = (state, _recorded_hash(store, key) if state == "ok" else None)
+            known = (state, _recorded_hash(store, key) if state == "ok" else None, _triple(meta))
         else:
             entry = store.lookup("artifacts", key)
-            known = ("ok", entry.content_hash) if entry is not None else ("missing", None)
+            known = ("ok", entry.content_hash, _triple(entry.meta)) if entry is not None else ("missing", None, None)
         ledger.artifacts[key] = known
-    return known[0] == "ok" and known[1] == result.artifact_hash
+    state, recorded, triple = known
+    if (
+        state == "ok"
+        and recorded == result.artifact_hash
+        and triple
+        != (
+            cell.compile_key,
+            cell.npu.name,
+            result.kvcache_num_blocks,
+        )
+    ):
+        return f"its artifact {store.entry_path('artifacts', key)} records {triple}, not this cell's"
+    return None
+
+
+def _triple(meta: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    if meta is None:
+        return None
+    return (meta.get("compile_key"), meta.get("npu"), meta.get("kvcache_num_blocks"))
+
+
+def _artifact_ok(ledger: Ledger, result: CellResult) -> bool:
+    state, recorded, _ = ledger.artifacts.get(result.artifact_key or "", ("missing", None, None))
+    return state == "ok" and recorded == result.artifact_hash
 
 
 def _recorded_hash(store: Store, key: str) -> str | None:

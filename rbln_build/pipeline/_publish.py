@@ -30,6 +30,7 @@ __all__ = [
     "MANIFEST_FILE",
     "SUMMARY_FILE",
     "publish",
+    "OutputError",
     "write_summary",
     "inside",
     "recover",
@@ -75,44 +76,91 @@ def publish(
         write_atomic(build_dir / PUBLISHING_FILE, b"")  # until the links match: the next run rolls forward
         write_atomic(path, data)
     links = build_dir / ARTIFACTS_DIR
-    inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
+    try:
+        inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
+        outside = None
+    except BuildError as exc:
+        outside = str(exc)
     folder = os.fspath(links)
+    problems: dict[str, str] = {}  # cell id -> why its link could not be made or removed
     for (cell, result), entry in zip(rows, entries, strict=True):
-        problem = cell_id_problem(cell.id)  # checked at expansion; a name here is never a path elsewhere
-        if problem is not None:
-            raise BuildError(f"{links}: {problem}")
-        link = os.path.join(folder, cell.id)
         try:
-            current: str | None = os.readlink(link)
-        except FileNotFoundError:
-            current = None
-        except OSError:  # not a symlink: a user's file or folder
-            raise BuildError(
-                f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
-            ) from None
-        if entry["artifact"] is None or result is None or result.artifact_key is None:
-            if current is not None:
-                if not _our_target(current):
-                    raise BuildError(
-                        f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
-                    )
-                os.unlink(link)
-            continue
-        target = f"../cache/artifacts/{result.artifact_key}/files"
-        if current == target:
-            continue
-        if current is not None and not _our_target(current):
-            raise BuildError(
-                f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
-            )
-        link_atomic(Path(link), target)
+            _link(folder, links, cell.id, None if entry["artifact"] is None or result is None else result, outside)
+        except (OSError, BuildError) as exc:
+            problems[cell.id] = str(exc)
+    if problems:  # the manifest names only links that exist: a cell whose link failed is a failed cell
+        entries = [_unlinked(e, problems[e["cell"]]) if e["cell"] in problems else e for e in entries]
+        write_atomic(path, render_manifest(entries, sections))
     (build_dir / PUBLISHING_FILE).unlink(missing_ok=True)
+    if problems:
+        first = next(iter(problems.values()))
+        more = (
+            f" (and {len(problems) - 1} more cell(s); summary.json counts them as failed)" if len(problems) > 1 else ""
+        )
+        raise OutputError(first + more, entries)
     return entries
+
+
+def _link(folder: str, links: Path, cell_id: str, result: CellResult | None, outside: str | None) -> None:
+    """Point ``artifacts/<cell_id>`` at the result's artifact (None: remove our link there), with
+    one readlink when it is right already. A user's file, folder or link there is an error naming it."""
+    if outside is not None:
+        raise BuildError(outside)
+    problem = cell_id_problem(cell_id)  # checked at expansion; a name here is never a path elsewhere
+    if problem is not None:
+        raise BuildError(f"{links}: {problem}")
+    link = os.path.join(folder, cell_id)
+    try:
+        current: str | None = os.readlink(link)
+    except FileNotFoundError:
+        current = None
+    except OSError:  # not a symlink: a user's file or folder
+        raise BuildError(
+            f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
+        ) from None
+    if result is None or result.artifact_key is None:
+        if current is not None:
+            if not _our_target(current):
+                raise BuildError(
+                    f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
+                )
+            os.unlink(link)
+        return
+    target = f"../cache/artifacts/{result.artifact_key}/files"
+    if current == target:
+        return
+    if current is not None and not _our_target(current):
+        raise BuildError(
+            f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
+        )
+    link_atomic(Path(link), target)
 
 
 def _our_target(target: str) -> bool:
     parts = target.split("/")
     return len(parts) == 5 and parts[:3] == ["..", "cache", "artifacts"] and is_key(parts[3]) and parts[4] == "files"
+
+
+class OutputError(BuildError):
+    """Some links could not be written; ``entries`` are the manifest's, as written (those cells failed)."""
+
+    def __init__(self, message: str, entries: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.entries = entries
+
+
+def _unlinked(entry: dict[str, Any], why: str) -> dict[str, Any]:
+    """A manifest entry whose artifact link could not be written: failed, naming no artifact."""
+    if entry["artifact"] is None:
+        return entry  # it names no link; the problem is reported, the entry stands
+    return {
+        **entry,
+        "artifact": None,
+        "serving": None,
+        "status": "failed",
+        "error": f"its artifact was built but its link could not be written: {why}",
+        "error_kind": "output_failed",
+    }
 
 
 def ours(link: Path) -> bool:
@@ -152,15 +200,16 @@ def write_summary(
     return summary
 
 
-def clean_leftovers(build_dir: Path) -> int:
+def clean_leftovers(build_dir: Path, shared: bool = False) -> int:
     """Remove what killed runs left in the build directory: ``.tmp-manifest.json-*``,
     ``.tmp-summary.json-*``, ``.tmp-results.txt-*``, ``.tmp-progress-history.json-*`` and ``.tmp-.publishing-*`` files (``write_atomic``), ``artifacts/.tmp-*`` symlinks (``link_atomic``)
-    and the inventory cache's ``*.json.*.tmp`` files. Only those names, and never a directory: a
-    user's own entry is left alone. Call only while holding the build lock."""
+    and the inventory cache's ``*.json.*.tmp`` files (not in a ``shared`` cache: they may be another
+    build's, in flight). Only those names, and never a directory: a user's own entry is left alone.
+    Call only while holding the build lock."""
     removed = 0
     candidates = [
         *(p for name in (*_OWN_FILES, PUBLISHING_FILE) for p in build_dir.glob(f".tmp-{name}-*")),
-        *(build_dir / "cache" / "inventory").glob("*.json.*.tmp"),
+        *([] if shared else (build_dir / "cache" / "inventory").glob("*.json.*.tmp")),
     ]
     links = build_dir / ARTIFACTS_DIR
     if links.is_dir() and not links.is_symlink():

@@ -41,7 +41,7 @@ from ..errors import UserError
 from ..estimator import fraction_for_bytes
 from ..store import CellResult
 
-__all__ = ["ENGINE", "serving_for", "command_for", "FLAG_ORDER"]
+__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "FLAG_ORDER"]
 
 ENGINE = "vllm-rbln==0.12.0"
 DEVICE_ENV = "RBLN_VISIBLE_DEVICES"
@@ -125,6 +125,36 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         "exact": exact and refused is None,  # the flags reproduce the cell's block count
         "refused": refused,  # why no command can serve this cell, or None
         "flags": flags,
+        "notes": notes,
+    }
+
+
+def with_budget(serving: dict[str, Any], budget: int | None, npu: Any) -> dict[str, Any]:
+    """A serving record of a cell built with an explicit count, completed with the budget that
+    reproduces that count (``budget``: the smallest that resolves to it, from the built report; None
+    when no budget resolves to exactly it). vllm-rbln 0.12.0 compiles at start-up with
+    ``memory_budget = --gpu-memory-utilization``, so this fraction is what pins the count there."""
+    if serving["precompiled"] or "gpu_memory_utilization" in serving["flags"]:
+        return serving
+    count = serving["kvcache_num_blocks"]
+    notes = [n for n in serving["notes"] if "cannot be passed" not in n]
+    fraction = None if budget is None else fraction_for_bytes(budget, npu.available_bytes)
+    if budget is None or fraction is None:
+        notes.append(
+            f"no memory_budget resolves to exactly {count} blocks (a budget that holds them holds one more): "
+            "serve an rbln-backend artifact for this count"
+        )
+        return {**serving, "exact": False, "notes": notes}
+    chiplets = npu.num_chiplets
+    exact = int(npu.available_bytes * fraction) // chiplets == budget // chiplets and not serving.get("refused")
+    notes.append(
+        f"the explicit count {count} is what memory_budget {budget} bytes per device resolves to (the smallest "
+        "such budget, from the built report): --gpu-memory-utilization passes it"
+    )
+    return {
+        **serving,
+        "flags": {**serving["flags"], "gpu_memory_utilization": fraction},
+        "exact": exact,
         "notes": notes,
     }
 

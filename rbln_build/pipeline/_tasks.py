@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..config import Cell, Scale
+from ..config._layout import CACHE_DIR, check_contained, owner_tag
 from ..errors import BuildError
-from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest
+from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key
 from ._executors import Parallel, StoreRef
 from ._ledger import Ledger, index_cells, survey
 from ._manifest import entry_for, summarize
@@ -48,6 +49,7 @@ from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
     SUMMARY_FILE,
+    OutputError,
     publish,
     write_summary,
 )
@@ -108,7 +110,9 @@ class BuildRun:
         self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
         self.scale = scale or Scale()
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
-        self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
+        self.cache_dir = None if self.scale.cache_dir is None else Path(self.scale.cache_dir)  # shared (_layout)
+        owner = "" if self.cache_dir is None else owner_tag(self.build_dir)
+        self.ref = StoreRef(str(self.build_dir / CACHE_DIR), self.scale.remote, self.scale.require_remote, owner)
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
@@ -192,20 +196,24 @@ class BuildRun:
             if done.fresh:
                 self.compiled.append(key)
             return
-        if self.ledger.compile_done(key):  # in the Store already (doit's state did not know): nothing to do
-            return
         cell = self.compiles[key]
         assert cell.spec is not None
         label = _label(cell)
-        self.display.compile_started(label)
+        if self.ledger.compile_done(key):  # in the Store already (doit's state did not know): counted as done
+            self.display.compile_cached(label)
+            return
+        self.display.compile_started(label, key)
         started = time.perf_counter()
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
         took = time.perf_counter() - started
         if isinstance(outcome, CompileOutcome):
-            self.display.compile_finished(label, took, False, outcome.error or "")
+            self.display.compile_finished(label, took, False, outcome.error or "", key)
+            return
+        if not outcome.made:  # another build sharing the cache (cache.dir) made it while we waited
+            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache")
             return
         self.compiled.append(key)
-        self.display.compile_finished(label, took, True, outcome.meta["produced"])
+        self.display.compile_finished(label, took, True, outcome.meta["produced"], key)
 
     def _compile_stands(self, key: str) -> bool:
         return self.ledger.compile_done(key)
@@ -271,6 +279,9 @@ class BuildRun:
                 entries=self.entries + [entry_for(cell, result) for cell, result in others],
             )
             index_cells(self.ledger, self.store, self.cells)  # what the next run's survey reads
+        except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
+            self.entries = exc.entries[: len(rows)]
+            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
         except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
             message = (
                 str(exc)
@@ -315,7 +326,27 @@ class BuildRun:
             self.display.close()
         for text in stream.trapped:
             self._doit_said(text)
+        self._upload_missing()
         return code
+
+    def _upload_missing(self) -> None:
+        """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
+        if getattr(self.store, "url", None) is None or getattr(self.store, "down", True):
+            return
+        from ..store._remote_sync import upload_missing
+
+        keys = [("compile", key) for key in self.compiles]
+        for cell in self.cells:
+            body = self.store.load_record("results", cell.cell_key)
+            try:
+                artifact = None if body is None else CellResult.from_json(body).artifact_key
+            except (TypeError, ValueError):
+                artifact = None
+            if artifact is not None and is_key(artifact):
+                keys.append(("artifacts", artifact))
+        count = upload_missing(self.store, keys)  # type: ignore[arg-type]
+        if count:
+            self.display.warn(f"uploaded {count} cache entr{'y' if count == 1 else 'ies'} the remote cache lacked")
 
     def _doit_said(self, text: str) -> None:
         """A traceback doit printed: to ``logs/``, and one warning naming the file."""
@@ -331,7 +362,7 @@ class BuildRun:
 
     def prepare(self) -> None:
         """Before any task (holding the lock): the run's start-up (_startup)."""
-        start_run(self.build_dir, self.store, self.display.warn, self._warn)
+        start_run(self.build_dir, self.store, self.display.warn, self._warn, self.cache_dir)
         self._ledger = survey(self.store, self.cells + self.kept)  # after the clean-up: what this run starts from
 
     def summary(self) -> dict[str, Any]:
@@ -385,5 +416,7 @@ def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
 
     settings = compose_settings(overrides, project=find_project())
     build_dir, cells = expand_all([settings])
+    cache_dir = settings.scale.cache_dir
+    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # doit writes its state there
     build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
     return BuildRun(build_dir, cells, progress=settings.progress).namespace()

@@ -4,9 +4,8 @@ A report of a 10,000-cell sweep has one pair of figures per compile key and targ
 picture per device), and drawing them with matplotlib is nearly all of the report's time. A figure
 depends only on what it is drawn from, so each is stored under the sha256 of that (as canonical
 JSON), the reporting and estimator sources and matplotlib's version; the next report takes the
-bytes instead of drawing (the same bytes: figures are deterministic). matplotlib is not even
-imported when every figure is found. Files that the last report did not use are removed, so the
-folder holds one report's figures; nothing else in it is touched.
+bytes instead of drawing (the same bytes: figures are deterministic). Files that the last report
+did not use are removed, so the folder holds one report's figures; nothing else in it is touched.
 """
 
 from __future__ import annotations

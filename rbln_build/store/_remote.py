@@ -14,8 +14,9 @@ Uploads go to ``tmp/`` and are then moved to their final name (a rename on a fil
 whose PUT is itself atomic), blob first, pointer last: a reader never sees half an entry. Names are
 write-once: an existing blob or pointer is never overwritten, so when two builds compile one key at
 once, the first pointer published stands and both are complete entries. Every download is checked
-twice before use: the tar's sha256 against its name, then the unpacked entry's content hash against
-the one the pointer and entry.json record. An entry that fails is reported, removed from the remote
+three times before use: the tar's sha256 against its name, the unpacked entry's content hash against
+the one the pointer and entry.json record, then its programs as data (``backends._verify``: a
+consistent forged entry hashes fine, so a program holding pickles or code strings is refused too). An entry that fails is reported, removed from the remote
 (so the rebuilt one can be published) and treated as a miss: it is rebuilt and re-uploaded.
 
 An unreachable remote is reported once; the build goes on with the local cache alone, or stops with a
@@ -38,17 +39,22 @@ from typing import Any
 
 from ..errors import CacheError
 from ._keys import canonical_json
-from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _tmp_name, content_hash
+from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, content_hash, program_problem
 
-__all__ = ["RemoteStore", "REMOTE_KINDS", "pack_entry", "install_packed"]
+__all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
 REMOTE_KINDS = ("compile", "artifacts")
-_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
+MAX_POINTER_BYTES = 4096  # a pointer is {"blob", "content_hash", "size"}: ~200 bytes
+MAX_MEMBERS = 100_000  # files in one entry's tar
+# fsspec options per URL scheme: every remote call has a timeout (the cache, and releases published to a URL)
+REMOTE_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
 
 
 class RemoteStore(Store):
-    def __init__(self, root: Path, url: str, warn: Callable[[str], None] | None = None, require: bool = False) -> None:
-        super().__init__(root, warn)
+    def __init__(
+        self, root: Path, url: str, warn: Callable[[str], None] | None = None, require: bool = False, owner: str = ""
+    ) -> None:
+        super().__init__(root, warn, owner)
         self.url = url.rstrip("/")
         self.require = require
         self.down = False  # set on the first failure to reach the remote (reported once)
@@ -95,7 +101,7 @@ class RemoteStore(Store):
 
             scheme = self.url.split("://", 1)[0]
             try:
-                self._fs, self._base = fsspec.url_to_fs(self.url, **_TIMEOUTS.get(scheme, {}))
+                self._fs, self._base = fsspec.url_to_fs(self.url, **REMOTE_TIMEOUTS.get(scheme, {}))
             except ImportError as exc:
                 raise CacheError(
                     f"cache.remote: {self.url} needs a filesystem package that is not installed ({exc}); "
@@ -120,20 +126,28 @@ class RemoteStore(Store):
             fs, base = self._filesystem()
             pointer_path = f"{base}/{kind}/{key}"
             try:
-                pointer = json.loads(fs.cat_file(pointer_path))
-                blob, recorded = pointer["blob"], pointer["content_hash"]
+                raw = fs.cat_file(pointer_path, start=0, end=MAX_POINTER_BYTES + 1)  # a pointer is ~150 bytes
+                if len(raw) > MAX_POINTER_BYTES:
+                    raise ValueError(f"over {MAX_POINTER_BYTES} bytes")
+                pointer = json.loads(raw)
+                blob, recorded, size = pointer["blob"], pointer["content_hash"], pointer.get("size")
                 if not (isinstance(blob, str) and len(blob) == 64 and all(c in "0123456789abcdef" for c in blob)):
                     raise ValueError(f"bad blob name {blob!r}")
+                if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+                    raise ValueError(f"bad size {size!r}")
             except FileNotFoundError:
                 return None
             except (ValueError, KeyError, TypeError) as exc:
                 self._reject(kind, key, None, f"its pointer is unreadable ({exc})")
                 return None
-            tmp = _tmp_name(self.entry_path(kind, key))
+            tmp = self._tmp(self.entry_path(kind, key))
             tmp.parent.mkdir(parents=True, exist_ok=True)
             try:
                 packed = tmp.with_name(tmp.name + ".tar")
                 try:
+                    if size is not None and fs.size(f"{base}/blobs/{blob}") != size:  # before any byte is fetched
+                        self._reject(kind, key, blob, f"its blob is not the {size} bytes the pointer records")
+                        return None
                     fs.get_file(f"{base}/blobs/{blob}", str(packed))
                 except FileNotFoundError:
                     self._reject(kind, key, None, f"its blob {blob} is missing")
@@ -143,8 +157,8 @@ class RemoteStore(Store):
                     self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under")
                     return None
                 entry = _install(self, kind, key, packed, tmp, recorded)
-                if entry is None:
-                    self._reject(kind, key, blob, f"its files do not match the recorded content hash {recorded}")
+                if isinstance(entry, str):
+                    self._reject(kind, key, blob, entry)
                     return None
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -178,10 +192,10 @@ class RemoteStore(Store):
             if fs.exists(pointer_path):
                 return  # write-once: the first complete entry published stands
             _makedirs(fs, f"{base}/tmp")
-            packed = _tmp_name(entry.path).with_suffix(".tar")
+            packed = self._tmp(entry.path).with_suffix(".tar")
             try:
                 _pack(entry, packed)
-                blob = _sha256_file(packed)
+                blob, size = _sha256_file(packed), packed.stat().st_size
                 blob_path = f"{base}/blobs/{blob}"
                 if not fs.exists(blob_path):
                     staged = f"{base}/tmp/{uuid.uuid4().hex}"
@@ -190,7 +204,8 @@ class RemoteStore(Store):
             finally:
                 packed.unlink(missing_ok=True)
             staged = f"{base}/tmp/{uuid.uuid4().hex}"
-            fs.pipe_file(staged, canonical_json({"blob": blob, "content_hash": entry.content_hash}).encode("utf-8"))
+            pointer = {"blob": blob, "content_hash": entry.content_hash, "size": size}
+            fs.pipe_file(staged, canonical_json(pointer).encode("utf-8"))
             if fs.exists(pointer_path):  # someone published meanwhile: theirs stands
                 fs.rm_file(staged)
                 return
@@ -202,12 +217,16 @@ class RemoteStore(Store):
             self._unreachable(exc)
 
 
-def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | None:
-    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded``, make it the
-    local entry (never uploaded again: it came from elsewhere). None when it does not verify."""
+def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | str:
+    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded`` and its
+    programs check out as data (``program_problem``), make it the local entry (never uploaded again:
+    it came from elsewhere). Otherwise the reason it was refused."""
     meta = _unpack(packed, tmp, key)
     if meta is None or content_hash(tmp / FILES_DIR, meta) != recorded:
-        return None
+        return f"its files do not match the recorded content hash {recorded}"
+    problem = program_problem(tmp / FILES_DIR)
+    if problem is not None:
+        return problem
 
     def fill(files: Path) -> dict[str, Any]:
         files.rmdir()
@@ -228,12 +247,16 @@ def pack_entry(entry: Entry, path: Path) -> bytes:
 
 def install_packed(store: Store, kind: str, key: str, data: bytes, recorded: str | None) -> bool:
     """Install an entry sent as tar bytes into ``store`` after verifying its content hash."""
-    tmp = _tmp_name(store.entry_path(kind, key))
+    tmp = store._tmp(store.entry_path(kind, key))
     tmp.parent.mkdir(parents=True, exist_ok=True)
     packed = tmp.with_name(tmp.name + ".tar")
     try:
         packed.write_bytes(data)
-        return _install(store, kind, key, packed, tmp, recorded) is not None
+        installed = _install(store, kind, key, packed, tmp, recorded)
+        if isinstance(installed, str):
+            store.warn(f"entry {kind}/{key} sent by a worker was refused: {installed}")
+            return False
+        return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         packed.unlink(missing_ok=True)
@@ -285,10 +308,15 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def _unpack(packed: Path, dest: Path, key: str) -> dict[str, Any] | None:
     """Extract into ``dest`` (tarfile's ``data`` filter: nothing outside it, no devices, no absolute
-    links); the entry's metadata, or None when the tar is not an entry for ``key``."""
+    links; an uncompressed tar only, whose files add up to no more than the tar's own size); the
+    entry's metadata, or None when the tar is not an entry for ``key``."""
     try:
-        with tarfile.open(packed, "r") as tar:
-            tar.extractall(dest, filter="data")
+        with tarfile.open(packed, "r:") as tar:  # uncompressed only: a gzip/bz2/xz blob is refused unread
+            members = tar.getmembers()
+            unpacked = sum(m.size for m in members if m.isreg())
+            if len(members) > MAX_MEMBERS or unpacked > packed.stat().st_size or any(m.issparse() for m in members):
+                return None  # more than the tar holds (sparse members), or absurdly many files
+            tar.extractall(dest, members=members, filter="data")
         record = json.loads((dest / ENTRY_FILE).read_bytes())
         if record.get("key") != key or record.get("schema") != ENTRY_SCHEMA or not isinstance(record.get("meta"), dict):
             return None
