@@ -67,11 +67,16 @@ def test_a_record_rewritten_after_the_index_is_read_from_the_record(built: tuple
     cell = next(c for c in cells if c.id == "qwen3_8b.rebel100.b0.3")
     body = store.load_record("results", cell.cell_key)
     assert body is not None
-    body["kvcache_num_blocks"] = 3  # a consistent forgery: the record's self-hash is recomputed
+    body["warnings"] = ["rewritten"]  # a consistent rewrite: the record's self-hash is recomputed
     store.save_record("results", cell.cell_key, body)
     ledger = survey(store, cells)
     assert cell.cell_key not in ledger.from_index
-    assert ledger.stored[cell.id].kvcache_num_blocks == 3  # type: ignore[union-attr]  # the record, not the index
+    assert ledger.stored[cell.id].warnings == ("rewritten",)  # type: ignore[union-attr]  # the record, not the index
+    body["kvcache_num_blocks"] = 3  # a forgery that points the cell at another count
+    store.save_record("results", cell.cell_key, body)
+    ledger = survey(store, cells)
+    assert ledger.stored[cell.id] is None and "artifact" in ledger.problems[cell.id]
+    assert not store.record_path("results", cell.cell_key).exists()  # reported and removed, as reusable() does
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
