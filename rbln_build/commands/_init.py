@@ -169,9 +169,14 @@ def main(argv: list[str]) -> int:
     root = Path(argv[0] if argv else ".")
     if "\0" in str(root):
         raise InputError(f"{root!r}: not a usable folder name; give a new or existing folder.")
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"{root} exists and is not a folder; give a new or existing folder.")
-    written = scaffold(root)
+    try:
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"{root} exists and is not a folder; give a new or existing folder.")
+        written = scaffold(root)
+    except OSError as exc:  # the OS refuses to look at the path (a name too long, a loop, ...)
+        raise InputError(
+            f"{str(root)[:300]}: cannot use it ({exc.strerror or exc}); give a new or existing folder."
+        ) from None
     for path in written:
         print(f"created {path}")
     where = "" if not argv else f"cd {root} && "
