@@ -118,3 +118,70 @@ def test_serve_command_takes_the_tokenizer_from_the_cell_and_refuses_a_program_w
     program = root / "build" / "artifacts" / "ck_qwen3.atom_max.bnone"
     err = cli(["serve-command", str(program)], cwd=root, code=2)
     assert "no hub model id" in err and "matrix.backend=rbln" in err and "vllm serve" not in err
+
+
+def test_released_to_a_folder_and_s3_every_cell_works_from_the_release_alone(project, tmp_path, s3) -> None:
+    """The release half (issue 19, 19b): both builds released to a folder and to S3 (moto on 127.0.0.1),
+    the build dirs deleted, verify passes on both, and from the releases alone: the checkpoint's tokenizer
+    and generation config byte for byte, AutoTokenizer equal to the checkpoint's, both eos ids, optimum-rbln
+    loads every rbln cell with the manifest's count, `run --prompt` gives transformers' greedy text, and
+    each card holds the cell's serve command (or the reason there is none)."""
+    import shutil
+
+    from test_cli import check_ok, rbln
+    from transformers import AutoTokenizer, GenerationConfig
+
+    env, fs, _ = s3
+    root, out, url = project["root"], tmp_path / "releases", "s3://rbln-cache/ck-releases"
+    for build in ("build", "build-rbln"):
+        copy = tmp_path / build  # the fixture's build dirs stay for the other tests; this copy is deleted
+        shutil.copytree(root / build, copy, symlinks=True)
+        for to in (str(out), url):
+            check_ok(rbln(["release", build, "--build-dir", str(copy), "--to", to], cwd=root, env=env))
+        shutil.rmtree(copy)
+    for build in ("build", "build-rbln"):
+        check_ok(rbln(["verify", str(out / build)], cwd=tmp_path))
+        check_ok(rbln(["verify", f"{url}/{build}"], cwd=tmp_path, env=env))
+        assert (
+            fs.cat_file(f"rbln-cache/ck-releases/{build}/release.json") == (out / build / "release.json").read_bytes()
+        )
+    for build in ("build", "build-rbln"):
+        cells = json.loads((out / build / "release.json").read_bytes())["cells"]
+        assert sorted(cells) == ["ck_llama.atom_max.bnone", "ck_qwen3.atom_max.bnone"]
+        for cid, cell in cells.items():
+            folder = out / build / cell["dir"]
+            checkpoint = project["checkpoints"][cid.split(".")[0]]
+            for name, data in checkpoint_files(checkpoint).items():
+                assert (folder / name).read_bytes() == data, f"{build}/{cid}: {name}"
+            ours, theirs = AutoTokenizer.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(checkpoint))
+            assert ours.get_vocab() == theirs.get_vocab() and len(ours) == len(theirs)
+            assert GenerationConfig.from_pretrained(str(folder)).eos_token_id == EOS_IDS
+            card = (folder / "README.md").read_text()
+            assert "`tokenizer.json`" in card and "| generation config | `generation_config.json` |" in card
+            if build == "build":
+                text = cli(
+                    [str(folder), "--prompt", PROMPT, "--max-new-tokens", "8"], cwd=tmp_path, module="rbln_build.run"
+                )
+                assert text == greedy_text(checkpoint, PROMPT, 8) + "\n", cid
+                assert "No serve command: " in card and "no hub model id" in card and "vllm serve" not in card
+            else:
+                assert f"vllm serve ./{cid} --port 8000 --tokenizer ./{cid} " in card
+                assert f'RBLNLlamaForCausalLM.from_pretrained("{cid}"' in card or "RBLNQwen3ForCausalLM" in card
+    with pytest.MonkeyPatch.context() as mp:
+        sdk_on_path(mp)
+        from optimum.rbln import RBLNAutoModelForCausalLM
+
+        for cid, cell in json.loads((out / "build-rbln" / "release.json").read_bytes())["cells"].items():
+            folder = out / "build-rbln" / cell["dir"]
+            model = RBLNAutoModelForCausalLM.from_pretrained(str(folder), export=False, rbln_create_runtimes=False)
+            assert model.rbln_config.kvcache_num_blocks == cell["record"]["kvcache_num_blocks"], cid
+            assert model.generation_config.eos_token_id == EOS_IDS, cid
+
+
+try:  # moto's S3 server on 127.0.0.1, the remote cache tests' fixture
+    from test_remote import s3  # noqa: F401
+except pytest.skip.Exception:
+
+    @pytest.fixture
+    def s3() -> Any:
+        pytest.skip("fsspec is not installed (pip install 'rbln-build[remote]')")

@@ -284,3 +284,18 @@ def test_run_prompt_on_a_cell_without_a_tokenizer_says_why(capsys) -> None:
     assert run_main([str(cell), "--prompt", "hello"]) == 2
     err = capsys.readouterr().err
     assert 'carries no tokenizer (rbln-build.json: "tokenizer": null' in err and "--prompt-ids" in err
+
+
+def test_recipe_add_copies_linked_files_as_files(checkpoints, tmp_path) -> None:
+    """A Hugging Face cache snapshot links every file to a blob: the recipe gets the bytes, not the link."""
+    snapshot, blobs = tmp_path / "snapshot", tmp_path / "blobs"
+    blobs.mkdir()
+    snapshot.mkdir()
+    for item in checkpoints["llama"].iterdir():
+        shutil.copyfile(item, blobs / item.name)
+        (snapshot / item.name).symlink_to(blobs / item.name)
+    recipe = recipe_of(snapshot, tmp_path / "recipes")
+    assert recipe.tokenizer_files == tuple(sorted(TOKENIZER_FILES)) and recipe.generation_config
+    for name, data in checkpoint_files(checkpoints["llama"]).items():
+        copied = tmp_path / "recipes" / "ck" / name
+        assert not copied.is_symlink() and copied.read_bytes() == data, name

@@ -1,7 +1,7 @@
 """Fuzz (hypothesis) of the two ways input reaches rbln-build: the CLI's configuration path and the
 JSON-lines estimator.
 
-* CLI: ``rbln_build.commands._build.main`` in process with generated Hydra overrides (names with
+* CLI: ``rbln_build.cli.main`` (the build command, rbln_build.commands._build) in process with generated Hydra overrides (names with
   separators and unicode, huge and negative numbers, budget strings, nested lists, build dirs,
   expect_failure and include entries). The build itself is replaced by the matrix expansion (every
   config and recipe check runs; nothing is compiled), so an example takes about half a second. For
@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rbln_build import cli
+from rbln_build.commands import _build as build_command
 from rbln_build.estimator._jsonl import run as estimate_lines
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,7 +127,7 @@ def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str,
     """(exit code, stderr, what was created in a fresh working directory) of one in-process CLI run."""
     with tempfile.TemporaryDirectory() as work, monkeypatch.context() as mp:
         mp.chdir(work)
-        mp.setattr(cli, "_build", _expand_only)
+        mp.setattr(build_command, "_build", _expand_only)
         mp.setattr(sys, "argv", ["rbln-build", *argv])
         err, out = io.StringIO(), io.StringIO()
         code: Any = 0

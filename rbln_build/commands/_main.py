@@ -77,6 +77,16 @@ COMMANDS: dict[str, Command] = {
         "recipe add NAME --from DIR: a recipe from a local checkpoint",
         "",
     ),
+    "release": Command(
+        "rbln_build.commands._release:release_main",
+        "built cells as self-contained folders + release.json, to a folder or URL (--sign)",
+        "",
+    ),
+    "verify": Command(
+        "rbln_build.commands._release:verify_main",
+        "check a release (folder or URL) against its release.json, without the build dir (--key)",
+        "",
+    ),
 }
 _HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn"}
 _HYDRA_VALUE_FLAGS |= {"--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
@@ -248,10 +258,39 @@ def _only_project(before: list[str]) -> bool:
     return True
 
 
+class _StdoutUntilClosed:
+    """sys.stdout that stops writing, quietly, once the reader went away (``| head``): the command
+    runs to its end and keeps its exit status (a build's failed cells still exit 1)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.closed_pipe = False
+
+    def write(self, text: str) -> int:
+        if not self.closed_pipe:
+            try:
+                return int(self._real.write(text))
+            except BrokenPipeError:
+                self._close()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_pipe:
+            try:
+                self._real.flush()
+            except BrokenPipeError:
+                self._close()
+
+    def _close(self) -> None:
+        self.closed_pipe = True
+        _closed_pipe()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
 def main() -> None:
+    sys.stdout = _StdoutUntilClosed(sys.stdout)
     code = dispatch(sys.argv[1:])
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = _closed_pipe() if code == 0 else code
+    sys.stdout.flush()
     sys.exit(code)

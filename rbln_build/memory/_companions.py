@@ -61,9 +61,10 @@ _RESERVED = ("recipe.yaml", "config.json")
 
 
 def checkpoint_companions(directory: Path) -> tuple[list[str], str | None]:
-    """The tokenizer files and the generation config a checkpoint folder holds (regular files only)."""
-    tokenizer = [n for n in TOKENIZER_FILE_NAMES if _regular(directory / n)]
-    generation = GENERATION_CONFIG if _regular(directory / GENERATION_CONFIG) else None
+    """The tokenizer files and the generation config a checkpoint folder holds. A link to a file counts
+    (a Hugging Face cache snapshot links every file to a blob): ``recipe add`` copies the bytes."""
+    tokenizer = [n for n in TOKENIZER_FILE_NAMES if (directory / n).is_file()]
+    generation = GENERATION_CONFIG if (directory / GENERATION_CONFIG).is_file() else None
     return tokenizer, generation
 
 

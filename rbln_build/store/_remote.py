@@ -40,10 +40,11 @@ from ..errors import CacheError
 from ._keys import canonical_json
 from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _tmp_name, content_hash
 
-__all__ = ["RemoteStore", "REMOTE_KINDS", "pack_entry", "install_packed"]
+__all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
 REMOTE_KINDS = ("compile", "artifacts")
-_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
+# fsspec options per URL scheme: every remote call has a timeout (the cache, and releases published to a URL)
+REMOTE_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
 
 
 class RemoteStore(Store):
@@ -95,7 +96,7 @@ class RemoteStore(Store):
 
             scheme = self.url.split("://", 1)[0]
             try:
-                self._fs, self._base = fsspec.url_to_fs(self.url, **_TIMEOUTS.get(scheme, {}))
+                self._fs, self._base = fsspec.url_to_fs(self.url, **REMOTE_TIMEOUTS.get(scheme, {}))
             except ImportError as exc:
                 raise CacheError(
                     f"cache.remote: {self.url} needs a filesystem package that is not installed ({exc}); "
