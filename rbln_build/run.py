@@ -22,13 +22,13 @@ and is not verified.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import IntegrityError, RblnBuildError, UserError
+from ._documents import load_json
+from .errors import InputError, IntegrityError, RblnBuildError, UserError
 
 __all__ = ["main", "verified_cell"]
 
@@ -102,14 +102,13 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     from .store._store import ENTRY_FILE, content_hash
 
     manifest_path = Path(manifest_path)
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        cells = manifest["cells"]
-    except OSError as exc:
-        raise UserError(f"{manifest_path}: cannot read ({exc.strerror}); pass <build_dir>/manifest.json.") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{manifest_path}: not an rbln-build manifest ({exc}).") from None
-    if not isinstance(cells, dict) or cell_id not in cells:
+    manifest = load_json(manifest_path, hint="pass <build_dir>/manifest.json")
+    cells = manifest.get("cells") if isinstance(manifest, dict) else None
+    if not isinstance(cells, dict):
+        raise InputError(
+            f"{manifest_path}: not an rbln-build manifest (no 'cells' mapping); pass <build_dir>/manifest.json."
+        )
+    if cell_id not in cells or not isinstance(cells[cell_id], dict):
         raise UserError(
             f"{manifest_path}: no cell {cell_id!r}; the manifest has {len(cells)} cell(s), "
             f"e.g. {', '.join(sorted(cells)[:3])}."
@@ -117,13 +116,16 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     artifact = cells[cell_id].get("artifact")
     if not isinstance(artifact, dict) or not isinstance(artifact.get("path"), str):
         raise UserError(f"{manifest_path}: cell {cell_id!r} has no artifact (status {cells[cell_id].get('status')!r}).")
-    folder = (manifest_path.parent / str(artifact["path"])).resolve()
+    try:
+        folder = (manifest_path.parent / str(artifact["path"])).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise InputError(f"{manifest_path}: cell {cell_id!r}'s artifact path cannot be resolved ({exc}).") from None
     entry_file = folder.parent / ENTRY_FILE
     try:
-        meta = json.loads(entry_file.read_text(encoding="utf-8"))["meta"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        meta = load_json(entry_file)["meta"]
+        actual = content_hash(folder, meta)
+    except (UserError, OSError, KeyError, TypeError, ValueError) as exc:
         raise IntegrityError(f"{entry_file}: unreadable cache entry of cell {cell_id!r} ({exc}); rebuild it.") from None
-    actual = content_hash(folder, meta)
     if actual != artifact.get("content_hash"):
         raise IntegrityError(
             f"{folder}: content hash {actual} does not match {artifact.get('content_hash')} recorded for cell "
@@ -162,8 +164,8 @@ def _text_side(folder: Path) -> tuple[Any, list[int]]:
 
 def _read_generation_eos(path: Path) -> Any:
     try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
-    except (OSError, ValueError, AttributeError) as exc:
+        value = load_json(path).get("eos_token_id")
+    except (UserError, AttributeError) as exc:
         raise UserError(f"{path}: unreadable generation config ({exc}); rebuild the cell.") from None
     if value is not None and not (
         isinstance(value, int) or (isinstance(value, list) and all(isinstance(v, int) for v in value))
@@ -193,8 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     except RblnBuildError as exc:
         if os.environ.get("RBLN_BUILD_FULL_ERROR") == "1":
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a bug: one line, the traceback in a file
+        if os.environ.get("RBLN_BUILD_FULL_ERROR") == "1":
+            raise
+        from .commands._guard import report_internal
+
+        print(report_internal(exc, None), file=sys.stderr)
+        return 3
     for i, ids in enumerate(tokens):
         print(f"prompt {i}: {','.join(str(t) for t in ids)}")
     return 0

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RblnBuildError, UserError
+from .._documents import load_json
+from ..errors import ConfigError, InputError, RblnBuildError, UserError
 
 __all__ = ["main", "USAGE"]
 
@@ -118,11 +119,9 @@ def _serve(settings: Any, as_json: bool) -> int:
 
     d = settings.deployment
     path = settings.build_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {}
-    record = (manifest.get("deployments") or {}).get(d.name)
+    manifest = load_json(path, hint="rebuild the deployment") if path.exists() else {}
+    deployments = manifest.get("deployments") if isinstance(manifest, dict) else None
+    record = deployments.get(d.name) if isinstance(deployments, dict) else None
     if not isinstance(record, dict):
         sys.stderr.write(
             f"serve-command: {path} holds no build of deployment {d.name}; build it first: "
@@ -132,8 +131,14 @@ def _serve(settings: Any, as_json: bool) -> int:
     npu = resolve_npu(d.device.npu)
     commands = []
     for dm in d.models:
-        entry_id = record["models"][dm.name]["cell"]
-        serving = manifest["cells"][entry_id].get("serving")
+        try:
+            entry_id = record["models"][dm.name]["cell"]
+            serving = manifest["cells"][entry_id].get("serving")
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(
+                f"serve-command: {path} does not describe deployment {d.name} as this rbln-build writes it "
+                f"(no {exc}); rebuild it: rbln-build deployment={d.name}"
+            ) from None
         if serving is None:
             sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
             return 1

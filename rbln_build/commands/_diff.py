@@ -16,21 +16,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from .._documents import load_json
+from ..errors import InputError
 from ..reporting._changes import FIELDS, diff_manifests
 
 __all__ = ["diff_manifests", "main"]
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); give the path of a manifest.json.") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not JSON ({exc}); give the path of a manifest.json.") from None
+    """The ``cells`` of the manifest at ``path``, read with a size cap and checked for shape; anything
+    else is an InputError naming the file (exit 2)."""
+    hint = "give the path of a manifest.json"
+    data = load_json(path, hint=hint)
     if not isinstance(data, dict) or not isinstance(data.get("cells"), dict):
-        raise ConfigError(f"{path}: not an rbln-build manifest (no 'cells' mapping).")
+        raise InputError(f"{path}: not an rbln-build manifest (no 'cells' mapping); {hint}.")
+    for cid, entry in data["cells"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("inputs") or {}, dict):
+            raise InputError(
+                f"{path}: cells.{cid[:80]} is not a manifest entry (expected a mapping with an 'inputs' mapping, "
+                f"got {json.dumps(entry)[:60]}); {hint}."
+            )
     return data["cells"]  # type: ignore[no-any-return]
 
 

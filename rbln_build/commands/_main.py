@@ -153,7 +153,7 @@ def run_command(name: str, fn: Any, argv: list[str]) -> int:
     """The one error boundary: the project's errors become one line and exit 2 (1 for a failure the
     command reports as its result), Ctrl-C 130, a closed pipe ends quietly, anything else is a bug:
     one line naming the file that holds the traceback, exit 3."""
-    from ..errors import RblnBuildError, UserError
+    from ..errors import RblnBuildError
     from ._guard import report_internal
 
     prefix = "rbln-build" if name == "build" else f"rbln-build {name}"
@@ -164,11 +164,8 @@ def run_command(name: str, fn: Any, argv: list[str]) -> int:
         return int(fn(argv))
     except BrokenPipeError:
         return _closed_pipe()
-    except UserError as exc:
-        print(f"{prefix}: {exc}", file=sys.stderr)
-        return 2
-    except RblnBuildError as exc:
-        print(f"{prefix}: {exc}", file=sys.stderr)
+    except RblnBuildError as exc:  # UserError (ConfigError, RecipeError, InputError: a file they named), ...
+        print(f"{prefix}: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever a value held
         return 2
     except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
         print(f"{prefix}: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)

@@ -245,6 +245,24 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
     )
 
 
+def _axes_overridden(cfg: Any) -> bool:
+    """Whether the command line changed the matrix's own keys (``matrix.batch_sizes=[...]``, ...):
+    then the cell ids differ from the configured matrix's, and its ``expect_failure`` entries are not
+    checked against them (``_matrix.expand``)."""
+    task: list[str] = []
+    try:
+        if "hydra" in cfg:  # the compose API with return_hydra_config
+            task = list(cfg.hydra.overrides.task)
+        else:
+            from hydra.core.hydra_config import HydraConfig
+
+            task = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    except (OmegaConfBaseException, ValueError, AttributeError):
+        task = []
+    keys = (o.lstrip("+~").split("=", 1)[0] for o in task)
+    return any(k.startswith("matrix.") and not k.startswith("matrix.expect_failure") for k in keys)
+
+
 def settings_from_config(
     cfg: Any,
     choices: dict[str, Any],
@@ -260,12 +278,13 @@ def settings_from_config(
     _reject_unknown_keys(cfg)
     m = cfg.matrix
     axes = _Axes(cfg, choices, conf_dirs)
-    matrix = _matrix(m, axes)
+    overridden = _axes_overridden(cfg)
+    matrix = _matrix(m, axes, overridden)
     declared = None
     if cfg.deployment is None and (axes.model is not None or axes.device is not None or axes.budgets is not None):
         axes.model = axes.device = None  # the same config without the narrowing overrides
         axes.budgets = None
-        declared = _matrix(m, axes)
+        declared = _matrix(m, axes, overridden)
     deployment = None
     if cfg.deployment is not None:
         from ._deployment import deployment_from_config
@@ -292,8 +311,9 @@ def settings_from_config(
     )
 
 
-def _matrix(m: Any, axes: _Axes) -> Matrix:
-    """The matrix of ``cfg.matrix``, narrowed by ``axes`` (a chosen model, device or budgets)."""
+def _matrix(m: Any, axes: _Axes, overridden: bool = False) -> Matrix:
+    """The matrix of ``cfg.matrix``, narrowed by ``axes`` (a chosen model, device or budgets);
+    ``overridden``: the command line changed its keys (``_axes_overridden``)."""
     if axes.device is not None:
         devices: tuple[Device, ...] = (axes.device,)
     else:
@@ -318,6 +338,7 @@ def _matrix(m: Any, axes: _Axes) -> Matrix:
             for i, e in enumerate(m.expect_failure)
         ),
         include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
+        narrowed=axes.model is not None or axes.device is not None or axes.budgets is not None or overridden,
     )
 
 

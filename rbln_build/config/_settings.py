@@ -70,6 +70,7 @@ class Matrix:
     backend: str
     expect_failure: tuple[ExpectedFailure, ...]
     include: tuple[SubMatrix, ...] = ()
+    narrowed: bool = False  # model=, device=, budget= or a matrix.<key>= override changed it: expect_failure unchecked
 
     def parts(self) -> tuple[SubMatrix, ...]:
         """The main product, then each include entry, in expansion order."""

@@ -22,14 +22,12 @@ its compile key.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
 from ..estimator._limits import count_problem, name_problem
 from ._companions import companion_names, parse_companions
@@ -244,16 +242,15 @@ def load_recipe(
         raise RecipeError(f"recipe '{name}': {where} does not exist. Known recipes: {known}.")
     if not config_file.is_file():
         raise RecipeError(f"recipe '{name}': {config_file} does not exist; put the model's HF config.json there.")
-    recipe_bytes = recipe_file.read_bytes()
-    config_bytes = config_file.read_bytes()
-    try:
-        meta = yaml.safe_load(recipe_bytes) or {}
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        raise RecipeError(f"{recipe_file}: not valid YAML ({exc}).") from None
-    try:
-        hf_config = json.loads(config_bytes)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, too deep, too many digits
-        raise RecipeError(f"{config_file}: not valid JSON ({exc}).") from None
+    recipe_bytes = read_document(recipe_file, limit=MAX_CONFIG_BYTES, error=RecipeError)
+    config_bytes = read_document(config_file, limit=MAX_CONFIG_BYTES, error=RecipeError)
+    meta = parse_yaml(recipe_bytes, str(recipe_file), error=RecipeError)
+    hf_config = parse_json(config_bytes, str(config_file), error=RecipeError)
+    if meta is None:
+        raise RecipeError(
+            f"{recipe_file}: is empty; a recipe needs at least its build options (build: {{batch_size: N, "
+            "max_seq_len: N}); `rbln-build recipe add` writes a complete one."
+        )
     if not isinstance(meta, dict):
         raise RecipeError(f"{recipe_file}: expected a mapping of recipe fields, got {type(meta).__name__}.")
     if not isinstance(hf_config, dict):

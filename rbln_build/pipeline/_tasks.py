@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from ..config import Cell, Scale
 from ..errors import BuildError
-from ..store import LOCK_FILE, CellResult, CompileOutcome, Store
+from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, is_key
 from ._executors import Parallel, StoreRef
 from ._manifest import entry_for, summarize
 from ._progress import HISTORY_FILE, make_progress
@@ -40,6 +40,7 @@ from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
     SUMMARY_FILE,
+    OutputError,
     collect,
     publish,
     write_summary,
@@ -208,6 +209,9 @@ class BuildRun:
                 self.build_dir, rows + others, None if self.sections is None else self.sections(self.store, rows)
             )
             self.entries = entries[: len(rows)]  # this run's cells (its table and summary)
+        except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
+            self.entries = exc.entries[: len(rows)]
+            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
         except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
             message = (
                 str(exc)
@@ -244,7 +248,27 @@ class BuildRun:
             self.display.close()
         for text in stream.trapped:
             self._doit_said(text)
+        self._upload_missing()
         return code
+
+    def _upload_missing(self) -> None:
+        """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
+        if getattr(self.store, "url", None) is None or getattr(self.store, "down", True):
+            return
+        from ..store._remote_sync import upload_missing
+
+        keys = [("compile", key) for key in self.compiles]
+        for cell in self.cells:
+            body = self.store.load_record("results", cell.cell_key)
+            try:
+                artifact = None if body is None else CellResult.from_json(body).artifact_key
+            except (TypeError, ValueError):
+                artifact = None
+            if artifact is not None and is_key(artifact):
+                keys.append(("artifacts", artifact))
+        count = upload_missing(self.store, keys)  # type: ignore[arg-type]
+        if count:
+            self.display.warn(f"uploaded {count} cache entr{'y' if count == 1 else 'ies'} the remote cache lacked")
 
     def _doit_said(self, text: str) -> None:
         """A traceback doit printed: to ``logs/``, and one warning naming the file."""

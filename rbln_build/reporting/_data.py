@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import load_json, parse_json, read_document
 from ..errors import UserError
 from ..estimator import AllocationReport
 
@@ -117,16 +118,14 @@ def outcome(entry: dict[str, Any]) -> str:
 
 def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
     path = build_dir / "manifest.json"
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise ReportInputError(
             f"report: no manifest at {path}; build first (rbln-build build_dir={build_dir}) or pass build_dir=PATH."
-        ) from None
-    except OSError as exc:
-        raise ReportInputError(f"report: cannot read {path}: {exc}.") from None
+        )
+    hint = "rebuild it with rbln-build, or pass build_dir=PATH"
+    data = read_document(path, error=ReportInputError, hint=hint)
+    manifest = parse_json(data, str(path), error=ReportInputError, hint=hint)
     try:
-        manifest = json.loads(data)
         version, cells = manifest["schema_version"], manifest["cells"]
         if not isinstance(cells, dict):
             raise TypeError("'cells' is not an object")
@@ -144,21 +143,23 @@ def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
 
 def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, AllocationReport | None, str | None]:
     """(meta without the report, the report, None) or (.., None, why not)."""
+    if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+        return None, None, f"the compile key {str(key)[:70]!r} is not a sha256 digest; rebuild the manifest."
     path = build_dir / "cache" / "compile" / key / "entry.json"
     where = f"cache/compile/{key[:12]}…/entry.json"  # relative: the page holds no absolute path
     try:
-        record = json.loads(path.read_bytes())
+        record = parse_json(read_document(path), str(path))
         if record.get("key") != key:
             raise ValueError(f"it names key {record.get('key')!r}")
         meta = dict(record["meta"])
         report = AllocationReport.from_json(meta.pop("report"))
-    except FileNotFoundError:
-        return (
-            None,
-            None,
-            f"the compile entry {where} is not in the cache (gc removed it?); run rbln-build to rebuild it.",
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UserError) as exc:
+        if not path.exists():
+            return (
+                None,
+                None,
+                f"the compile entry {where} is not in the cache (gc removed it?); run rbln-build to rebuild it.",
+            )
         why = str(exc).replace(str(build_dir), "<build_dir>")
         return None, None, f"the compile entry {where} is unreadable ({why}); run rbln-build to rebuild it."
     return meta, report, None
@@ -166,12 +167,8 @@ def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, All
 
 def read_old_manifest(path: Path) -> dict[str, Any]:
     """The cells of an earlier manifest (``report --compare``)."""
-    try:
-        manifest = json.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise ReportInputError(f"report: --compare {path}: cannot read it ({exc.strerror or exc}).") from None
-    except ValueError as exc:
-        raise ReportInputError(f"report: --compare {path}: not JSON ({exc}); give a manifest.json.") from None
+    hint = "give a manifest.json"
+    manifest = load_json(path, error=ReportInputError, hint=hint)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), dict):
         raise ReportInputError(f"report: --compare {path}: not an rbln-build manifest (no 'cells' mapping).")
     odd = next((cid for cid, e in manifest["cells"].items() if not isinstance(e, dict)), None)

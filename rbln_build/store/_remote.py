@@ -43,6 +43,8 @@ from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _
 __all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
 REMOTE_KINDS = ("compile", "artifacts")
+MAX_POINTER_BYTES = 4096  # a pointer is {"blob", "content_hash", "size"}: ~200 bytes
+MAX_MEMBERS = 100_000  # files in one entry's tar
 # fsspec options per URL scheme: every remote call has a timeout (the cache, and releases published to a URL)
 REMOTE_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
 
@@ -121,10 +123,15 @@ class RemoteStore(Store):
             fs, base = self._filesystem()
             pointer_path = f"{base}/{kind}/{key}"
             try:
-                pointer = json.loads(fs.cat_file(pointer_path))
-                blob, recorded = pointer["blob"], pointer["content_hash"]
+                raw = fs.cat_file(pointer_path, start=0, end=MAX_POINTER_BYTES + 1)  # a pointer is ~150 bytes
+                if len(raw) > MAX_POINTER_BYTES:
+                    raise ValueError(f"over {MAX_POINTER_BYTES} bytes")
+                pointer = json.loads(raw)
+                blob, recorded, size = pointer["blob"], pointer["content_hash"], pointer.get("size")
                 if not (isinstance(blob, str) and len(blob) == 64 and all(c in "0123456789abcdef" for c in blob)):
                     raise ValueError(f"bad blob name {blob!r}")
+                if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+                    raise ValueError(f"bad size {size!r}")
             except FileNotFoundError:
                 return None
             except (ValueError, KeyError, TypeError) as exc:
@@ -135,6 +142,9 @@ class RemoteStore(Store):
             try:
                 packed = tmp.with_name(tmp.name + ".tar")
                 try:
+                    if size is not None and fs.size(f"{base}/blobs/{blob}") != size:  # before any byte is fetched
+                        self._reject(kind, key, blob, f"its blob is not the {size} bytes the pointer records")
+                        return None
                     fs.get_file(f"{base}/blobs/{blob}", str(packed))
                 except FileNotFoundError:
                     self._reject(kind, key, None, f"its blob {blob} is missing")
@@ -182,7 +192,7 @@ class RemoteStore(Store):
             packed = _tmp_name(entry.path).with_suffix(".tar")
             try:
                 _pack(entry, packed)
-                blob = _sha256_file(packed)
+                blob, size = _sha256_file(packed), packed.stat().st_size
                 blob_path = f"{base}/blobs/{blob}"
                 if not fs.exists(blob_path):
                     staged = f"{base}/tmp/{uuid.uuid4().hex}"
@@ -191,7 +201,8 @@ class RemoteStore(Store):
             finally:
                 packed.unlink(missing_ok=True)
             staged = f"{base}/tmp/{uuid.uuid4().hex}"
-            fs.pipe_file(staged, canonical_json({"blob": blob, "content_hash": entry.content_hash}).encode("utf-8"))
+            pointer = {"blob": blob, "content_hash": entry.content_hash, "size": size}
+            fs.pipe_file(staged, canonical_json(pointer).encode("utf-8"))
             if fs.exists(pointer_path):  # someone published meanwhile: theirs stands
                 fs.rm_file(staged)
                 return
@@ -286,10 +297,15 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def _unpack(packed: Path, dest: Path, key: str) -> dict[str, Any] | None:
     """Extract into ``dest`` (tarfile's ``data`` filter: nothing outside it, no devices, no absolute
-    links); the entry's metadata, or None when the tar is not an entry for ``key``."""
+    links; an uncompressed tar only, whose files add up to no more than the tar's own size); the
+    entry's metadata, or None when the tar is not an entry for ``key``."""
     try:
-        with tarfile.open(packed, "r") as tar:
-            tar.extractall(dest, filter="data")
+        with tarfile.open(packed, "r:") as tar:  # uncompressed only: a gzip/bz2/xz blob is refused unread
+            members = tar.getmembers()
+            unpacked = sum(m.size for m in members if m.isreg())
+            if len(members) > MAX_MEMBERS or unpacked > packed.stat().st_size or any(m.issparse() for m in members):
+                return None  # more than the tar holds (sparse members), or absurdly many files
+            tar.extractall(dest, members=members, filter="data")
         record = json.loads((dest / ENTRY_FILE).read_bytes())
         if record.get("key") != key or record.get("schema") != ENTRY_SCHEMA or not isinstance(record.get("meta"), dict):
             return None
