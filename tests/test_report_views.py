@@ -247,7 +247,7 @@ def test_explain_plot_keeps_the_requested_budgets_on_the_picture() -> None:
 @pytest.mark.parametrize(
     "text, says",
     [
-        pytest.param("[1,", "not JSON", id="json"),
+        pytest.param("[1,", "not valid JSON", id="json"),
         pytest.param('{"cells": []}', "not an rbln-build manifest", id="cells"),
         pytest.param('{"cells": {"a": 1}}', "cell 'a' is not an object", id="entry"),
     ],
@@ -261,7 +261,7 @@ def test_a_compare_manifest_that_is_not_one_is_a_clear_error(
     (tmp_path / "manifest.json").write_text('{"schema_version": 1, "cells": {}}')
     assert main([str(tmp_path), "--compare", str(tmp_path / "old.json")]) == 2
     err = capsys.readouterr().err
-    assert f"report: --compare {tmp_path / 'old.json'}: " in err and says in err and "Traceback" not in err
+    assert f"{tmp_path / 'old.json'}: " in err and says in err and "Traceback" not in err
     assert main([str(tmp_path), "--compare"]) == 2 and "--compare needs a manifest" in capsys.readouterr().err
 
 

@@ -421,7 +421,7 @@ def test_a_manifest_from_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
     for text, says in [
         ('{"schema_version": 2, "cells": {}}', "has schema_version 2; this rbln-build reads 1"),
         ('{"schema_version": 1, "cells": {"a": {"cell": "a"}}}', "has a cell entry without the fields"),
-        ("[1, 2", "is not an rbln-build manifest"),
+        ("[1, 2", "manifest.json: not valid JSON"),
     ]:
         (tmp_path / "manifest.json").write_text(text)
         proc = rbln(["report", f"build_dir={tmp_path}"], cwd=tmp_path)
