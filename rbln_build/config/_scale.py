@@ -5,6 +5,7 @@
     executor=ray executor.address=auto      compile keys as Ray tasks (conf/executor/ray.yaml)
     cache.remote=s3://bucket/prefix         a second cache level behind build_dir/cache (fsspec URL)
     cache.require_remote=true               an unreachable remote fails the build instead of a warning
+    cache.dir=/shared/rbln-cache            a cache shared by several build dirs (per-key locks; _layout)
 
 The schemas (``ExecutorConf``, ``CacheConf``) are nested in ``BuildConf``; ``scale_from_config``
 turns them into one frozen ``Scale`` (nothing downstream sees OmegaConf). Credentials for the remote
@@ -51,6 +52,7 @@ class ExecutorConf:
 class CacheConf:
     remote: str | None = None  # fsspec URL of a shared cache (file:///..., s3://bucket/prefix)
     require_remote: bool = False  # true: an unreachable remote fails the build (else: warn once, build locally)
+    dir: str | None = None  # a local cache folder shared by several build dirs (null: build_dir/cache)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Scale:
     max_retries: int = 3
     remote: str | None = None
     require_remote: bool = False
+    cache_dir: str | None = None  # absolute; set by the settings (relative to the project or cwd)
 
     def workers(self, todo: int) -> int:
         """Worker processes for ``todo`` compile keys: ``jobs``, or the cores capped by the keys."""

@@ -14,8 +14,9 @@ Uploads go to ``tmp/`` and are then moved to their final name (a rename on a fil
 whose PUT is itself atomic), blob first, pointer last: a reader never sees half an entry. Names are
 write-once: an existing blob or pointer is never overwritten, so when two builds compile one key at
 once, the first pointer published stands and both are complete entries. Every download is checked
-twice before use: the tar's sha256 against its name, then the unpacked entry's content hash against
-the one the pointer and entry.json record. An entry that fails is reported, removed from the remote
+three times before use: the tar's sha256 against its name, the unpacked entry's content hash against
+the one the pointer and entry.json record, then its programs as data (``backends._verify``: a
+consistent forged entry hashes fine, so a program holding pickles or code strings is refused too). An entry that fails is reported, removed from the remote
 (so the rebuilt one can be published) and treated as a miss: it is rebuilt and re-uploaded.
 
 An unreachable remote is reported once; the build goes on with the local cache alone, or stops with a
@@ -38,7 +39,7 @@ from typing import Any
 
 from ..errors import CacheError
 from ._keys import canonical_json
-from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _tmp_name, content_hash
+from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, content_hash, program_problem
 
 __all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
@@ -50,8 +51,10 @@ REMOTE_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout"
 
 
 class RemoteStore(Store):
-    def __init__(self, root: Path, url: str, warn: Callable[[str], None] | None = None, require: bool = False) -> None:
-        super().__init__(root, warn)
+    def __init__(
+        self, root: Path, url: str, warn: Callable[[str], None] | None = None, require: bool = False, owner: str = ""
+    ) -> None:
+        super().__init__(root, warn, owner)
         self.url = url.rstrip("/")
         self.require = require
         self.down = False  # set on the first failure to reach the remote (reported once)
@@ -137,7 +140,7 @@ class RemoteStore(Store):
             except (ValueError, KeyError, TypeError) as exc:
                 self._reject(kind, key, None, f"its pointer is unreadable ({exc})")
                 return None
-            tmp = _tmp_name(self.entry_path(kind, key))
+            tmp = self._tmp(self.entry_path(kind, key))
             tmp.parent.mkdir(parents=True, exist_ok=True)
             try:
                 packed = tmp.with_name(tmp.name + ".tar")
@@ -154,8 +157,8 @@ class RemoteStore(Store):
                     self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under")
                     return None
                 entry = _install(self, kind, key, packed, tmp, recorded)
-                if entry is None:
-                    self._reject(kind, key, blob, f"its files do not match the recorded content hash {recorded}")
+                if isinstance(entry, str):
+                    self._reject(kind, key, blob, entry)
                     return None
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -189,7 +192,7 @@ class RemoteStore(Store):
             if fs.exists(pointer_path):
                 return  # write-once: the first complete entry published stands
             _makedirs(fs, f"{base}/tmp")
-            packed = _tmp_name(entry.path).with_suffix(".tar")
+            packed = self._tmp(entry.path).with_suffix(".tar")
             try:
                 _pack(entry, packed)
                 blob, size = _sha256_file(packed), packed.stat().st_size
@@ -214,12 +217,16 @@ class RemoteStore(Store):
             self._unreachable(exc)
 
 
-def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | None:
-    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded``, make it the
-    local entry (never uploaded again: it came from elsewhere). None when it does not verify."""
+def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | str:
+    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded`` and its
+    programs check out as data (``program_problem``), make it the local entry (never uploaded again:
+    it came from elsewhere). Otherwise the reason it was refused."""
     meta = _unpack(packed, tmp, key)
     if meta is None or content_hash(tmp / FILES_DIR, meta) != recorded:
-        return None
+        return f"its files do not match the recorded content hash {recorded}"
+    problem = program_problem(tmp / FILES_DIR)
+    if problem is not None:
+        return problem
 
     def fill(files: Path) -> dict[str, Any]:
         files.rmdir()
@@ -240,12 +247,16 @@ def pack_entry(entry: Entry, path: Path) -> bytes:
 
 def install_packed(store: Store, kind: str, key: str, data: bytes, recorded: str | None) -> bool:
     """Install an entry sent as tar bytes into ``store`` after verifying its content hash."""
-    tmp = _tmp_name(store.entry_path(kind, key))
+    tmp = store._tmp(store.entry_path(kind, key))
     tmp.parent.mkdir(parents=True, exist_ok=True)
     packed = tmp.with_name(tmp.name + ".tar")
     try:
         packed.write_bytes(data)
-        return _install(store, kind, key, packed, tmp, recorded) is not None
+        installed = _install(store, kind, key, packed, tmp, recorded)
+        if isinstance(installed, str):
+            store.warn(f"entry {kind}/{key} sent by a worker was refused: {installed}")
+            return False
+        return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         packed.unlink(missing_ok=True)
