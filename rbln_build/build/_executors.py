@@ -41,6 +41,7 @@ from ._store import Entry, Store
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ._matrix import Cell
+    from ._remote_io import RemoteOptions
     from ._scale import Scale
 
 __all__ = [
@@ -63,13 +64,14 @@ class StoreRef:
     root: str
     remote: str | None = None
     require_remote: bool = False
+    options: RemoteOptions | None = None  # cache.* besides the URL (no secret: names of variables)
 
     def open(self, warn: Callable[[str], None]) -> Store:
         if self.remote is None:
             return Store(Path(self.root), warn=warn)
         from ._remote import RemoteStore
 
-        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote)
+        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote, options=self.options)
 
 
 @dataclass(frozen=True)

@@ -52,14 +52,14 @@ def resources_for(backend: str, scale: Scale) -> dict[str, Any]:
 
 
 def _compile_task(
-    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool
+    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool, options: Any = None
 ) -> tuple[CompileDone, bytes | None, str | None]:
     """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash)."""
     from ._remote import pack_entry
 
     work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
     try:
-        ref = StoreRef(str(work / "cache"), remote, require)
+        ref = StoreRef(str(work / "cache"), remote, require, options)
         done = compile_job(ref, key, spec, backend)
         if done.error is not None:
             return done, None, None
@@ -111,7 +111,7 @@ class RayCompiler:
             retry_exceptions=False,
             name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
             **options,
-        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote)
+        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options)
         self._refs.append(ref)
         landed: Future[CompileDone] = Future()
         ref.future().add_done_callback(lambda f: self._land(key, f, landed))

@@ -45,6 +45,7 @@ from ._publish import (
     recover,
     write_summary,
 )
+from ._remote_io import DOWN_MARKER, once_key
 from ._result import CellResult, CompileOutcome
 from ._scale import Scale
 from ._stages import LOG_DIR, build_cell, compile_done, compile_once, describe, reusable
@@ -95,7 +96,9 @@ class BuildRun:
         self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
         self.scale = scale or Scale()
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
-        self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
+        self.ref = StoreRef(
+            str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote, self.scale.remote_options
+        )
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
@@ -108,6 +111,8 @@ class BuildRun:
         self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
 
     def _warn(self, message: str) -> None:
+        if once_key(message) in {once_key(m) for m in self.warnings}:
+            return  # one warning per run, however many workers met it
         self.warnings.append(message)
         self.display.warn(message)
 
@@ -242,6 +247,8 @@ class BuildRun:
         scope_inventory_cache(self.build_dir)
         self.prepare()
         self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        (self.build_dir / "cache" / DOWN_MARKER).unlink(missing_ok=True)  # this run asks the remote afresh
+        self.store = self.ref.open(self._warn)
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
         if probe is not None and not probe():
             self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
