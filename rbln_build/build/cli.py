@@ -162,6 +162,16 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     from ._tasks import BuildRun
 
     build_dir, cells = expand_all(jobs)
+    shard_line = None
+    if jobs[0].scale.shard is not None:  # CI without Ray: 1/N of the compile keys (rbln_build.build._shard)
+        from ._shard import select
+        from ._tasks import scope_inventory_cache
+
+        scope_inventory_cache(build_dir)
+        index, count = jobs[0].scale.shard
+        cells, total = select(cells, jobs[0].scale.shard)
+        mine = len({c.compile_key for c in cells if c.compile_key is not None})
+        shard_line = f"shard {index}/{count}: {mine} of {total} compile keys, {len(cells)} cells"
     records = None  # a deployment's record for the manifest (rbln_build.build._colocation)
     if any(j.deployment is not None for j in jobs):
         from ._colocation import DeploymentRecords
@@ -195,6 +205,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         )
         return 1
     print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
+    if shard_line is not None:
+        print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
     for line in records.lines if records is not None else ():
         print(line)
     for problem in records.problems if records is not None else ():
