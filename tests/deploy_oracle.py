@@ -5,10 +5,11 @@ no plateau skipping), prices each with the estimator's public functions (``non_k
 ``kv_bytes_at``, ``estimate``), keeps the combinations that fit, and returns the best one under the
 documented objective: (smallest share, weighted sum of shares, total blocks, counts in listed order).
 
-Budget plans are priced as the estimator resolves a budget: for each count n the budget is the
-smallest even split that holds n on its tightest chiplet (``num_chiplets * max need``), the count is
-what ``estimate`` resolves from that budget, and the budget is charged ``budget // num_chiplets`` on
-every chiplet. (Any other budget that resolves to the same count costs at least as much.)
+Every model is charged what it occupies at its count on every (node, chiplet): its non-KV bytes plus
+its KV pool (a memory_budget only steers the block estimate at compile time; docs/colocation.md).
+Budget plans can only give a count some budget resolves to: for each n the oracle tries the smallest
+even split that holds n on its tightest chiplet (``num_chiplets * max need``) and takes the count
+``estimate`` resolves from it (the smallest budget for a count is that one, so this finds them all).
 """
 
 from __future__ import annotations
@@ -53,16 +54,14 @@ def resolved(target: Target, tenant: Tenant, budget: object) -> Any:
 
 
 def choices(target: Target, tenant: Tenant, mode: str) -> list[tuple[int, list[int]]]:
-    C, width = target.num_chiplets, len(target.buckets())
+    C = target.num_chiplets
     full, floor = tenant.attention.num_full_blocks, tenant.attention.num_min_blocks
     if tenant.memory_budget is not None:
         res = resolved(target, tenant, tenant.memory_budget)
         if not res.ok:
             return []
-        count, budget = res.kvcache_num_blocks, res.breakdown.budget_bytes
-        if mode == "blocks":
-            return [(count, need(target, tenant, count))]
-        return [(count, [max(budget // C, max(need(target, tenant, count)))] * width)]
+        count = res.kvcache_num_blocks
+        return [(count, need(target, tenant, count))]
     lower = full if tenant.attention.attn_impl == "eager" else max(floor, tenant.min_blocks or 0)
     out = []
     for n in range(lower, full + 1):
@@ -73,9 +72,8 @@ def choices(target: Target, tenant: Tenant, mode: str) -> list[tuple[int, list[i
         if budget > target.npu.available_bytes:
             continue
         res = resolved(target, tenant, budget)
-        if res.ok:
-            count = res.kvcache_num_blocks
-            out.append((count, [max(budget // C, max(need(target, tenant, count)))] * width))
+        if res.ok and all(count != res.kvcache_num_blocks for count, _ in out):
+            out.append((res.kvcache_num_blocks, need(target, tenant, res.kvcache_num_blocks)))
     return out
 
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 import pytest
-from deploy_oracle import best, need, reserved
+from deploy_oracle import best, need, reserved, resolved
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memory_helpers import report, spec
@@ -105,45 +105,77 @@ def test_a_reservation_changes_the_plan(cap, weights, expected) -> None:
     assert best(ATOM, tenants, reservations, BUDGET) == expected
 
 
-def test_a_reservation_on_one_chiplet_costs_budgets_more_than_explicit_counts() -> None:
-    # 80 MiB left on chiplet 1 only. Budgets split evenly, so every share is bounded by 80 MiB: the
-    # floors' tightest chiplets need 50 + 52 = 102 MiB, so no budget plan exists. Explicit counts
-    # only have to fit chiplet 1 there: (6, 16) = 36 + 42 = 78 MiB (and 50 + 56 = 106 on chiplet 0).
+def test_a_reservation_on_one_chiplet_binds_only_that_chiplet_in_both_modes() -> None:
+    # 80 MiB left on chiplet 1 only. A budget is not reserved at run time (docs/colocation.md), so
+    # both plans charge what the models occupy: (6, 16) = 36 + 42 = 78 MiB on chiplet 1 (and
+    # 50 + 56 = 106 on chiplet 0). Each budget is the smallest resolving to its count: 4 x the
+    # tightest chiplet, 4 x 50 and 4 x 56 MiB; (8, 16) would need 40 + 42 = 82 on chiplet 1.
     tenants = [tiny("tiny_llama", REBEL), tiny("tiny_qwen3", REBEL)]
-    plan = plan_deployment(REBEL, tenants, [leave(REBEL, 80, chiplet=1)], mode=BUDGET)
-    assert not plan.budget.feasible and plan.budget.conflict == ("tiny_llama", "tiny_qwen3")
-    assert counts(plan.blocks) == {"tiny_llama": 6, "tiny_qwen3": 16}
-    assert plan.blocks.used() == tuple(x * MiB for x in (106, 78 + 35_760, 42, 16))
-    first = plan.suggestions[0]
-    assert (first.kind, first.given_up, counts(first.plan)) == ("mode", 0, {"tiny_llama": 6, "tiny_qwen3": 16})
-    assert best(REBEL, tenants, [leave(REBEL, 80, chiplet=1)], BUDGET) is None
+    reservations = [leave(REBEL, 80, chiplet=1)]
+    plan = plan_deployment(REBEL, tenants, reservations, mode=BUDGET)
+    assert counts(plan.budget) == counts(plan.blocks) == {"tiny_llama": 6, "tiny_qwen3": 16}
+    assert plan.budget.used() == plan.blocks.used() == tuple(x * MiB for x in (106, 78 + 35_760, 42, 16))
+    assert [a.memory_budget for a in plan.budget.assignments] == ["200MB", "224MB"]
+    for a in plan.budget.assignments:
+        assert resolved(REBEL, plan.tenant(a.name), a.memory_budget).kvcache_num_blocks == a.kvcache_num_blocks
+    assert best(REBEL, tenants, reservations, BUDGET) == {"tiny_llama": 6, "tiny_qwen3": 16}
 
 
-def test_even_budget_shares_waste_the_room_a_model_does_not_use_on_its_other_chiplets() -> None:
-    tenants = [tiny("tiny_llama", REBEL), tiny("tiny_qwen3", REBEL)]
-    plan = plan_deployment(REBEL, tenants)
-    assert counts(plan.budget) == {"tiny_llama": 8, "tiny_qwen3": 16}
-    # budgets: 4 x 54 and 4 x 56 MiB; occupied: [54, 40, 0, 8] and [56, 42, 42, 8]
-    assert [a.budget_bytes for a in plan.budget.assignments] == [216 * MiB, 224 * MiB]
-    assert plan.budget.unused_in_budgets() == tuple(x * MiB for x in (0, 28, 68, 94))
+def test_a_budget_plan_only_takes_counts_a_budget_resolves_to() -> None:
+    # A made-up report on one RBLN-CR03 (batch 4, 4096 tokens, block 1024: floor 5, full 16). Chiplet 0
+    # holds 10 MiB of weights and 1 MiB of KV a block, aligned to 2 MiB: 16 MiB at 5 and 6 blocks. Chiplet
+    # 1 holds 2 MiB of KV a block. The tightest chiplet (0) does not grow from 5 to 6 blocks, so a budget
+    # that holds 5 blocks holds 6: no budget resolves to 5, while an explicit count can be 5.
+    attention = resolve_attention(
+        CR, batch_size=4, max_seq_len=4096, attn_impl="flash_attn", kvcache_partition_len=1024
+    )
+    rep = AllocationReport(
+        alloc={"prefill": {"weights": ((10 * MiB, 0, 0, 0),)}},
+        kv_tensors={"k0": KVTensor(True, ((MiB, 0, 0, 0),)), "k1": KVTensor(True, ((0, 2 * MiB, 0, 0),))},
+    )
+    tenant = Tenant("m", rep, attention)
+    room = [Reservation("other", REBEL.available_per_chiplet - 12 * MiB, chiplet=1)]  # 6 blocks on chiplet 1
+    plan = plan_deployment(REBEL, [tenant], room)
+    assert counts(plan.budget) == counts(plan.blocks) == {"m": 6}
+    assert plan.budget.assignments[0].memory_budget == "64MB"  # 4 x 16 MiB
+    assert resolved(REBEL, tenant, "64MB").kvcache_num_blocks == 6
+    tight = [Reservation("other", REBEL.available_per_chiplet - 10 * MiB, chiplet=1)]  # 5 blocks on chiplet 1
+    plan = plan_deployment(REBEL, [tenant], tight, mode=BUDGET)
+    assert counts(plan.blocks) == {"m": 5} and not plan.budget.feasible
+    assert (plan.suggestions[0].kind, counts(plan.suggestions[0].plan)) == ("mode", {"m": 5})
+    assert best(REBEL, [tenant], tight, BUDGET) is None and best(REBEL, [tenant], tight, BLOCKS) == {"m": 5}
 
 
 def test_an_infeasible_pair_gets_the_smallest_fitting_change_verified() -> None:
     # 194 MiB: the floors need 86 + 128 = 214. tiny_llama cannot give enough (batch 1 or 2048 tokens
     # still need 78 + 128 = 206), nor tiny_qwen3's batch 1 (86 + 116 = 202). Shorter tiny_qwen3
     # lengths: 7168..4096 tokens keep its floor's plateau at 116 MiB (202); 3072 tokens (3 blocks a
-    # sequence, floor 4) need 104: 86 + 104 = 190 fits, with (6, 4). Dropping the reservation fits too.
+    # sequence, floor 4) need 104: 86 + 104 = 190 fits, with (6, 4). A reservation 20 MiB smaller fits
+    # (the smallest change), and so does either model alone.
     tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
     reservations = [leave(ATOM, 194)]
     plan = plan_deployment(ATOM, tenants, reservations, reshape=reshape)
     assert not plan.feasible and plan.chosen.conflict == ("tiny_llama", "tiny_qwen3")
-    assert "tiny_llama floor of 5 blocks, tiny_qwen3 floor of 9 blocks" in plan.chosen.reason
+    assert [(c.name, c.alone, c.partners) for c in plan.chosen.conflicts] == [
+        ("tiny_llama", False, (("tiny_qwen3",),)),
+        ("tiny_qwen3", False, (("tiny_llama",),)),
+    ]
+    assert (
+        "tiny_llama fits alone but not together with tiny_qwen3: their lower bounds (tiny_llama floor of 5 "
+        "blocks, tiny_qwen3 floor of 9 blocks) with the reservations (other) do not fit; on chiplet 0 they "
+        "need 214 MiB, 20 MiB more than the 194 MiB left by the reservations" in plan.chosen.reason
+    )
+    old = reservations[0].nbytes
     found = [(s.kind, s.subject, s.old, s.new, s.given_up) for s in plan.suggestions]
     assert found == [
+        ("reservation", "other", old, old - 20 * MiB, Fraction(20 * MiB, old)),
         ("max_seq_len", "tiny_qwen3", 8192, 3072, Fraction(5, 8)),
-        ("drop_reservation", "other", reservations[0].nbytes, None, Fraction(1)),
+        ("drop_model", "tiny_llama", None, None, Fraction(1)),
+        ("drop_model", "tiny_qwen3", None, None, Fraction(1)),
     ]
-    assert counts(plan.suggestions[0].plan) == {"tiny_llama": 6, "tiny_qwen3": 4}
+    assert counts(plan.suggestions[0].plan) == {"tiny_llama": 6, "tiny_qwen3": 12}
+    assert plan.suggestions[0].plan.headroom() == (0,)  # the largest reservation that fits leaves nothing
+    assert counts(plan.suggestions[1].plan) == {"tiny_llama": 6, "tiny_qwen3": 4}
     # verified: 3072 fits and the next longer length does not
     shorter = [tenants[0], reshape(tenants[1], {"max_seq_len": 3072})]
     longer = [tenants[0], reshape(tenants[1], {"max_seq_len": 4096})]
@@ -155,16 +187,20 @@ def test_an_infeasible_pair_gets_the_smallest_fitting_change_verified() -> None:
 def test_suggestions_are_ranked_by_what_they_give_up() -> None:
     # 206 MiB (floors 214): tiny_qwen3 at 7168 tokens (86 + 116 = 202, gives up 1/8), tiny_llama at
     # 3072 tokens (78 + 128 = 206, 1/4), either at batch 1 (1/2; listed order breaks the tie), the
-    # reservation (all of it).
+    # reservation 8 MiB smaller (a small fraction of it), dropping a model (all of it).
     tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
-    plan = plan_deployment(ATOM, tenants, [leave(ATOM, 206)], reshape=reshape)
+    reservations = [leave(ATOM, 206)]
+    plan = plan_deployment(ATOM, tenants, reservations, reshape=reshape)
     found = [(s.kind, s.subject, s.new, s.given_up) for s in plan.suggestions]
+    old = reservations[0].nbytes
     assert found == [
+        ("reservation", "other", old - 8 * MiB, Fraction(8 * MiB, old)),
         ("max_seq_len", "tiny_qwen3", 7168, Fraction(1, 8)),
         ("max_seq_len", "tiny_llama", 3072, Fraction(1, 4)),
         ("batch_size", "tiny_llama", 1, Fraction(1, 2)),
         ("batch_size", "tiny_qwen3", 1, Fraction(1, 2)),
-        ("drop_reservation", "other", None, Fraction(1)),
+        ("drop_model", "tiny_llama", None, Fraction(1)),
+        ("drop_model", "tiny_qwen3", None, Fraction(1)),
     ]
     for s in plan.suggestions:
         assert s.plan.feasible and min(s.plan.headroom()) >= 0
@@ -174,22 +210,26 @@ def test_a_model_that_cannot_fit_even_alone_is_named_alone() -> None:
     tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
     plan = plan_deployment(ATOM, tenants, [leave(ATOM, 120)])  # tiny_qwen3's floor alone needs 128
     assert plan.chosen.conflict == ("tiny_qwen3",)
-    assert "tiny_qwen3 cannot reach its floor of 9 blocks on atom_max even alone" in plan.chosen.reason
+    assert (
+        "tiny_qwen3 cannot reach its floor of 9 blocks on atom_max even alone with the reservations (other): "
+        "on chiplet 0 it needs 128 MiB, 8 MiB more than the 120 MiB left by the reservations" in plan.chosen.reason
+    )
 
 
 def test_min_blocks_and_a_fixed_budget() -> None:
-    # tiny_qwen3 fixed at 130MB resolves 12 blocks and takes 130 MiB; 96 MiB are left for tiny_llama:
-    # its 8 blocks need 94. min_blocks 7 on tiny_llama is satisfied by that.
+    # tiny_qwen3 fixed at 130MB resolves 12 blocks and occupies 128 MiB (not its budget); 98 MiB are
+    # left for tiny_llama: its 8 blocks need 94. min_blocks 7 on tiny_llama is satisfied by that.
     tenants = [tiny("tiny_llama", ATOM, min_blocks=7), tiny("tiny_qwen3", ATOM, memory_budget="130MB")]
     plan = plan_deployment(ATOM, tenants, [leave(ATOM, 226)])
     assert counts(plan.budget) == {"tiny_llama": 8, "tiny_qwen3": 12}
     fixed = plan.budget.assignment("tiny_qwen3")
-    assert fixed.fixed and fixed.memory_budget == "130MB" and fixed.charge == (130 * MiB,)
-    # with 222 MiB the fixed 130 MiB leave 92 < 94: min_blocks 7 cannot be met; 6 blocks (86) could
-    tight = plan_deployment(ATOM, tenants, [leave(ATOM, 222)])
+    assert fixed.fixed and fixed.memory_budget == "130MB" and fixed.usage == (128 * MiB,)
+    # with 220 MiB the fixed model's 128 MiB leave 92 < 94: min_blocks 7 cannot be met; 6 blocks (86)
+    # could. No smaller fixed budget helps: tiny_qwen3's floor occupies those 128 MiB already.
+    tight = plan_deployment(ATOM, tenants, [leave(ATOM, 220)])
     assert not tight.feasible and tight.chosen.conflict == ("tiny_llama", "tiny_qwen3")
     kinds = {(s.kind, s.subject): s.new for s in tight.suggestions}
-    assert kinds[("min_blocks", "tiny_llama")] == 6 and kinds[("memory_budget", "tiny_qwen3")] == 128 * MiB
+    assert kinds[("min_blocks", "tiny_llama")] == 6 and ("memory_budget", "tiny_qwen3") not in kinds
 
 
 def test_bad_inputs_are_config_errors() -> None:
@@ -274,8 +314,12 @@ def test_the_planner_matches_brute_force(case) -> None:
             assert not mode_plan.feasible and mode_plan.conflict is not None
             continue
         assert mode_plan.feasible and counts(mode_plan) == expected
-        base = reserved(target, reservations)  # independently: what the plan charges fits every chiplet
-        charged = [sum(col) for col in zip(base, *(a.charge for a in mode_plan.assignments), strict=True)]
-        assert max(charged) <= target.available_per_chiplet
-        for a in mode_plan.assignments:
-            assert list(a.usage) == need(target, plan.tenant(a.name), a.kvcache_num_blocks)
+        # independently: at the planned counts, what every model occupies plus the reservations fits
+        # every (node, chiplet)
+        occupied = [need(target, plan.tenant(a.name), a.kvcache_num_blocks) for a in mode_plan.assignments]
+        totals = [sum(col) for col in zip(reserved(target, reservations), *occupied, strict=True)]
+        assert max(totals) <= target.available_per_chiplet
+        for a, used in zip(mode_plan.assignments, occupied, strict=True):
+            assert list(a.usage) == used
+            if mode_plan.mode == BUDGET:  # each budget resolves, through the estimator, to its count
+                assert resolved(target, plan.tenant(a.name), a.memory_budget).kvcache_num_blocks == a.kvcache_num_blocks

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
-from ..errors import BackendUnavailable, ConfigError, EstimateError
+from ..errors import BackendUnavailable, ConfigError, EstimateError, UserError
 from ..estimator import AllocationReport, resolve_npu
 from ..memory import CompileSpec, Recipe, load_recipe
-from ._config import BuildSettings, Matrix, Model, SubMatrix
+from ._config import BuildSettings, Matrix, Model, SubMatrix, _device, list_group_options, load_group_option
+from ._deploy_overrides import overrides_for
 from ._deployment import Deployment, DeploymentModel
 from ._keys import compile_key
 from ._matrix import BUILD_OPTIONS, Cell, expand
@@ -85,6 +86,8 @@ def _options(dm: DeploymentModel, recipe: Recipe) -> dict[str, Any]:
 
 
 class _Tenants:
+    """The deployment's models as planner tenants, on its target or (for suggestions) another one."""
+
     def __init__(self, settings: BuildSettings) -> None:
         assert settings.deployment is not None
         self.deployment: Deployment = settings.deployment
@@ -95,10 +98,11 @@ class _Tenants:
             for m in self.deployment.models
         }
 
-    def make(self, dm: DeploymentModel, options: dict[str, Any]) -> Tenant:
+    def make(self, dm: DeploymentModel, options: dict[str, Any], target: Target | None = None) -> Tenant:
         where = f"deployment.models[{self.deployment.models.index(dm)}] ({dm.name})"
+        target = target or self.target
         try:
-            spec = CompileSpec.for_recipe(self.recipes[dm.name], self.target.npu, self.target.num_devices, **options)
+            spec = CompileSpec.for_recipe(self.recipes[dm.name], target.npu, target.num_devices, **options)
         except EstimateError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         report, source = self.reports.report(spec)
@@ -117,13 +121,39 @@ class _Tenants:
         changed = self.make(self.deployment.model(tenant.name), {**dict(tenant.options), **change})
         return replace(changed, min_blocks=tenant.min_blocks, memory_budget=tenant.memory_budget)
 
+    def retarget(self, tenant: Tenant, target: Target) -> Tenant:
+        """The same model, options and constraints on another device target (its report there)."""
+        dm = self.deployment.model(tenant.name)
+        changed = self.make(dm, _options(dm, self.recipes[dm.name]), target)
+        return replace(changed, min_blocks=tenant.min_blocks, memory_budget=tenant.memory_budget)
+
+
+def shipped_targets() -> list[Target]:
+    """Every shipped device target (conf/device/*.yaml), for the device suggestions."""
+    out = []
+    for name in list_group_options("device"):
+        try:
+            device = _device(name, load_group_option("device", name, "conf/device"))
+            out.append(Target(name, resolve_npu(device.npu), device.num_devices))
+        except (UserError, EstimateError):  # a broken shipped file is not this deployment's problem
+            continue
+    return out
+
 
 def plan_for(settings: BuildSettings) -> DeploymentPlan:
     """Plan the configured deployment (both modes; suggestions when its mode has no plan)."""
     tenants = _Tenants(settings)
     d = tenants.deployment
     built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
-    return plan_deployment(tenants.target, built, d.reservations, d.mode, reshape=tenants.reshape)
+    return plan_deployment(
+        tenants.target,
+        built,
+        d.reservations,
+        d.mode,
+        reshape=tenants.reshape,
+        retarget=tenants.retarget,
+        targets=shipped_targets(),
+    )
 
 
 def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tuple[DeploymentPlan, list[Cell]]:
@@ -144,7 +174,7 @@ def _deployment_cells(
     if not plan.feasible:
         raise ConfigError(
             f"deployment {d.name}: the {d.mode} plan does not fit, so nothing was built.\n"
-            + render_plan(plan, d.name).rstrip()
+            + render_plan(plan, d.name, overrides=overrides_for(d)).rstrip()
         )
     parts = []
     for i, (dm, a) in enumerate(zip(d.models, plan.chosen.assignments, strict=True)):
@@ -232,7 +262,7 @@ def _record(
     grid = target.grid
     problems: list[str] = []
     models: dict[str, Any] = {}
-    used, charged = list(chosen.reserved), list(chosen.reserved)
+    used = list(chosen.reserved)
     for dm, a, cell in zip(d.models, chosen.assignments, cells, strict=True):
         result = results.get(cell.cell_key)
         entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
@@ -244,14 +274,7 @@ def _record(
             demand = Demand(built, target)
             count = result.kvcache_num_blocks
             usage = demand.need(count)
-            share = (
-                0
-                if result.budget_bytes is None or cell.kvcache_num_blocks
-                else result.budget_bytes // target.num_chiplets
-            )
-            charge = usage if d.mode == BLOCKS else (max(demand.slice(count), share),) * len(usage)
             used = [u + x for u, x in zip(used, usage, strict=True)]
-            charged = [c + x for c, x in zip(charged, charge, strict=True)]
             if count != a.kvcache_num_blocks:
                 problems.append(
                     f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "
@@ -274,7 +297,7 @@ def _record(
         }
     available = target.available_per_chiplet
     headroom = [available - u for u in used]
-    fits = all(h >= 0 for h in headroom) and all(c <= available for c in charged)
+    fits = all(h >= 0 for h in headroom)
     if not fits:
         problems.append("the built reports' per-chiplet totals exceed the available DRAM")
     return {
@@ -290,7 +313,6 @@ def _record(
             "reserved": [list(r) for r in grid(chosen.reserved)],
             "total": [list(r) for r in grid(tuple(used))],
             "headroom": [list(r) for r in grid(tuple(headroom))],
-            "charged": [list(r) for r in grid(tuple(charged))],  # budget mode: each budget's even share
         },
         "serve": {"device_ids": list(d.device_ids)},
         "fits": fits,  # the built reports at the built counts, plus the reservations, fit every chiplet

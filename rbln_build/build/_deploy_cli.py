@@ -62,13 +62,15 @@ def _compose(overrides: list[str]) -> Any:
 def _plan(settings: Any, as_json: bool) -> int:
     from ..deploy import plan_json, render_plan
     from ._colocation import plan_for
+    from ._deploy_overrides import overrides_for
 
     plan = plan_for(settings)
     name = settings.deployment.name
+    overrides = overrides_for(settings.deployment)
     if as_json:
-        sys.stdout.write(json.dumps(plan_json(plan, name), sort_keys=True, indent=2) + "\n")
+        sys.stdout.write(json.dumps(plan_json(plan, name, overrides=overrides), sort_keys=True, indent=2) + "\n")
     else:
-        sys.stdout.write(render_plan(plan, name))
+        sys.stdout.write(render_plan(plan, name, overrides=overrides))
     return 0 if plan.feasible else 1
 
 
@@ -105,11 +107,7 @@ def _explain(settings: Any, as_json: bool) -> int:
         )
     out.append("")
     out.append("per chiplet, what each model occupies at its planned count:")
-    out += ["  " + line for line in render_chiplets(mp, "usage")]
-    if plan.mode == "budget":
-        out.append("")
-        out.append("per chiplet, what each model's budget sets aside (budget // chiplets on every chiplet):")
-        out += ["  " + line for line in render_chiplets(mp, "charge")]
+    out += ["  " + line for line in render_chiplets(mp)]
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 

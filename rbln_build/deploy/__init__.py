@@ -3,8 +3,10 @@
     _inputs    the target, the tenants (a model and its report), reservations, and what a tenant
                occupies per (node, chiplet) at every count (the estimator's arithmetic)
     _search    the exact search: max-min by binary search, then branch and bound
-    _planner   one mode's plan (budget: even budget shares; blocks: explicit counts)
-    _plan      both modes, and for an infeasible plan the conflicting models and verified changes
+    _planner   one mode's plan (budget: the smallest budget per planned count; blocks: explicit counts)
+    _conflict  an infeasible plan's every conflicting model, each with its reason
+    _suggest   changes that make it fit, each verified by planning again
+    _plan      both modes, and for an infeasible plan its conflicts and suggestions
     _render    the plan and the per-chiplet table as text and as JSON
 
 It imports the estimator only; the build layer (rbln_build.build._deployment) gives it reports from
@@ -13,9 +15,11 @@ the compile cache or the memory model, and turns a plan into cells.
 
 from __future__ import annotations
 
+from ._conflict import Conflict
 from ._inputs import Demand, Grid, Reservation, Target, Tenant
-from ._plan import MEASURE, DeploymentPlan, Reshape, Suggestion, plan_deployment
+from ._plan import MEASURE, DeploymentPlan, Reshape, Retarget, Suggestion, plan_deployment
 from ._planner import (
+    ACCOUNTING,
     BLOCKS,
     BUDGET,
     MODES,
@@ -30,9 +34,11 @@ from ._planner import (
 from ._render import mib, plan_json, render_chiplets, render_plan
 
 __all__ = [
+    "ACCOUNTING",
     "Assignment",
     "BLOCKS",
     "BUDGET",
+    "Conflict",
     "Demand",
     "DeploymentPlan",
     "Grid",
@@ -45,6 +51,7 @@ __all__ = [
     "Problem",
     "Reservation",
     "Reshape",
+    "Retarget",
     "Suggestion",
     "Target",
     "Tenant",

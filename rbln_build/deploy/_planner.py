@@ -1,20 +1,26 @@
 """The co-location planner: block counts (and budgets) for models that share one device target.
 
-Two ways to make several models fit one target, both planned every time:
+**What fits** (``ACCOUNTING``): on every (node, chiplet), the bytes every model occupies at its
+count (its report's non-KV bytes plus its KV pool scaled to the count, the estimator's arithmetic)
+plus the reservations must fit the chiplet's available DRAM. A ``memory_budget`` is only a guide:
+optimum-rbln 0.12.0 uses it once, at compile time, to pick ``kvcache_num_blocks``
+(``_resolve_memory_budget`` / ``estimate_num_kvcache_blocks``), resizes the KV buffers to that count
+and does not even save it (``subclass_non_save_attributes``); the runtime allocates what the compiled
+model holds, and vllm-rbln takes its block count from the compiled model. The evidence, file by
+file: docs/colocation.md ("What a memory_budget is").
 
-* **budget** (``mode: budget``): each planned model gets a ``memory_budget``. The estimator splits a
-  budget evenly over the chiplets, so a model holds ``budget // num_chiplets`` bytes of *every*
-  chiplet, and the count it resolves is the largest whose tightest chiplet fits that share. The
-  plan fits when, on every chiplet, the budgets' shares plus the reservations fit the chiplet's
-  available DRAM. Even splitting wastes the room a model does not use on its other chiplets (a
-  model whose lm_head sits on the last chiplet pays for that chiplet on all of them).
-* **blocks** (``mode: blocks``): each planned model gets an explicit ``kvcache_num_blocks``. The
-  plan fits when, on every (node, chiplet), the bytes the models really occupy at their counts plus
-  the reservations fit. Nothing is split, so it packs at least as tight.
+Two ways to pin a model's count, both planned every time under that one accounting:
+
+* **budget** (``mode: budget``): each planned model gets the smallest ``memory_budget`` that the
+  estimator resolves to its planned count. A budget resolves to the largest count whose tightest
+  chiplet fits ``budget // num_chiplets``, so only counts where that tightest chiplet grows at the
+  next count (or the full pool) can be produced by a budget: those are the budget plan's candidates.
+* **blocks** (``mode: blocks``): each planned model gets an explicit ``kvcache_num_blocks``; every
+  count is a candidate.
 
 A model with a fixed ``memory_budget`` is not planned: its count is what the estimator resolves
-from that budget; it is charged its budget's even share (budget plan) or what it occupies (blocks
-plan). Reservations are charged on their chiplet, or spread evenly.
+from that budget, and it is charged what it occupies at that count. Reservations are charged on their
+chiplet, or spread evenly.
 
 **The objective** (``OBJECTIVE``), over the planned models, in this order:
 
@@ -23,9 +29,9 @@ plan). Reservations are charged on their chiplet, or spread evenly.
 3. then the most blocks in total;
 4. then the plan that gives more blocks to the models listed first (so the answer is unique).
 
-**Exact.** Every count between a model's lower bound (its floor, or ``min_blocks``) and its full
-pool is considered; counts whose bytes equal the next count's are dominated by it (2 MiB alignment
-makes plateaus) and skipped. Step 1 is a binary search over the candidate shares (fitting is
+**Exact.** Every candidate count between a model's lower bound (its floor, or ``min_blocks``) and its
+full pool is considered; counts whose bytes equal the next count's are dominated by it (2 MiB
+alignment makes plateaus) and skipped. Step 1 is a binary search over the candidate shares (fitting is
 monotone: fewer blocks never need more bytes); step 2-4 is a depth-first branch and bound over the
 models in their listed order, counts high to low, with a bound that is never below the truth, so
 the first best plan found is the optimum and its tie-break. Integers and fractions only: no floats
@@ -42,6 +48,7 @@ from typing import Any
 
 from ..errors import BuildError, ConfigError
 from ..estimator import Request, estimate, fraction_for_bytes
+from ._conflict import Conflict, find_conflicts
 from ._inputs import Demand, Reservation, Target, Tenant
 from ._search import SearchLimit, Vector, branch_and_bound, max_min_start
 
@@ -50,6 +57,7 @@ __all__ = [
     "BLOCKS",
     "MODES",
     "OBJECTIVE",
+    "ACCOUNTING",
     "NODE_LIMIT",
     "Objective",
     "Assignment",
@@ -66,6 +74,13 @@ MiB = 2**20
 OBJECTIVE = (
     "maximize the smallest share of its full pool (kvcache_num_blocks / full pool) that any planned model "
     "gets; then the weighted sum of shares; then the total number of blocks; ties go to the models listed first"
+)
+
+
+ACCOUNTING = (
+    "what each model occupies on every chiplet at its count (non-KV bytes plus its KV pool), plus the "
+    "reservations, must fit each chiplet; a memory_budget only steers optimum-rbln's block estimate at "
+    'compile time and is not reserved at run time (docs/colocation.md, "What a memory_budget is")'
 )
 
 
@@ -103,8 +118,7 @@ class Assignment:
     memory_budget: object  # what a cell is built with: the planned or fixed budget; None for an explicit count
     budget_bytes: int | None  # per device
     budget_fraction: float | None  # smallest float memory_budget resolving to >= budget_bytes
-    usage: Vector  # bytes it occupies at its count
-    charge: Vector  # bytes the plan sets aside for it (its budget's even share, or its usage)
+    usage: Vector  # bytes it occupies at its count: what the plan charges it
 
     @property
     def share(self) -> Fraction:
@@ -119,44 +133,25 @@ class ModePlan:
     assignments: tuple[Assignment, ...]  # in the deployment's order; empty when infeasible
     reserved: Vector
     objective: Objective | None
-    conflict: tuple[str, ...] = ()  # infeasible: a minimal set of models that cannot reach their floors together
+    conflict: tuple[str, ...] = ()  # infeasible: every model that cannot fit (in a minimal conflict)
     reason: str | None = None
     nodes: int = 0  # branch-and-bound nodes visited
+    conflicts: tuple[Conflict, ...] = ()  # each of them with its reason
 
     def assignment(self, name: str) -> Assignment:
         return next(a for a in self.assignments if a.name == name)
 
-    def _sum(self, attr: str) -> Vector:
+    def used(self) -> Vector:
+        """Reservations plus what the models occupy, per bucket."""
         total = list(self.reserved)
         for a in self.assignments:
-            for k, v in enumerate(getattr(a, attr)):
+            for k, v in enumerate(a.usage):
                 total[k] += v
         return tuple(total)
 
-    def charged(self) -> Vector:
-        """Reservations plus what the plan sets aside for each model, per bucket."""
-        return self._sum("charge")
-
-    def used(self) -> Vector:
-        """Reservations plus what the models really occupy, per bucket."""
-        return self._sum("usage")
-
     def headroom(self) -> Vector:
         available = self.target.available_per_chiplet
-        return tuple(available - c for c in self.charged())
-
-    def unused_in_budgets(self) -> Vector:
-        """Bytes set aside by budgets that their models do not occupy (0 in a blocks plan)."""
-        return tuple(c - u for c, u in zip(self.charged(), self.used(), strict=True))
-
-    def stranded(self) -> Vector:
-        """Headroom no budget can reach: a budget takes the same share of every chiplet, so the
-        chiplet with the least headroom bounds them all (0 in a blocks plan, which has no shares)."""
-        if self.mode != BUDGET:
-            return (0,) * len(self.reserved)
-        headroom = self.headroom()
-        least = min(headroom)
-        return tuple(h - least for h in headroom)
+        return tuple(available - u for u in self.used())
 
 
 class Problem:
@@ -183,6 +178,7 @@ class Problem:
         self.demands = tuple(Demand(t, target) for t in tenants)
         self.reserved: Vector = tuple(per_chiplet[c] for _, c in target.buckets())
         self._fixed: dict[str, tuple[int, int] | str] = {}
+        self._options: dict[tuple[str, str], list[tuple[int, Vector]]] = {}
 
     # -- the pieces ---------------------------------------------------------------------------------
 
@@ -205,37 +201,35 @@ class Problem:
                 self._fixed[t.name] = f"its fixed memory_budget {t.memory_budget!r}: {res.error}"
         return self._fixed[t.name]
 
-    def _charge(self, d: Demand, mode: str, count: int, budget: int | None) -> Vector:
-        if mode == BLOCKS:
-            return d.need(count)
-        share = max(d.slice(count), 0 if budget is None else budget // self.target.num_chiplets)
-        return (share,) * len(self.reserved)
-
-    def capacity(self, mode: str) -> Vector:
+    def capacity(self) -> Vector:
+        """What each (node, chiplet) offers the models once the reservations are held."""
         available = self.target.available_per_chiplet
-        if mode == BUDGET:  # even shares: the most-reserved chiplet bounds every share sum
-            return (available - max(self.reserved),)
         return tuple(available - r for r in self.reserved)
 
-    def _cost(self, d: Demand, mode: str, count: int) -> Vector:
-        # a budget is at least one byte per chiplet (the estimator takes no zero budget)
-        return (max(d.slice(count), 1),) if mode == BUDGET else d.need(count)
-
     def options(self, d: Demand, mode: str) -> list[tuple[int, Vector]]:
-        """(count, cost) from the lower bound to the full pool, skipping counts whose cost equals the
-        next count's (the next one is as cheap and gives more); ascending, costs non-decreasing."""
+        """(count, occupancy) from the lower bound to the full pool; ascending, costs non-decreasing.
+        Skipped: counts whose occupancy equals the next count's (the next one is as cheap and gives
+        more), and in budget mode counts no budget resolves to (the tightest chiplet does not grow at
+        the next count, so a budget that holds this count holds the next one too)."""
         t = d.tenant
+        key = (t.name, mode)
+        if key in self._options:
+            return self._options[key]
         out = []
         for n in range(t.lower_bound, t.full + 1):
-            cost = self._cost(d, mode, n)
-            if n == t.full or self._cost(d, mode, n + 1) != cost:
-                out.append((n, cost))
+            cost = d.need(n)
+            if n < t.full:
+                if mode == BUDGET and d.slice(n + 1) == d.slice(n):
+                    continue
+                if d.need(n + 1) == cost:
+                    continue
+            out.append((n, cost))
+        self._options[key] = out
         return out
 
     def _fixed_costs(self, mode: str, members: set[str] | None) -> tuple[Vector, list[str]]:
         """The fixed tenants' total cost (in the mode's dimensions) and those whose budget fails."""
-        dims = len(self.capacity(mode))
-        total = [0] * dims
+        total = [0] * len(self.reserved)
         failing = []
         for d in self.demands:
             if not d.tenant.fixed or (members is not None and d.tenant.name not in members):
@@ -244,48 +238,32 @@ class Problem:
             if isinstance(fixed, str):
                 failing.append(d.tenant.name)
                 continue
-            count, budget = fixed
-            charge = self._charge(d, mode, count, budget)
-            cost = (charge[0],) if mode == BUDGET else charge
-            total = [a + b for a, b in zip(total, cost, strict=True)]
+            count, _ = fixed
+            total = [a + b for a, b in zip(total, d.need(count), strict=True)]
         return tuple(total), failing
 
-    def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
-        """Whether the given models (all by default), each at its lower bound, fit with the reservations."""
+    def at_floors(self, mode: str, members: set[str] | None = None, with_reserved: bool = True) -> Vector | None:
+        """Per bucket: the given models (all by default) at their lower bounds (a fixed model at its
+        resolved count), plus the reservations; None when a given fixed model's budget fails."""
         fixed_cost, failing = self._fixed_costs(mode, members)
         if failing:
-            return False
-        room = [c - f for c, f in zip(self.capacity(mode), fixed_cost, strict=True)]
+            return None
+        total = [f + (r if with_reserved else 0) for f, r in zip(fixed_cost, self.reserved, strict=True)]
         for d in self.demands:
             if d.tenant.fixed or (members is not None and d.tenant.name not in members):
                 continue
             first = self.options(d, mode)[0][1]
-            room = [r - c for r, c in zip(room, first, strict=True)]
-        return all(r >= 0 for r in room)
+            total = [t + c for t, c in zip(total, first, strict=True)]
+        return tuple(total)
 
-    def conflict(self, mode: str) -> tuple[tuple[str, ...], str]:
-        """A minimal set of models that cannot reach their floors together (each one is needed for the
-        conflict: a deletion filter in the listed order), and a sentence saying so."""
-        for d in self.demands:
-            if d.tenant.fixed:
-                fixed = self.fixed_resolution(d)
-                if isinstance(fixed, str):
-                    return (d.tenant.name,), f"{d.tenant.name} cannot reach its floor with {fixed}"
-        members = [t.name for t in self.tenants]
-        for name in list(members):
-            trial = [m for m in members if m != name]
-            if not self.fits_at_floors(mode, set(trial)):
-                members = trial
-        if not members:
-            return (), "the reservations alone exceed the available DRAM of a chiplet"
-        held = f" with the reservations ({', '.join(r.name for r in self.reservations)})" if self.reservations else ""
-        bounds = {t.name: _bound(t) for t in self.tenants}
-        if len(members) == 1:
-            return tuple(
-                members
-            ), f"{members[0]} cannot reach its {bounds[members[0]]} on {self.target.name} even alone{held}"
-        listed = ", ".join(f"{m} {bounds[m]}" for m in members)
-        return tuple(members), f"{', '.join(members)} cannot reach their lower bounds together ({listed}){held}"
+    def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
+        """Whether the given models (all by default), each at its lower bound, fit with the reservations."""
+        total = self.at_floors(mode, members)
+        return total is not None and all(t <= self.target.available_per_chiplet for t in total)
+
+    def conflicts(self, mode: str) -> tuple[Conflict, ...]:
+        """Every model that cannot fit, each with its reason (``_conflict``)."""
+        return find_conflicts(self, mode)
 
     # -- solving ------------------------------------------------------------------------------------
 
@@ -293,7 +271,7 @@ class Problem:
         if mode not in MODES:
             raise ConfigError(f"deployment.mode: expected one of {', '.join(MODES)}, got {mode!r}.")
         fixed_cost, failing = self._fixed_costs(mode, None)
-        room = tuple(c - f for c, f in zip(self.capacity(mode), fixed_cost, strict=True))
+        room = tuple(c - f for c, f in zip(self.capacity(), fixed_cost, strict=True))
         planned = [d for d in self.demands if not d.tenant.fixed]
         options = [self.options(d, mode) for d in planned]
         counts: list[int] | None = None
@@ -310,8 +288,13 @@ class Problem:
                         "finishing; fix some models' counts with min_blocks or memory_budget to shrink it."
                     ) from None
         if counts is None:
-            conflict, reason = self.conflict(mode)
-            return ModePlan(mode, self.target, False, (), self.reserved, None, conflict, reason, nodes)
+            conflicts = self.conflicts(mode)
+            if conflicts:
+                reason = "; ".join(c.reason for c in conflicts)
+            else:  # no model conflicts, so the reservations alone do
+                reason = "the reservations alone exceed the available DRAM of a chiplet"
+            names = tuple(c.name for c in conflicts)
+            return ModePlan(mode, self.target, False, (), self.reserved, None, names, reason, nodes, conflicts)
         return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts, strict=True)), nodes)
 
     def _assemble(self, mode: str, counts: dict[str, int], nodes: int) -> ModePlan:
@@ -344,7 +327,6 @@ class Problem:
                     budget_bytes=budget,
                     budget_fraction=None if budget is None else fraction_for_bytes(budget, target.npu.available_bytes),
                     usage=d.need(count),
-                    charge=self._charge(d, mode, count, budget),
                 )
             )
         planned = [a for a in out if not a.fixed]
@@ -359,7 +341,7 @@ class Problem:
         return plan
 
 
-def _bound(t: Tenant) -> str:
+def bound_text(t: Tenant) -> str:
     if t.fixed:
         return f"count at its fixed memory_budget {t.memory_budget!r}"
     what = "full pool (eager attention)" if t.eager else "floor" if t.lower_bound == t.floor else "min_blocks"

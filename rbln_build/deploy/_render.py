@@ -7,11 +7,12 @@ reservations, the total, what the chiplet offers and the headroom. Byte values a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shlex
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._plan import MEASURE, DeploymentPlan, Suggestion
-from ._planner import BLOCKS, BUDGET, OBJECTIVE, ModePlan
+from ._planner import ACCOUNTING, BLOCKS, BUDGET, OBJECTIVE, ModePlan
 
 __all__ = ["plan_json", "render_plan", "render_chiplets", "mib"]
 
@@ -28,6 +29,10 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
         "feasible": mp.feasible,
         "objective": None if mp.objective is None else mp.objective.to_json(),
         "conflict": list(mp.conflict),
+        "conflicts": [
+            {"model": c.name, "alone": c.alone, "partners": [list(p) for p in c.partners], "reason": c.reason}
+            for c in mp.conflicts
+        ],
         "reason": mp.reason,
         "search_nodes": mp.nodes,
         "models": {},
@@ -45,32 +50,37 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
             "budget_bytes": a.budget_bytes,
             "budget_fraction": a.budget_fraction,
             "usage": [list(r) for r in grid(a.usage)],
-            "charge": [list(r) for r in grid(a.charge)],
         }
     out["per_chiplet"] = {
         "available": mp.target.available_per_chiplet,
         "reserved": [list(r) for r in grid(mp.reserved)],
-        "charged": [list(r) for r in grid(mp.charged())],
         "used": [list(r) for r in grid(mp.used())],
         "headroom": [list(r) for r in grid(mp.headroom())],
-        "unused_in_budgets": [list(r) for r in grid(mp.unused_in_budgets())],
     }
     return out
 
 
-def _suggestion_json(s: Suggestion) -> dict[str, Any]:
+Overrides = Callable[[Suggestion], Sequence[str]]
+
+
+def _suggestion_json(s: Suggestion, overrides: Overrides | None) -> dict[str, Any]:
     return {
         "kind": s.kind,
         "subject": s.subject,
         "old": s.old,
         "new": s.new,
+        "also": [{"key": k, "old": o, "new": n} for k, o, n in s.also],
         "given_up": float(s.given_up),
         "description": s.describe(),
+        "overrides": None if overrides is None else list(overrides(s)),
+        "device": s.plan.target.name,
         "plan": {a.name: a.kvcache_num_blocks for a in s.plan.assignments},
     }
 
 
-def plan_json(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None) -> dict[str, Any]:
+def plan_json(
+    plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None, overrides: Overrides | None = None
+) -> dict[str, Any]:
     """The whole plan as a plain, deterministic JSON value (what ``plan --json`` prints)."""
     t = plan.target
     return {
@@ -85,6 +95,7 @@ def plan_json(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = 
             "available_per_device": t.npu.available_bytes,
         },
         "objective": OBJECTIVE,
+        "accounting": ACCOUNTING,
         "mode": plan.mode,
         "feasible": plan.feasible,
         "models": [
@@ -104,7 +115,8 @@ def plan_json(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = 
         ],
         "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in plan.reservations],
         "plans": {BUDGET: _mode_json(plan, plan.budget), BLOCKS: _mode_json(plan, plan.blocks)},
-        "suggestions": [_suggestion_json(s) for s in plan.suggestions],
+        "suggestions": [_suggestion_json(s, overrides) for s in plan.suggestions],
+        "fits_alone_on": {n: list(where) for n, where in plan.elsewhere},
         "suggestion_measure": MEASURE,
     }
 
@@ -120,13 +132,13 @@ def _table(rows: Sequence[tuple[str, ...]], right: frozenset[int] | set[int] = f
     return [fmt(rows[0]), "  ".join("-" * w for w in widths), *(fmt(r) for r in rows[1:])]
 
 
-def render_chiplets(mp: ModePlan, what: str) -> list[str]:
-    """One row per (device, chiplet), one column per model (``what``: usage or charge), then the
+def render_chiplets(mp: ModePlan) -> list[str]:
+    """One row per (device, chiplet), one column per model (what it occupies at its count), then the
     reservations, the total, the chiplet's available DRAM and the headroom (MiB)."""
     t = mp.target
     names = [a.name for a in mp.assignments]
-    cols = [getattr(a, what) for a in mp.assignments]
-    total = mp.charged() if what == "charge" else mp.used()
+    cols = [a.usage for a in mp.assignments]
+    total = mp.used()
     header = ("MiB", *names, "reserved", "total", "available", "headroom")
     rows: list[tuple[str, ...]] = [header]
     for k, (node, chiplet) in enumerate(t.buckets()):
@@ -144,41 +156,16 @@ def render_chiplets(mp: ModePlan, what: str) -> list[str]:
     return _table(rows, right=set(range(1, len(header))))
 
 
-def _waste(plan: DeploymentPlan) -> list[str]:
-    """How much room even budget shares waste, and what explicit counts make of it."""
-    t, mp = plan.target, plan.budget
-    unused, stranded = mp.unused_in_budgets(), mp.stranded()
-    per_device = (sum(unused) + sum(stranded)) // t.num_devices
-    line = (
-        f"even budget shares waste {mib(per_device)} MiB per device: {mib(sum(unused) // t.num_devices)} MiB set "
-        "aside inside budgets but not occupied (a budget pays for its model's tightest chiplet on every chiplet), "
-        f"and {mib(sum(stranded) // t.num_devices)} MiB of headroom no budget can reach (every budget takes the "
-        "same share of each chiplet, so the fullest chiplet bounds them all)."
-    )
-    out = ["", line]
-    if plan.blocks.feasible:
-        gains = [
-            f"{a.name} {a.kvcache_num_blocks - mp.assignment(a.name).kvcache_num_blocks:+d}"
-            for a in plan.blocks.assignments
-            if not a.fixed
-        ]
-        if any(not g.endswith(" +0") for g in gains):
-            out.append(
-                f"explicit counts (mode: blocks) pack tighter: {', '.join(gains)} blocks against the budget plan."
-            )
-        else:
-            out.append(
-                "explicit counts (mode: blocks) give the same counts here: the tightest chiplets bind both plans."
-            )
-    return out
-
-
-def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None) -> str:
+def render_plan(
+    plan: DeploymentPlan, name: str, sources: dict[str, str] | None = None, overrides: Overrides | None = None
+) -> str:
+    """The plan as text; ``overrides`` gives each suggestion as the command-line overrides that apply it."""
     t = plan.target
     out = [
         f"deployment {name} on {t.name}: {t.num_devices} x {t.npu.name} ({t.npu.product}), {t.num_chiplets} "
         f"chiplet(s) per device, {t.available_per_chiplet:,} B ({mib(t.available_per_chiplet)} MiB) available per chiplet",
         f"objective: {OBJECTIVE}",
+        f"accounting: {ACCOUNTING}",
     ]
     for r in plan.reservations:
         where = "spread evenly" if r.chiplet is None else f"on chiplet {r.chiplet}"
@@ -207,12 +194,16 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
         out.append("")
         built = " (what `rbln-build deployment=" + name + "` builds)" if mp.mode == plan.mode else ""
         title = (
-            "budget plan: memory_budget per model, split evenly over chiplets"
+            "budget plan: the smallest memory_budget per model that resolves to its count"
             if mp.mode == BUDGET
             else ("blocks plan: explicit kvcache_num_blocks per model, nothing split")
         )
         if not mp.feasible:
-            out.append(f"{title}{built}: DOES NOT FIT: {mp.reason}.")
+            if mp.conflicts:
+                out.append(f"{title}{built}: DOES NOT FIT; {len(mp.conflicts)} model(s) cannot fit:")
+                out += [f"  {c.reason}." for c in mp.conflicts]
+            else:
+                out.append(f"{title}{built}: DOES NOT FIT: {mp.reason}.")
             continue
         assert mp.objective is not None
         out.append(
@@ -233,8 +224,6 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
                     )
                 )
             out += _table(rows, right={2, 3, 4})
-            out.append("per chiplet, each model's budget share:")
-            out += ["  " + line for line in render_chiplets(mp, "charge")]
         else:
             rows = [("model", "kvcache_num_blocks", "share", "vs budget plan")]
             for a in mp.assignments:
@@ -249,19 +238,24 @@ def render_plan(plan: DeploymentPlan, name: str, sources: dict[str, str] | None 
                     )
                 )
             out += _table(rows, right={1, 3})
-            out.append("per chiplet, what each model occupies:")
-            out += ["  " + line for line in render_chiplets(mp, "usage")]
-    if plan.budget.feasible:
-        out += _waste(plan)
+        out.append("per chiplet, what each model occupies:")
+        out += ["  " + line for line in render_chiplets(mp)]
+    for model, targets in plan.elsewhere:
+        out.append("")
+        places = ", ".join(targets) if targets else "none of the other device targets"
+        out.append(f"{model} cannot fit even alone on {plan.target.name}; alone it fits on: {places}.")
     if plan.suggestions:
         out.append("")
         out.append(f"changes that fit, each verified by planning again (smallest first; {MEASURE}):")
         for s in plan.suggestions:
             counts = ", ".join(f"{a.name} {a.kvcache_num_blocks}" for a in s.plan.assignments)
             out.append(f"  {s.describe()}: gives up {float(s.given_up):.4f}; plan: {counts}")
+            if overrides is not None:
+                out.append(f"      {' '.join(shlex.quote(o) for o in overrides(s))}")
     elif not plan.feasible:
         out.append("")
         out.append(
-            "no single change found that fits (batch_size, max_seq_len, min_blocks, a fixed budget, a reservation)."
+            "no single change found that fits (device, batch_size, max_seq_len, min_blocks, a fixed budget, "
+            "a reservation, a model)."
         )
     return "\n".join(out) + "\n"

@@ -1,0 +1,79 @@
+"""A suggested change as the command-line overrides that apply it to the configured deployment.
+
+``plan`` prints them under each suggestion, so that a change is applied exactly as printed:
+``rbln-build plan deployment=<name> <overrides>`` plans the changed deployment (the tests run every
+printed line). A change keeps everything it does not name: dropping a model or a reservation lists
+the ones that stay with every key they were configured with, and each model's port, so no port moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..deploy import Suggestion
+from ._deployment import Deployment, DeploymentModel
+
+__all__ = ["overrides_for"]
+
+
+def _value(value: Any) -> str:
+    """A value in Hydra's override grammar: numbers and plain words as they are, other strings quoted."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    if text.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _mapping(items: dict[str, Any]) -> str:
+    return "{" + ",".join(f"{k}:{_value(v)}" for k, v in items.items() if v is not None) + "}"
+
+
+def _model_entry(dm: DeploymentModel) -> dict[str, Any]:
+    return {
+        "model": dm.model.name,
+        "name": dm.name if dm.name != dm.model.name else None,
+        "batch_size": dm.batch_size,
+        "max_seq_len": dm.max_seq_len,
+        "min_blocks": dm.min_blocks,
+        "weight": None if dm.weight == 1 else float(dm.weight),
+        "memory_budget": dm.memory_budget,
+        "port": dm.port,  # explicit: the models after a dropped one keep their ports
+    }
+
+
+def overrides_for(d: Deployment) -> Callable[[Suggestion], list[str]]:
+    """Suggestion -> the overrides (unquoted; the caller quotes them for a shell)."""
+    index = {m.name: i for i, m in enumerate(d.models)}
+
+    def apply(s: Suggestion) -> list[str]:
+        if s.kind == "mode":
+            return [f"deployment.mode={s.new}"]
+        if s.kind == "device":
+            return [f"deployment.device={s.new}"]
+        if s.kind == "drop_model":
+            kept = [_mapping(_model_entry(m)) for m in d.models if m.name != s.subject]
+            return ["deployment.models=[" + ",".join(kept) + "]"]
+        if s.kind in ("reservation", "drop_reservation"):
+            j = next(j for j, r in enumerate(d.reservations) if r.name == s.subject)
+            if s.kind == "reservation":
+                nbytes = int(s.new)  # type: ignore[call-overload]
+                return [f"deployment.reservations.{j}.bytes={nbytes // 2**20}MB"]
+            kept = [
+                _mapping({"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet})
+                for r in d.reservations
+                if r.name != s.subject
+            ]
+            return ["deployment.reservations=[" + ",".join(kept) + "]"]
+        i = index[s.subject]
+        out = [f"deployment.models.{i}.{s.kind}={_value(s.new)}"]
+        out += [f"deployment.models.{i}.{key}={_value(new)}" for key, _, new in s.also]
+        return out
+
+    return apply

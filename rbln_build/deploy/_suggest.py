@@ -1,0 +1,284 @@
+"""Changes that make an infeasible deployment fit, each verified by planning again with it applied.
+
+Each suggestion changes one thing and keeps every other constraint as configured; when a change
+forces another (a smaller batch whose full pool is below the model's ``min_blocks``), the suggestion
+says so with the new value (``Suggestion.also``). Searched:
+
+* ``mode``: explicit counts fit where budgets do not (a budget can only resolve to some counts);
+* ``device``: another device target (``targets``) on which the whole deployment fits;
+* ``batch_size`` / ``max_seq_len``: the largest smaller batch, the longest shorter length (a
+  multiple of the partition under flash attention), for each model that cannot fit;
+* ``min_blocks``: the largest smaller minimum, for a model that sets one;
+* ``memory_budget``: the largest budget that fits, for a model with a fixed budget;
+* ``reservation``: the largest size (whole MiB) at which a reservation fits, else ``drop_reservation``;
+* ``drop_model``: the deployment without one of its models.
+
+``given_up`` ranks them (``MEASURE``). A batch, length or device change needs the model's report
+there: ``reshape`` and ``retarget`` provide it (the build layer asks the compile cache or the memory
+model), so this module stays pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from ..errors import EstimateError, UserError
+from ._inputs import Reservation, Target, Tenant
+from ._planner import BLOCKS, BUDGET, ModePlan, Problem, budget_value
+
+__all__ = ["Suggestion", "Reshape", "Retarget", "MEASURE", "suggestions", "fits_alone_on"]
+
+Reshape = Callable[[Tenant, dict[str, int]], Tenant]
+Retarget = Callable[[Tenant, Target], Tenant]
+MiB = 2**20
+Also = tuple[tuple[str, object, object], ...]
+
+MEASURE = (
+    "what a change gives up: batch_size or max_seq_len, the fraction of the model's tokens in flight "
+    "(batch_size x max_seq_len); min_blocks, the fraction of its full pool no longer guaranteed; a fixed "
+    "memory_budget, the fraction of the budget; a reservation, the fraction of its bytes; dropping a model, "
+    "all of it (1); switching to mode blocks or to another device target, nothing of the models (0)"
+)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | drop_model
+    subject: str  # the model or reservation it changes ('' for mode and device)
+    old: object
+    new: object
+    given_up: Fraction
+    plan: ModePlan  # the plan with the change applied: proof that it fits
+    also: Also = ()  # further changes it makes: (key, old, new)
+
+    def describe(self) -> str:
+        if self.kind == "mode":
+            return "set mode: blocks (explicit kvcache_num_blocks: every count, not only those a budget resolves to)"
+        if self.kind == "device":
+            return f"device {self.old} -> {self.new} (the whole deployment on another device target)"
+        if self.kind == "drop_model":
+            return f"drop model {self.subject}"
+        if self.kind == "drop_reservation":
+            return f"drop reservation {self.subject} ({self.old:,} bytes per device)"
+        if self.kind == "reservation":
+            return f"reservation {self.subject}: bytes {self.old:,} -> {self.new:,} (the largest whole MiB that fits)"
+        text = f"{self.subject}: {self.kind} {self.old!r} -> {self.new!r}"
+        for key, old, new in self.also:
+            text += f", {key} {old!r} -> {new!r}"
+        return text
+
+
+def _variant(
+    target: Target, mode: str, tenants: Sequence[Tenant], reservations: Sequence[Reservation]
+) -> ModePlan | None:
+    """The plan with a change applied, when it fits (and the changed inputs are valid)."""
+    try:
+        changed = Problem(target, tenants, reservations)
+        if not changed.fits_at_floors(mode):
+            return None
+        return changed.solve(mode)
+    except (UserError, EstimateError):
+        return None
+
+
+def _with(tenants: Sequence[Tenant], index: int, tenant: Tenant) -> list[Tenant]:
+    out = list(tenants)
+    out[index] = tenant
+    return out
+
+
+def fits_alone_on(
+    name: str,
+    tenants: Sequence[Tenant],
+    reservations: Sequence[Reservation],
+    mode: str,
+    retarget: Retarget | None,
+    targets: Sequence[Target],
+) -> tuple[str, ...]:
+    """The other device targets on which this model alone (with the reservations) fits."""
+    if retarget is None:
+        return ()
+    tenant = next(t for t in tenants if t.name == name)
+    out = []
+    for target in targets:
+        try:
+            moved = retarget(tenant, target)
+        except (UserError, EstimateError):
+            continue
+        if _variant(target, mode, [moved], reservations) is not None:
+            out.append(target.name)
+    return tuple(out)
+
+
+def suggestions(
+    problem: Problem,
+    mode: str,
+    chosen: ModePlan,
+    blocks: ModePlan,
+    reshape: Reshape | None,
+    retarget: Retarget | None,
+    targets: Sequence[Target],
+) -> list[Suggestion]:
+    target = problem.target
+    tenants, reservations = list(problem.tenants), list(problem.reservations)
+    found: list[tuple[Fraction, int, Suggestion]] = []
+
+    def add(order: int, suggestion: Suggestion) -> None:
+        found.append((suggestion.given_up, order, suggestion))
+
+    if mode == BUDGET and blocks.feasible:
+        add(-2 * len(targets) - 2, Suggestion("mode", "", BUDGET, BLOCKS, Fraction(0), blocks))
+    if retarget is not None:
+        for i, other in enumerate(targets):
+            try:
+                moved = [retarget(t, other) for t in tenants]
+            except (UserError, EstimateError):
+                continue
+            variant = _variant(other, mode, moved, reservations)
+            if variant is not None:
+                add(-len(targets) - 1 + i, Suggestion("device", "", target.name, other.name, Fraction(0), variant))
+    for index, tenant in enumerate(tenants):
+        if tenant.name not in chosen.conflict:
+            continue
+        for suggestion in _tenant_changes(problem, mode, tenants, reservations, index, reshape):
+            add(index, suggestion)
+    n = len(tenants)
+    for index in range(len(reservations)):
+        smaller = _smaller_reservation(problem, mode, tenants, reservations, index)
+        if smaller is not None:
+            add(n + index, smaller)
+    if n > 1:
+        for index, tenant in enumerate(tenants):
+            variant = _variant(target, mode, tenants[:index] + tenants[index + 1 :], reservations)
+            if variant is not None:
+                add(
+                    n + len(reservations) + index,
+                    Suggestion("drop_model", tenant.name, None, None, Fraction(1), variant),
+                )
+    return [s for _, _, s in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+def _smaller_reservation(
+    problem: Problem, mode: str, tenants: list[Tenant], reservations: list[Reservation], index: int
+) -> Suggestion | None:
+    """The largest whole number of MiB below the reservation's size at which the plan fits; else,
+    when dropping it fits, that."""
+    r = reservations[index]
+
+    def plan_at(nbytes: int) -> ModePlan | None:
+        changed = list(reservations)
+        changed[index] = replace(r, nbytes=nbytes)
+        return _variant(problem.target, mode, tenants, changed)
+
+    lo, hi = 0, (r.nbytes - 1) // MiB  # candidates k * MiB < r.nbytes, k >= 1; k = 0 means none fits
+    best: tuple[int, ModePlan] | None = None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        variant = plan_at(mid * MiB)
+        if variant is not None:
+            lo, best = mid, (mid, variant)
+        else:
+            hi = mid - 1
+    if lo >= 1:
+        if best is None or best[0] != lo:
+            variant = plan_at(lo * MiB)
+            assert variant is not None
+            best = (lo, variant)
+        nbytes = lo * MiB
+        return Suggestion("reservation", r.name, r.nbytes, nbytes, Fraction(r.nbytes - nbytes, r.nbytes), best[1])
+    variant = _variant(problem.target, mode, tenants, reservations[:index] + reservations[index + 1 :])
+    if variant is None:
+        return None
+    return Suggestion("drop_reservation", r.name, r.nbytes, None, Fraction(1), variant)
+
+
+def _tenant_changes(
+    problem: Problem,
+    mode: str,
+    tenants: list[Tenant],
+    reservations: list[Reservation],
+    index: int,
+    reshape: Reshape | None,
+) -> list[Suggestion]:
+    tenant = tenants[index]
+    out: list[Suggestion] = []
+    demand = problem.demands[index]
+
+    def first_fit(kind: str, old: object, candidates: Iterable[tuple[object, Tenant, Fraction, Also]]) -> None:
+        for new, changed, given_up, also in candidates:
+            variant = _variant(problem.target, mode, _with(tenants, index, changed), reservations)
+            if variant is not None:
+                out.append(Suggestion(kind, tenant.name, old, new, given_up, variant, also))
+                return
+
+    if tenant.fixed:
+        resolved = problem.fixed_resolution(demand)
+        current = None if isinstance(resolved, str) else resolved[1]
+        C = problem.target.num_chiplets
+        budgets = sorted({demand.slice(n) * C for n, _ in problem.options(demand, BUDGET)}, reverse=True)
+        if current is not None:
+            budgets = [b for b in budgets if b < current]
+        budgets = [b for b in budgets if 0 < b <= problem.target.npu.available_bytes]
+        first_fit(
+            "memory_budget",
+            tenant.memory_budget,
+            [
+                (
+                    budget_value(b),
+                    replace(tenant, memory_budget=budget_value(b)),
+                    Fraction(max(current - b, 0), current) if current else Fraction(0),
+                    (),
+                )
+                for b in budgets
+            ],
+        )
+    if tenant.min_blocks is not None and tenant.min_blocks > tenant.floor and not tenant.eager:
+        first_fit(
+            "min_blocks",
+            tenant.min_blocks,
+            [
+                (n, replace(tenant, min_blocks=n), Fraction(tenant.min_blocks - n, tenant.full), ())
+                for n in range(tenant.min_blocks - 1, tenant.floor - 1, -1)
+            ],
+        )
+    if reshape is None:
+        return out
+    att = tenant.attention
+    first_fit(
+        "batch_size",
+        att.batch_size,
+        (  # lazily: each candidate needs a report
+            (b, changed[0], Fraction(att.batch_size - b, att.batch_size), changed[1])
+            for b in range(att.batch_size - 1, 0, -1)
+            if (changed := _reshaped(reshape, tenant, {"batch_size": b})) is not None
+        ),
+    )
+    step = att.kvcache_partition_len if att.attn_impl == "flash_attn" else None
+    if step:
+        first_fit(
+            "max_seq_len",
+            att.max_seq_len,
+            (
+                (s, changed[0], Fraction(att.max_seq_len - s, att.max_seq_len), changed[1])
+                for s in range(att.max_seq_len - step, 0, -step)
+                if (changed := _reshaped(reshape, tenant, {"max_seq_len": s})) is not None
+            ),
+        )
+    return out
+
+
+def _reshaped(reshape: Reshape, tenant: Tenant, change: dict[str, int]) -> tuple[Tenant, Also] | None:
+    """The tenant at another geometry, keeping its ``min_blocks`` where it still lies between the new
+    floor and full pool; else moved to the nearest of the two, and that change is returned too.
+    None when the options are invalid there."""
+    try:
+        changed = reshape(tenant, change)
+    except (UserError, EstimateError):
+        return None
+    minimum = tenant.min_blocks
+    if minimum is None or changed.eager or changed.floor <= minimum <= changed.full:
+        return replace(changed, min_blocks=minimum), ()
+    moved = min(max(minimum, changed.floor), changed.full)
+    return replace(changed, min_blocks=moved), (("min_blocks", minimum, moved),)
