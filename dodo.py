@@ -12,8 +12,8 @@ every doit command that runs tasks or changes doit's state) takes the same lock,
 import sys
 from pathlib import Path
 
-from rbln_build.build._lock import lock_for_doit
-from rbln_build.build._tasks import dodo_namespace
+from rbln_build.pipeline._tasks import dodo_namespace
+from rbln_build.store._lock import lock_for_doit
 
 _namespace = dodo_namespace()
 _LOCK = lock_for_doit(Path(_namespace["DOIT_CONFIG"]["dep_file"]).parent, sys.argv)

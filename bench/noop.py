@@ -36,7 +36,7 @@ K1000 = [
 ]
 HYDRA_APP = f"""
 import hydra
-from rbln_build.build._config import register_configs
+from rbln_build.config._config import register_configs
 register_configs()
 @hydra.main(version_base="1.3", config_path={str(REPO / "conf")!r}, config_name="config")
 def app(cfg):
@@ -52,7 +52,7 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess
 
 
 def rbln(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "rbln_build.build.cli", "progress=false", *args]
+    return [sys.executable, "-m", "rbln_build.cli", "progress=false", *args]
 
 
 def ensure_built(name: str, args: list[str], root: Path) -> float | None:
@@ -84,7 +84,7 @@ def status_times(name: str, args: list[str], root: Path, repeat: int) -> list[fl
     build = root / name
     times = []
     for _ in range(repeat):
-        took, proc = timed([sys.executable, "-m", "rbln_build.build.cli", "status", *args, f"build_dir={build}"], REPO)
+        took, proc = timed([sys.executable, "-m", "rbln_build.cli", "status", *args, f"build_dir={build}"], REPO)
         if proc.returncode != 0:
             sys.exit(f"{name}: status says the build is not up to date:\n{proc.stdout[-2000:]}\n{proc.stderr}")
         times.append(took)

@@ -5,7 +5,7 @@ that fills a remote cache against a build in a fresh build dir whose compiles al
 
 The matrix: tiny_llama and tiny_qwen3 (real torch.export programs) x atom_max_x4, rebel100 x batch
 sizes 1, 2, budget null: 8 compile keys, 8 cells. Every run is the real CLI (``python -m
-rbln_build.build.cli``) in a fresh build directory, timed wall-clock from start to exit, so each
+rbln_build.commands._build``) in a fresh build directory, timed wall-clock from start to exit, so each
 includes the process start, the imports and the worker start-up (spawned processes import torch
 themselves; a local Ray cluster starts and stops inside the run). The runs are checked for equal
 manifests (a run whose manifest differs is reported, not timed silently).
@@ -43,7 +43,7 @@ def run(label: str, work: Path, *overrides: str, env: dict[str, str] | None = No
     build = work / re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")  # a plain Hydra override value
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", *MATRIX, f"build_dir={build}", *overrides],
+        [sys.executable, "-m", "rbln_build.cli", *MATRIX, f"build_dir={build}", *overrides],
         cwd=work,
         capture_output=True,
         text=True,

@@ -1,8 +1,8 @@
-"""``python -m rbln_build.explain``: the same as ``rbln-build explain`` (rbln_build.build._explain_cli)."""
+"""``python -m rbln_build.explain``: the same as ``rbln-build explain`` (rbln_build.commands._explain)."""
 
 import sys
 
-from .build._explain_cli import main
+from .commands._explain import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

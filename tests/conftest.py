@@ -15,5 +15,5 @@ if PLUGINS not in sys.path:
     sys.path.insert(0, PLUGINS)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PLUGINS, os.environ.get("PYTHONPATH")) if p)
 
-# A project chosen in the caller's environment must not leak into the tests (build._project).
+# A project chosen in the caller's environment must not leak into the tests (config._project).
 os.environ.pop("RBLN_BUILD_PROJECT", None)

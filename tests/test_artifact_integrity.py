@@ -141,7 +141,7 @@ def test_a_pickle_payload_in_the_program_is_refused_before_anything_is_unpickled
 
 
 def test_run_with_the_manifest_catches_a_rewritten_record(cell: Path, tmp_path: Path, capsys) -> None:
-    from rbln_build.build._store import Store
+    from rbln_build.store._store import Store
 
     build = tmp_path / "build"
     entry = Store(build / "cache").put(

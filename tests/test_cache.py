@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._publish import link_atomic
-from rbln_build.build._store import Store, content_hash, write_atomic
 from rbln_build.errors import BuildError
+from rbln_build.pipeline._publish import link_atomic
+from rbln_build.store._store import Store, content_hash, write_atomic
 
 K1 = "1" * 64  # cache keys are sha256 hex digests
 C1 = "c" * 64

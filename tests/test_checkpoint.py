@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._recipe_add import add_recipe
+from rbln_build.commands._recipe import add_recipe
 from rbln_build.errors import ConfigError, RecipeError
 from rbln_build.memory import _checkpoint
 from rbln_build.memory._checkpoint import INDEX_FILE, inspect_checkpoint, weights_digest

@@ -32,7 +32,7 @@ def rbln(
 ) -> subprocess.CompletedProcess[str]:
     """The real CLI; with ``modules``, through tests/plugins/rbln_cli_imports, which lists there the
     torch/transformers modules the run imported."""
-    runner = ["-m", "rbln_build.build.cli"] if modules is None else ["-m", "rbln_cli_imports", str(modules)]
+    runner = ["-m", "rbln_build.cli"] if modules is None else ["-m", "rbln_cli_imports", str(modules)]
     return subprocess.run(
         [sys.executable, *runner, *args],
         cwd=cwd,
@@ -45,7 +45,7 @@ def rbln(
 
 def popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rbln_build.build.cli", *args],
+        [sys.executable, "-m", "rbln_build.cli", *args],
         cwd=cwd,
         env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
         stdout=subprocess.PIPE,

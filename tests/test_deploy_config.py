@@ -8,8 +8,8 @@ from fractions import Fraction
 import pytest
 from omegaconf import OmegaConf
 
-from rbln_build.build._config import CONF_DIR, compose_settings, list_group_options
-from rbln_build.build._deployment import deployment_from_config
+from rbln_build.config._config import CONF_DIR, compose_settings, list_group_options
+from rbln_build.config._deployment import deployment_from_config
 from rbln_build.deploy import Reservation
 from rbln_build.errors import ConfigError
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._store import Store, is_key
+from rbln_build.store._store import Store, is_key
 
 SMALL = ["matrix=plans", "model=qwen3_8b", "device=rebel100", "progress=false"]
 
@@ -120,8 +120,8 @@ def test_killed_rebuild_that_changes_every_artifact(
     """The build dir holds a build of the same cells from an edited recipe (other compile key, so
     every artifact differs); the original is rebuilt into it and killed at each mutation. The
     manifest on disk must always agree with the links it names, once rolled forward."""
-    from rbln_build.build._publish import recover
     from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR
+    from rbln_build.pipeline._publish import recover
 
     reference, _ = clean
     recipes = tmp_path / "recipes"

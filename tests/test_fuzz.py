@@ -1,7 +1,7 @@
 """Fuzz (hypothesis) of the two ways input reaches rbln-build: the CLI's configuration path and the
 JSON-lines estimator.
 
-* CLI: ``rbln_build.build.cli.main`` in process with generated Hydra overrides (names with
+* CLI: ``rbln_build.commands._build.main`` in process with generated Hydra overrides (names with
   separators and unicode, huge and negative numbers, budget strings, nested lists, build dirs,
   expect_failure and include entries). The build itself is replaced by the matrix expansion (every
   config and recipe check runs; nothing is compiled), so an example takes about half a second. For
@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rbln_build.build import cli
+from rbln_build import cli
 from rbln_build.estimator._jsonl import run as estimate_lines
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -116,7 +116,7 @@ argvs = st.tuples(st.booleans(), st.lists(overrides, min_size=1, max_size=4)).ma
 
 def _expand_only(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     """The build replaced by what precedes its first write: every job expanded into cells."""
-    from rbln_build.build._matrix import expand_all
+    from rbln_build.config import expand_all
 
     expand_all(jobs)
     return 0
@@ -179,7 +179,7 @@ def test_real_cli_hostile_overrides(tmp_path: Path, override: str) -> None:
     work.mkdir()
     extra = ["device=rebel100"] if override.startswith("device.") else []
     proc = subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", "matrix=plans", *extra, override],
+        [sys.executable, "-m", "rbln_build.cli", "matrix=plans", *extra, override],
         cwd=work,
         capture_output=True,
         text=True,

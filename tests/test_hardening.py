@@ -19,15 +19,16 @@ from typing import Any
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._manifest import entry_for, status_of
-from rbln_build.build._matrix import expand, expand_all
-from rbln_build.build._publish import MANIFEST_FILE, recover
-from rbln_build.build._store import Store
-from rbln_build.build._tasks import STATE_FILE, BuildRun
+from rbln_build.config import expand_all
+from rbln_build.config._config import compose_settings
+from rbln_build.config._matrix import expand
 from rbln_build.errors import ConfigError, RecipeError
 from rbln_build.estimator._jsonl import main as estimate_main
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
+from rbln_build.pipeline._manifest import entry_for, status_of
+from rbln_build.pipeline._publish import MANIFEST_FILE, recover
+from rbln_build.pipeline._tasks import STATE_FILE, BuildRun
+from rbln_build.store._store import Store
 
 SMALL = ["matrix=plans", "model=qwen3_8b", "device=rebel100"]  # one compile, two cells, two artifacts
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
@@ -68,7 +69,7 @@ def victim(tmp_path: Path) -> Path:
 
 def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", *args],
+        [sys.executable, "-m", "rbln_build.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -216,7 +217,7 @@ def test_full_disk_is_a_failure_not_a_success(tmp_path: Path) -> None:
     build = tmp_path / "build"
     with_expected_failure = ["matrix=plans", "model=qwen3_8b"]  # qwen3_8b.atom_max_x4.b0.3 is declared to fail
     proc = subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", *with_expected_failure, f"build_dir={build}"],
+        [sys.executable, "-m", "rbln_build.cli", *with_expected_failure, f"build_dir={build}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

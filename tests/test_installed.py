@@ -129,7 +129,7 @@ def test_a_checkpoint_from_save_pretrained(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt, max_shard_size="100KB")  # sharded: an index and several files
     assert (ckpt / "model.safetensors.index.json").is_file()
-    cli = [sys.executable, "-m", "rbln_build.build.cli"]
+    cli = [sys.executable, "-m", "rbln_build.cli"]
     run([*cli, "init", "proj"], cwd=tmp_path)
     proj = tmp_path / "proj"
     run([*cli, "recipe", "add", "tiny", "--from", str(ckpt)], cwd=proj)

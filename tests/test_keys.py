@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._keys import canonical_json, cell_key, compile_key, digest
-from rbln_build.build._matrix import expand
+from rbln_build.config._config import compose_settings
+from rbln_build.config._matrix import expand
+from rbln_build.store._keys import canonical_json, cell_key, compile_key, digest
 
 TOOLCHAIN = {"torch": "2.13.0", "transformers": "5.15.1", "format": "1"}
 
@@ -78,7 +78,7 @@ def test_toolchain_reaches_every_key() -> None:
 
 def test_code_versions_follow_the_import_closure() -> None:
     import rbln_build
-    from rbln_build.build._keys import RESOLVE_MODULE, backend_module, module_closure
+    from rbln_build.store._keys import RESOLVE_MODULE, backend_module, module_closure
 
     pkg = Path(rbln_build.__file__).parent
 

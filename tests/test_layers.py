@@ -1,6 +1,9 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    build      -> deploy, reporting, backends, memory, estimator, errors
+    commands   -> pipeline, config, store, deploy, reporting, backends, memory, estimator, errors
+    pipeline   -> config, store, deploy, backends, memory, estimator, errors
+    config     -> store, deploy, backends, memory, estimator, errors
+    store      -> backends, memory, estimator, errors   (the content-addressed cache)
     deploy     -> estimator, errors           (the co-location planner: pure arithmetic over reports)
     reporting  -> estimator, errors           (reads manifests and compile entries as files)
     backends   -> memory, estimator, errors
@@ -30,9 +33,12 @@ ALLOWED = {
     "backends": {"memory", "estimator", "errors"},
     "deploy": {"estimator", "errors"},
     "reporting": {"estimator", "errors"},
-    "build": {"deploy", "reporting", "backends", "memory", "estimator", "errors"},
+    "store": {"backends", "memory", "estimator", "errors"},
+    "config": {"store", "deploy", "backends", "memory", "estimator", "errors"},
+    "pipeline": {"config", "store", "deploy", "backends", "memory", "estimator", "errors"},
+    "commands": {"pipeline", "config", "store", "deploy", "reporting", "backends", "memory", "estimator", "errors"},
 }
-ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "__init__.py", "errors.py"}  # top-level modules
+ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "cli.py", "__init__.py", "errors.py"}  # top-level modules
 
 
 def _layer(path: Path) -> str:
@@ -74,7 +80,7 @@ MODULES = sorted(p for p in PKG.rglob("*.py") if p.relative_to(PKG).as_posix() n
 def test_imports_point_down(path: Path) -> None:
     layer = _layer(path)
     assert layer in ALLOWED, f"{path.relative_to(PKG)}: a new subpackage; add its layer to ALLOWED (and the docs)"
-    wrong = _imported_layers(path) - ALLOWED[layer] - {layer}
+    wrong = _imported_layers(path) - ALLOWED[layer] - {layer, "__version__"}  # the package version: any layer
     assert not wrong, f"{path.relative_to(PKG)} ({layer}) imports {sorted(wrong)}; imports point down only"
 
 
@@ -96,3 +102,76 @@ def test_the_estimator_imports_nothing_heavy_and_nothing_above_it() -> None:
     assert [m for m in ours if not m.startswith("rbln_build.estimator")] == ["rbln_build", "rbln_build.errors"]
     foreign = sorted({m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names) - {"rbln_build"})
     assert foreign == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The rbln_build modules ``path`` imports at run time (top level or inside functions; imports
+    under ``if TYPE_CHECKING:`` only feed the type checker and are left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    known = {_module_name(p) for p in PKG.rglob("*.py")}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("rbln_build"):
+                continue
+            for alias in node.names:  # `from pkg import module` imports that module
+                sub = f"{target}.{alias.name}"
+                out.add(sub if sub in known else target)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("rbln_build"))
+    return {m for m in out if m in known and m != me}
+
+
+def test_no_import_cycles() -> None:
+    """No module imports itself through others (Tarjan's strongly connected components)."""
+    graph = {_module_name(p): _runtime_imports(p) for p in PKG.rglob("*.py")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                cycles.append(sorted(scc))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert cycles == [], f"import cycles: {cycles}"

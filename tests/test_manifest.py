@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._manifest import SCHEMA_VERSION, entry_for, render_manifest, summarize
-from rbln_build.build._matrix import Cell, expand
-from rbln_build.build._result import CellResult
+from rbln_build.config._config import compose_settings
+from rbln_build.config._matrix import Cell, expand
+from rbln_build.pipeline._manifest import SCHEMA_VERSION, entry_for, render_manifest, summarize
+from rbln_build.store._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 INSUFFICIENT = (

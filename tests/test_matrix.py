@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._matrix import expand, expand_all, format_budget
+from rbln_build.config import expand_all
+from rbln_build.config._config import compose_settings
+from rbln_build.config._matrix import expand, format_budget
 from rbln_build.errors import ConfigError
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}

@@ -59,7 +59,7 @@ def test_ctrl_c_stops_the_workers_keeps_whole_entries_and_the_next_run_resumes(t
     # The RBLN-CR compiles linger; the RBLN-CA ones finish. Ctrl-C comes once both CA keys are in.
     env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_FAMILY="RBLN-CR")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rbln_build.build.cli", *PLANS, SLOW, "jobs=2", f"build_dir={build}"],
+        [sys.executable, "-m", "rbln_build.cli", *PLANS, SLOW, "jobs=2", f"build_dir={build}"],
         cwd=tmp_path,
         env=env,
         stderr=subprocess.PIPE,

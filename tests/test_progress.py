@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._progress import (
+from rbln_build.pipeline._progress import (
     CompileHistory,
     LineProgress,
     LiveProgress,
@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from rbln_build.build._progress import make_progress
+    from rbln_build.pipeline._progress import make_progress
     p = make_progress(sys.argv[1] == "live", history=Path(sys.argv[2]))
     p.plan(["tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"], 3)
     for label in ("tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"):
@@ -201,7 +201,14 @@ def test_a_real_build_logs_plain_lines_and_a_rebuild_counts_what_was_up_to_date(
     (tmp_path / "inv").mkdir()
     os.symlink(_CACHE, tmp_path / "inv" / "inventory")
     # jobs=1: the doit tasks themselves run the stages, in order (jobs=N's lines: tests/test_parallel.py)
-    args = [sys.executable, "-m", "rbln_build.build.cli", "matrix=plans", "jobs=1", f"build_dir={tmp_path / 'build'}"]
+    args = [
+        sys.executable,
+        "-m",
+        "rbln_build.cli",
+        "matrix=plans",
+        "jobs=1",
+        f"build_dir={tmp_path / 'build'}",
+    ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", RBLN_BUILD_CACHE=str(tmp_path / "inv"), TERM="xterm")
     env.pop("CI", None)
     first = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._init import scaffold
-from rbln_build.build._matrix import expand
-from rbln_build.build._project import MARKER, PROJECT_ENV, find_project, split_project_arg
+from rbln_build.commands._init import scaffold
+from rbln_build.config._config import compose_settings
+from rbln_build.config._matrix import expand
+from rbln_build.config._project import MARKER, PROJECT_ENV, find_project, split_project_arg
 from rbln_build.errors import ConfigError, RecipeError
 from rbln_build.memory._shipped import shipped_dir
 
@@ -142,7 +142,7 @@ def test_init_scaffolds_a_composable_project_and_never_overwrites(tmp_path: Path
 
 
 def test_the_manifest_has_no_absolute_path(tmp_path: Path) -> None:
-    from rbln_build.build._manifest import entry_for
+    from rbln_build.pipeline._manifest import entry_for
 
     root = make_project(tmp_path / "p", {})
     shutil.copytree(shipped_dir("recipes") / "qwen3_8b", root / "recipes" / "qwen3_8b")

@@ -36,7 +36,7 @@ def test_executor_ray_without_ray_is_a_configuration_error_naming_the_extra(tmp_
         "        if name == 'ray' or name.startswith('ray.'):\n"
         "            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, NoRay())\n"
-        "from rbln_build.build.cli import main\n"
+        "from rbln_build.cli import main\n"
         "sys.argv[1:] = sys.argv[1:]\n"
         "main()\n"
     )
@@ -124,7 +124,7 @@ def _kill_mid_compile(
     args = [
         sys.executable,
         "-m",
-        "rbln_build.build.cli",
+        "rbln_build.cli",
         *PLANS,
         SLOW,
         "executor=ray",

@@ -55,7 +55,7 @@ def _build(root: Path, recipes: Path, *overrides: str) -> subprocess.CompletedPr
         [
             sys.executable,
             "-m",
-            "rbln_build.build.cli",
+            "rbln_build.cli",
             "matrix=tiny",
             "matrix.backend=rbln",
             "matrix.devices=[atom_max]",

@@ -88,7 +88,7 @@ def test_two_build_dirs_compiling_at_once_leave_one_consistent_entry_per_key(tmp
             [
                 sys.executable,
                 "-m",
-                "rbln_build.build.cli",
+                "rbln_build.cli",
                 *PLANS,
                 "jobs=1",
                 f"build_dir={tmp_path / n}",

@@ -142,7 +142,7 @@ def test_a_wrong_pointer_never_deletes_the_blob_another_key_points_to(
 def test_a_pointer_is_published_once_on_a_filesystem(tmp_path: Path) -> None:
     import fsspec
 
-    from rbln_build.build._remote_io import publish_if_absent
+    from rbln_build.store._remote_io import publish_if_absent
 
     fs = fsspec.filesystem("file")
     final = str(tmp_path / "compile" / "k")
@@ -165,7 +165,7 @@ def test_a_pointer_is_published_once_on_a_filesystem(tmp_path: Path) -> None:
 
 
 def test_a_hung_call_is_abandoned_at_its_deadline() -> None:
-    from rbln_build.build._remote_io import RemoteTimeout, bounded
+    from rbln_build.store._remote_io import RemoteTimeout, bounded
 
     release = threading.Event()
     started = time.perf_counter()

@@ -37,7 +37,7 @@ PNG_SRC = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 def rbln(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rbln_build.build.cli", *args],
+        [sys.executable, "-m", "rbln_build.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -174,7 +174,7 @@ def test_two_runs_give_identical_bytes_wherever_the_build_is(build: Path, page: 
     code = (
         "import sys; from rbln_build.reporting import main; assert main(sys.argv[1:]) == 0\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'hydra', 'doit'))\n"
-        "mine = sorted(m for m in sys.modules if m.startswith(('rbln_build.build', 'rbln_build.memory',"
+        "mine = sorted(m for m in sys.modules if m.startswith(('rbln_build.config', 'rbln_build.store', 'rbln_build.pipeline', 'rbln_build.commands', 'rbln_build.memory',"
         " 'rbln_build.backends')))\n"
         "assert not heavy and not mine, (heavy[:5], mine)"
     )
@@ -226,7 +226,7 @@ def test_no_manifest_is_a_clear_error(tmp_path: Path) -> None:
 def test_without_matplotlib_the_error_names_the_extra(build: Path, tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['matplotlib'] = None\n"  # import matplotlib now raises ImportError
-        "from rbln_build.build.cli import main; sys.argv = ['rbln-build', 'report', sys.argv[1]]; main()"
+        "from rbln_build.cli import main; sys.argv = ['rbln-build', 'report', sys.argv[1]]; main()"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, f"build_dir={build}"], capture_output=True, text=True, cwd=tmp_path
@@ -420,7 +420,7 @@ def test_a_manifest_from_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
 def test_explain_works_without_matplotlib_until_asked_to_plot(warm_cache: Path) -> None:
     code = (
         "import sys; sys.modules['matplotlib'] = None\n"
-        "from rbln_build.build.cli import main; sys.argv = ['rbln-build', 'explain', *sys.argv[1:]]; main()"
+        "from rbln_build.cli import main; sys.argv = ['rbln-build', 'explain', *sys.argv[1:]]; main()"
     )
     env = dict(os.environ, RBLN_BUILD_CACHE=str(warm_cache), HF_HUB_OFFLINE="1")
     table = subprocess.run(

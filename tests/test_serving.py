@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._manifest import entry_for
-from rbln_build.build._matrix import expand
-from rbln_build.build._result import CellResult
-from rbln_build.build._serving import command_for, serving_for
+from rbln_build.config._config import compose_settings
+from rbln_build.config._matrix import expand
 from rbln_build.estimator import resolve_budget
+from rbln_build.pipeline._manifest import entry_for
+from rbln_build.pipeline._serving import command_for, serving_for
+from rbln_build.store._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from rbln_build.build._diff import diff_manifests
-from rbln_build.build._status import changed_inputs
+from rbln_build.commands._diff import diff_manifests
+from rbln_build.commands._status import changed_inputs
 from rbln_build.memory._shipped import shipped_dir
 
 MATRIX = "models: [llama3_2_1b]\ndevices: [rebel100]\nbudgets: [0.3, 0.5]\n"
 
 
 def rbln(args: list[str], cwd: Path, modules: Path | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
-    runner = ["-m", "rbln_build.build.cli"] if modules is None else ["-m", "rbln_cli_imports", str(modules)]
+    runner = ["-m", "rbln_build.cli"] if modules is None else ["-m", "rbln_cli_imports", str(modules)]
     return subprocess.run(
         [sys.executable, *runner, *args],
         cwd=cwd,
@@ -215,7 +215,7 @@ def test_gc_and_doit_wait_for_the_build_lock(project: Path, command: list[str]) 
     lock.acquire()
     try:
         if command == ["gc"]:
-            args = [sys.executable, "-m", "rbln_build.build.cli", "gc"]
+            args = [sys.executable, "-m", "rbln_build.cli", "gc"]
         else:
             dodo = Path(__file__).resolve().parents[1] / "dodo.py"
             args = [sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(project), "run"]  # -d: the project

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from rbln_build.build._config import compose_settings
-from rbln_build.build._matrix import expand_all
-from rbln_build.build._tasks import BuildRun, scope_inventory_cache
+from rbln_build.config import expand_all
+from rbln_build.config._config import compose_settings
+from rbln_build.pipeline._tasks import BuildRun, scope_inventory_cache
 
 FLAKY = "matrix.backend=rbln_test_plugins:FlakyBackend"
 

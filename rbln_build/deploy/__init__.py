@@ -9,7 +9,7 @@
     _plan      both modes, and for an infeasible plan its conflicts and suggestions
     _render    the plan and the per-chiplet table as text and as JSON
 
-It imports the estimator only; the build layer (rbln_build.build._deployment) gives it reports from
+It imports the estimator only; the build layer (rbln_build.config._deployment) gives it reports from
 the compile cache or the memory model, and turns a plan into cells.
 """
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._inputs import Tenant
     from ._planner import Problem
 
-__all__ = ["Conflict", "find_conflicts", "EXACT_MODELS"]
+__all__ = ["Conflict", "find_conflicts", "bound_text", "EXACT_MODELS"]
 
 EXACT_MODELS = 12
 MiB = 2**20
@@ -58,10 +59,15 @@ def _where(problem: Problem, members: Sequence[str], mode: str) -> str:
     )
 
 
+def bound_text(t: Tenant) -> str:
+    if t.fixed:
+        return f"count at its fixed memory_budget {t.memory_budget!r}"
+    what = "full pool (eager attention)" if t.eager else "floor" if t.lower_bound == t.floor else "min_blocks"
+    return f"{what} of {t.lower_bound} blocks"
+
+
 def find_conflicts(problem: Problem, mode: str) -> tuple[Conflict, ...]:
     """Every model that cannot fit, in the deployment's order (empty when the lower bounds fit)."""
-    from ._planner import bound_text
-
     target = problem.target
     held = f" with the reservations ({', '.join(r.name for r in problem.reservations)})" if problem.reservations else ""
     names = [t.name for t in problem.tenants]

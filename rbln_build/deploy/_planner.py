@@ -341,13 +341,6 @@ class Problem:
         return plan
 
 
-def bound_text(t: Tenant) -> str:
-    if t.fixed:
-        return f"count at its fixed memory_budget {t.memory_budget!r}"
-    what = "full pool (eager attention)" if t.eager else "floor" if t.lower_bound == t.floor else "min_blocks"
-    return f"{what} of {t.lower_bound} blocks"
-
-
 def _check_resolves(problem: Problem, d: Demand, budget: object, count: int) -> None:
     """A planned budget must resolve to exactly its count through the estimator itself."""
     t = d.tenant

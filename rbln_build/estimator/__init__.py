@@ -14,7 +14,7 @@ once, the search reads them, the breakdown reads the search, the estimate reads 
     _estimate    Request -> Resolution: validation, the rules, every message
     _jsonl       ``python -m rbln_build.estimate``: the estimator as a JSON-lines filter
 
-It imports nothing from ``rbln_build.build``, ``rbln_build.memory`` or ``rbln_build.backends``
+It imports nothing from ``rbln_build.memory``, ``rbln_build.backends`` or any layer above them
 (a test checks it), so any of them may use it.
 """
 

@@ -33,7 +33,7 @@ from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
 
-DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (build._project)
+DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (config._project)
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHT_BITS = (16, 8, 4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rbln_build.build.cli import main
+from rbln_build.cli import main
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])

@@ -89,6 +89,6 @@ if __name__ == "__main__":
     atexit.register(lambda: count_file.write_text(str(_seen)))  # registered first: runs last
     _install(root, kill_at)
     sys.argv = ["rbln-build", *sys.argv[4:]]
-    from rbln_build.build.cli import main
+    from rbln_build.cli import main
 
     main()

@@ -1,0 +1,251 @@
+"""``rbln-build``: compose the matrix with Hydra, build it with doit, print the results.
+
+    rbln-build                                   build the default matrix (conf/config.yaml)
+    rbln-build matrix=release device=atom_max_x4 budget=0.3
+    rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
+    rbln-build explain model=qwen3_8b device=rebel100
+    rbln-build plan deployment=qwen3_8b_llama3_2_1b      (and serve-command, explain deployment=)
+    rbln-build report [build_dir=build] [--open]
+    rbln-build --help
+
+Hydra is the composition layer: each Hydra job (one for a run, one per combination for ``-m``)
+composes and validates its config and contributes its cells; the union of the jobs' cells is then
+built by one doit run under the build directory's lock. A sweep therefore shares one build
+directory, one cache and one manifest, and gives exactly the entries of the equivalent matrix.
+
+Exit status: 0 when every cell built or failed as declared in ``matrix.expect_failure``; 1 when a
+cell failed otherwise, or the outputs could not be written (then no manifest path is printed); 2 for
+a configuration error (one line naming the key or file; nothing is written); 3 for an internal error
+(one line naming the file that holds the traceback). No input produces a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run", "compose"]
+
+
+def _compose_jobs(
+    project: Any, args: list[str], prog: str = "rbln-build"
+) -> tuple[list[Any], list[BaseException], bool]:
+    """Compose ``args`` (Hydra overrides and flags) over ``project``'s configs: one BuildSettings
+    per Hydra job. The project's conf/ is the primary config folder; the shipped one follows."""
+    import contextlib
+    import io
+
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    from ..config import register_configs, settings_from_config
+    from ..errors import ConfigError, RblnBuildError
+    from ..pipeline import _sweep
+    from ._guard import one_line
+
+    register_configs()
+    jobs: list[Any] = []
+    errors: list[BaseException] = []
+    called = [False]
+
+    @hydra.main(version_base="1.3", config_path=str(project.primary_conf), config_name=project.config_name)
+    def job(cfg: Any) -> None:
+        if _sweep.in_worker():  # a launcher runs this job in its own process: it builds its cells there
+            hc = HydraConfig.get()
+            try:
+                settings = settings_from_config(
+                    cfg,
+                    dict(hc.runtime.choices),
+                    cwd=project.root,
+                    conf_dirs=project.conf_dirs,
+                    recipe_dirs=project.recipe_dirs,
+                )
+                error = None
+            except RblnBuildError as exc:
+                settings, error = None, exc
+            _sweep.run_job(hc.job.num, list(hc.overrides.task), settings, error)
+            return
+        called[0] = True
+        try:
+            jobs.append(
+                settings_from_config(
+                    cfg,
+                    dict(HydraConfig.get().runtime.choices),
+                    cwd=project.root,
+                    conf_dirs=project.conf_dirs,
+                    recipe_dirs=project.recipe_dirs,
+                )
+            )
+        except RblnBuildError as exc:
+            errors.append(exc)
+        except OmegaConfBaseException as exc:  # e.g. a missing value or interpolation met while converting
+            errors.append(ConfigError(one_line(str(exc))))
+        except Exception as exc:  # a bug: reported by main() as one line with a log file
+            errors.append(exc)
+
+    searchpath = project.searchpath_override()
+    sys.argv = [prog, *args, *([searchpath] if searchpath else [])]
+    launch = _sweep.begin()
+    captured = io.StringIO()  # Hydra's own error reports span several lines; the user gets one
+    try:
+        with contextlib.redirect_stderr(captured):
+            job()
+    except SystemExit as exc:  # Hydra reported a composition error: a configuration error, exit 2
+        if exc.code not in (0, None):
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                sys.stderr.write(captured.getvalue())
+            print(f"rbln-build: {one_line(captured.getvalue())}", file=sys.stderr)
+            raise SystemExit(2) from None
+        sys.stderr.write(captured.getvalue())
+        raise
+    finally:
+        elsewhere = _sweep.finish(launch, project)
+    sys.stderr.write(captured.getvalue())  # warnings of a successful composition
+    if elsewhere:  # the launcher ran the jobs in other processes; they built, this merges
+        return elsewhere, errors, True
+    argv = sys.argv[1:]
+    if (
+        not called[0]
+        and {"-m", "--multirun"} & set(argv)
+        and not {"-h", "--help", "--hydra-help", "-c", "--cfg", "--info", "-i"} & set(argv)
+    ):
+        raise _sweep.no_report_error(argv)
+    return jobs, errors, called[0]
+
+
+def _table(entries: list[dict[str, Any]], redone: set[str]) -> str:
+    rows = [("cell", "status", "blocks", "full", "floor", "budget", "budget bytes", "produced", "this run")]
+    for e in entries:
+        status = e["status"]
+        rows.append(
+            (
+                e["cell"],
+                status,
+                "-" if e["kvcache_num_blocks"] is None else str(e["kvcache_num_blocks"]),
+                "-" if e["num_full_blocks"] is None else str(e["num_full_blocks"]),
+                "-" if e["num_min_blocks"] is None else str(e["num_min_blocks"]),
+                repr(e["memory_budget"]) if not isinstance(e["memory_budget"], str) else e["memory_budget"],
+                "-" if e["budget_bytes"] is None else f"{e['budget_bytes']:,}",
+                e["produced"] or "-",
+                "built" if e["cell"] in redone else "cached",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for e in entries:
+        if e["status"] in ("failed", "unexpected_success", "expected_failure") and e["error"]:
+            lines.append(f"{e['cell']} [{e['status']}, {e['error_kind']}]: {e['error']}")
+    return "\n".join(lines)
+
+
+def _lock(build_dir: Path) -> Any:
+    """Create the build directory and hold its lock; a place that cannot be written is a
+    configuration error naming build_dir (exit 2)."""
+    from ..errors import ConfigError
+    from ..store import acquire_build_lock
+
+    try:
+        return acquire_build_lock(build_dir)
+    except OSError as exc:
+        raise ConfigError(
+            f"build_dir: cannot create or lock {build_dir} ({exc.strerror or exc}); choose a writable directory."
+        ) from None
+
+
+def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
+    from ..config import expand_all
+    from ..pipeline import BuildRun
+
+    build_dir, cells = expand_all(jobs)
+    shard_line = None
+    if jobs[0].scale.shard is not None:  # CI without Ray: 1/N of the compile keys (rbln_build.config._shard)
+        from ..config._shard import select
+        from ..pipeline._startup import scope_inventory_cache
+
+        scope_inventory_cache(build_dir)
+        index, count = jobs[0].scale.shard
+        cells, total = select(cells, jobs[0].scale.shard)
+        mine = len({c.compile_key for c in cells if c.compile_key is not None})
+        shard_line = f"shard {index}/{count}: {mine} of {total} compile keys, {len(cells)} cells"
+    records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
+    if any(j.deployment is not None for j in jobs):
+        from ..config import DeploymentRecords
+
+        records = DeploymentRecords.for_jobs(jobs)
+    progress = all(j.progress for j in jobs)
+    started = time.perf_counter()
+    lock = _lock(build_dir)
+    state["build_dir"] = build_dir
+    try:
+        sweep.publish(build_dir)
+        build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale)
+        code = build.run()
+        summary = build.summary()
+        entries = build.entries or []
+    finally:
+        lock.release()
+    print(_table(entries, build.redone))
+    took = time.perf_counter() - started
+    counts = (
+        f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['finalized']} finalized, "
+        f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
+        f"({took:.1f}s)."
+    )
+    if build.output_error is not None:
+        print(counts)
+        print(
+            f"rbln-build: the build's outputs in {build_dir} could not be written: {build.output_error}. "
+            "The manifest there does not describe this run; fix the cause and run again.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
+    if shard_line is not None:
+        print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
+    for line in records.lines if records is not None else ():
+        print(line)
+    for problem in records.problems if records is not None else ():
+        print(f"deployment: {problem}", file=sys.stderr)
+    if summary["failed"]:
+        from ..pipeline import failure_summary
+
+        print("\n".join(failure_summary(entries)), file=sys.stderr)
+        names = summary["failed_cells"]
+        more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
+        print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
+        return 1
+    return 1 if code or (records is not None and records.problems) else 0
+
+
+def compose(args: list[str], prog: str = "rbln-build") -> list[Any] | None:
+    """The project (``--project``, RBLN_BUILD_PROJECT or found from the current directory) and the
+    composed jobs; None when Hydra only printed something (--help, --cfg). Raises RblnBuildError."""
+    from ..config import find_project, split_project_arg
+
+    chosen, rest = split_project_arg(args)
+    project = find_project(chosen)
+    jobs, errors, called = _compose_jobs(project, rest, prog)
+    if errors:
+        raise errors[0]
+    return jobs if called else None
+
+
+def run(argv: list[str], state: dict[str, Any]) -> int:
+    """The build command: compose ``argv`` (Hydra overrides and flags) and build the union of the
+    jobs' cells. Raises RblnBuildError for the user's mistakes (the boundary in _main reports them);
+    ``state["build_dir"]`` tells the boundary where to log an internal error."""
+    from ._guard import DeferredSweep
+
+    sweep = DeferredSweep(argv)  # a sweep's multirun.yaml waits until every job composed
+    try:
+        jobs = compose(argv)
+        if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
+            return 0
+        return _build(jobs, sweep, state)
+    finally:
+        sweep.close()

@@ -1,0 +1,204 @@
+"""``rbln-build plan | serve-command | explain deployment=<name>``: a deployment's plan, hand-off, table.
+
+    rbln-build plan deployment=qwen3_8b_llama3_2_1b [--json] [OVERRIDE ...]
+    rbln-build serve-command deployment=qwen3_8b_llama3_2_1b [--json]
+    rbln-build explain deployment=qwen3_8b_llama3_2_1b [--json]
+
+Each composes conf/config.yaml with the overrides (Hydra's compose API, so any override works, e.g.
+``deployment.models.0.batch_size=4`` or ``build_dir=...``). ``plan`` and ``explain`` read the
+compile cache of ``build_dir`` and the memory model's inventories only: they compile nothing, and
+with cached inventories they import neither torch nor transformers. ``serve-command`` reads the
+manifest of a built deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, RblnBuildError, UserError
+
+__all__ = ["main", "USAGE"]
+
+USAGE = """\
+usage: rbln-build plan deployment=<name> [--json] [OVERRIDE ...]
+       rbln-build serve-command deployment=<name> [--json] [OVERRIDE ...]
+       rbln-build explain deployment=<name> [--json] [OVERRIDE ...]
+
+plan           the budgets and block counts that let the deployment's models share its device,
+               exactly optimal for the objective it prints; when they cannot, which models conflict
+               and the smallest changes that fit (each verified by planning again)
+serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
+               pinned to the deployment's devices, on its own port, with flags that agree with the artifact
+explain        the deployment's plan as a table per chiplet, one column per model
+
+Deployments are conf/deployment/<name>.yaml ({deployments}); docs/colocation.md walks through one.
+Exit status: 0 success; 1 the deployment's plan does not fit (plan) or it is not built (serve-command);
+2 a configuration error.
+"""
+
+
+def _compose(overrides: list[str]) -> Any:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from ..config import compose_settings, find_project, split_project_arg
+
+    chosen, overrides = split_project_arg(overrides)
+    try:
+        settings = compose_settings(overrides, project=find_project(chosen))
+    except (HydraException, OmegaConfBaseException) as exc:
+        cause = exc.__cause__
+        detail = "" if cause is None or str(cause) in str(exc) else f"\n{str(cause).strip()}"
+        raise ConfigError(str(exc).strip() + detail) from None
+    if settings.deployment is None:
+        raise ConfigError("no deployment chosen: add deployment=<name> (conf/deployment/<name>.yaml).")
+    return settings
+
+
+def _plan(settings: Any, as_json: bool) -> int:
+    from ..config import overrides_for, plan_for
+    from ..deploy import plan_json, render_plan
+
+    plan = plan_for(settings)
+    name = settings.deployment.name
+    overrides = overrides_for(settings.deployment)
+    if as_json:
+        sys.stdout.write(json.dumps(plan_json(plan, name, overrides=overrides), sort_keys=True, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_plan(plan, name, overrides=overrides))
+    return 0 if plan.feasible else 1
+
+
+def _explain(settings: Any, as_json: bool) -> int:
+    from ..config import plan_for
+    from ..deploy import Demand, mib, plan_json, render_chiplets
+
+    plan = plan_for(settings)
+    name = settings.deployment.name
+    mp = plan.chosen
+    if as_json:
+        data = plan_json(plan, name)
+        data["plans"] = {plan.mode: data["plans"][plan.mode]}
+        sys.stdout.write(json.dumps(data, sort_keys=True, indent=2) + "\n")
+        return 0 if plan.feasible else 1
+    t = plan.target
+    out = [f"deployment {name} on {t.name}: {t.num_devices} x {t.npu.name} ({t.npu.product}), mode {plan.mode}"]
+    if not mp.feasible:
+        out.append(
+            f"the {plan.mode} plan does not fit: {mp.reason}; `rbln-build plan deployment={name}` says what would."
+        )
+        sys.stdout.write("\n".join(out) + "\n")
+        return 1
+    for a in mp.assignments:
+        tenant = plan.tenant(a.name)
+        fixed = Demand(tenant, t).need(0)
+        kv = max(u - f for u, f in zip(a.usage, fixed, strict=True))
+        budget = (
+            "" if a.budget_bytes is None else f", memory_budget {a.memory_budget!r} ({a.budget_bytes:,} B per device)"
+        )
+        out.append(
+            f"  {a.name}: {a.kvcache_num_blocks} of {a.num_full_blocks} blocks{budget}; "
+            f"KV pool up to {mib(kv)} MiB on a chiplet; report: {tenant.source}"
+        )
+    out.append("")
+    out.append("per chiplet, what each model occupies at its planned count:")
+    out += ["  " + line for line in render_chiplets(mp)]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _serve(settings: Any, as_json: bool) -> int:
+    from ..pipeline import command_for
+
+    d = settings.deployment
+    path = settings.build_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    record = (manifest.get("deployments") or {}).get(d.name)
+    if not isinstance(record, dict):
+        sys.stderr.write(
+            f"serve-command: {path} holds no build of deployment {d.name}; build it first: "
+            f"rbln-build deployment={d.name}\n"
+        )
+        return 1
+    commands = []
+    for dm in d.models:
+        entry_id = record["models"][dm.name]["cell"]
+        serving = manifest["cells"][entry_id].get("serving")
+        if serving is None:
+            sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
+            return 1
+        command = command_for(serving, dm.port, d.device_ids, str(_display(settings.build_dir)))
+        commands.append(
+            {
+                "model": dm.name,
+                "cell": entry_id,
+                "port": dm.port,
+                **command,
+                "exact": serving["exact"],
+                "notes": serving["notes"],
+            }
+        )
+    if as_json:
+        sys.stdout.write(json.dumps({"deployment": d.name, "commands": commands}, sort_keys=True, indent=2) + "\n")
+        return 0
+    out = [
+        f"# deployment {d.name}: {len(commands)} vllm-rbln processes sharing {d.device.name} "
+        f"({d.device.npu} x{d.device.num_devices}), devices {','.join(map(str, d.device_ids))}"
+    ]
+    for c in commands:
+        out.append(
+            f"# {c['model']}: cell {c['cell']}, port {c['port']}"
+            + ("" if c["exact"] else " (the flags cannot pin its block count; see the notes)")
+        )
+        out += [f"#   {n}" for n in c["notes"]]
+        out.append(c["shell"] + " &")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _display(path: Path) -> Path:
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def main(argv: list[str]) -> int:
+    """``argv``: the subcommand and its arguments (``plan deployment=x --json``)."""
+    command, rest = argv[0], argv[1:]
+    if any(a in ("-h", "--help", "help") for a in rest):
+        from ..config import list_group_options
+
+        options = [o for o in list_group_options("deployment") if o != "deployment_schema"]
+        sys.stdout.write(USAGE.format(deployments=", ".join(options) or "none"))
+        return 0
+    as_json = "--json" in rest
+    overrides = [a for a in rest if a != "--json"]
+    try:
+        settings = _compose(overrides)
+        run = {"plan": _plan, "serve-command": _serve, "explain": _explain}[command]
+        return run(settings, as_json)
+    except UserError as exc:
+        sys.stderr.write(f"rbln-build {command}: {exc}\n")
+        return 2
+    except RblnBuildError as exc:
+        sys.stderr.write(f"rbln-build {command}: {exc}\n")
+        return 1
+
+
+def plan_main(argv: list[str]) -> int:
+    return main(["plan", *argv])
+
+
+def serve_main(argv: list[str]) -> int:
+    return main(["serve-command", *argv])
+
+
+def explain_main(argv: list[str]) -> int:
+    return main(["explain", *argv])

@@ -1,0 +1,198 @@
+"""``rbln-build gc [overrides] [--keep MANIFEST ...] [--dry-run] [--json]``: remove what no build needs.
+(``rbln-build gc --remote ... MANIFEST...`` cleans the remote cache instead: ``_gc_remote``.)
+
+Kept: everything the current ``manifest.json`` references, everything a ``--keep`` manifest
+references (e.g. a released one), and everything the composed matrix's cells would use (so a build
+half done for the current config is not thrown away). A manifest references, for each cell, its
+compile key (``cache/compile``, ``cache/failures``), its cell key (``cache/results``) and the
+artifact its result points at (``cache/artifacts``).
+
+Removed: ``artifacts/<cell id>`` links of cells in neither the matrix nor the manifest (only
+symlinks that rbln-build made; a real file there is reported and left alone), and every cache entry
+and record not kept. ``cache/inventory`` and ``cache/weights`` (the memory model's and the
+checkpoints' digest caches, small) are left alone. gc holds the build lock, so it never races a
+build. It reports what it removed and the bytes freed; ``--dry-run`` reports the same, removes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..store import RECORD_KINDS, CellResult, Store, is_key
+
+__all__ = ["Kept", "plan_gc", "main"]
+
+ENTRY_KINDS = ("compile", "artifacts")
+
+
+@dataclass
+class Kept:
+    cell_ids: set[str] = field(default_factory=set)
+    keys: dict[str, set[str]] = field(default_factory=lambda: {k: set() for k in (*ENTRY_KINDS, *RECORD_KINDS)})
+
+    def add_cell(self, store: Store, cell_id: str, compile_key: Any, cell_key: Any) -> None:
+        self.cell_ids.add(cell_id)
+        if is_key(compile_key):
+            self.keys["compile"].add(compile_key)
+            self.keys["failures"].add(compile_key)
+        if is_key(cell_key):
+            self.keys["results"].add(cell_key)
+            body = store.load_record("results", cell_key)
+            try:
+                result = None if body is None else CellResult.from_json(body)
+            except (TypeError, ValueError):
+                result = None
+            if result is not None and is_key(result.artifact_key):
+                self.keys["artifacts"].add(result.artifact_key)  # type: ignore[arg-type]
+
+
+def _size(path: Path) -> int:
+    if path.is_symlink() or path.is_file():
+        return path.lstat().st_size
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).lstat().st_size
+            except OSError:
+                pass
+    return total
+
+
+def _manifest_cells(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+        cells = data["cells"]
+        if not isinstance(cells, dict):
+            raise TypeError
+        return cells
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"{path}: not a readable rbln-build manifest ({exc}); gc removes nothing without it."
+        ) from None
+
+
+def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[tuple[str, Path, int]], list[str]]:
+    """What gc would remove: (what, path, bytes) rows, and notes (things left alone, and why)."""
+    store = Store(build_dir / "cache", warn=lambda message: None)
+    kept = Kept()
+    for manifest in [build_dir / "manifest.json", *keep]:
+        if manifest != build_dir / "manifest.json" and not manifest.is_file():
+            raise ConfigError(f"--keep {manifest}: no such manifest.")
+        for cid, entry in _manifest_cells(manifest).items():
+            kept.add_cell(store, cid, entry.get("compile_key"), entry.get("cell_key"))
+    for cell in cells:
+        kept.add_cell(store, cell.id, cell.compile_key, cell.cell_key)
+    rows: list[tuple[str, Path, int]] = []
+    notes: list[str] = []
+    links = build_dir / "artifacts"
+    if links.is_dir():
+        for link in sorted(links.iterdir()):
+            if link.name in kept.cell_ids or link.name.startswith(".tmp-"):
+                continue
+            if link.is_symlink():
+                rows.append(("link", link, _size(link)))
+            else:
+                notes.append(f"{link} is not a link rbln-build made; left alone")
+    for kind in ENTRY_KINDS:
+        folder = store.root / kind
+        if folder.is_dir():
+            for path in sorted(folder.iterdir()):
+                if is_key(path.name) and path.name not in kept.keys[kind]:
+                    rows.append((kind, path, _size(path)))
+    for kind in RECORD_KINDS:
+        folder = store.root / kind
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.json")):
+                if is_key(path.stem) and path.stem not in kept.keys[kind]:
+                    rows.append((kind, path, _size(path)))
+    return rows, notes
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        aside = path.parent / f".tmp-gc-{path.name}-{os.getpid()}"
+        os.rename(path, aside)  # out of sight first: a half-removed entry is never looked up
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    from ..config import expand_all
+    from ..store import acquire_build_lock
+    from ._build import compose
+
+    if "--remote" in argv:  # the remote cache, by the manifests given (rbln_build.commands._gc_remote)
+        from ._gc_remote import main as remote_main
+
+        return remote_main([a for a in argv if a != "--remote"])
+    dry = "--dry-run" in argv
+    as_json = "--json" in argv
+    keep: list[Path] = []
+    args: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in ("--dry-run", "--json"):
+            continue
+        if a == "--keep":
+            value = next(it, None)
+            if value is None:
+                raise ConfigError("--keep: expected a manifest path after it.")
+            keep.append(Path(value))
+        elif a.startswith("--keep="):
+            keep.append(Path(a.split("=", 1)[1]))
+        else:
+            args.append(a)
+    jobs = compose(args, prog="rbln-build gc")
+    if jobs is None:
+        return 0
+    build_dir, cells = expand_all(jobs)
+    if not build_dir.is_dir():
+        print(f"rbln-build gc: {build_dir} does not exist; nothing to remove.")
+        return 0
+    lock = acquire_build_lock(build_dir, "rbln-build gc")
+    try:
+        rows, notes = plan_gc(build_dir, cells, keep)
+        if not dry:
+            for _what, path, _n in rows:
+                _remove(path)
+    finally:
+        lock.release()
+    freed = sum(n for _w, _p, n in rows)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "dry_run": dry,
+                    "bytes": freed,
+                    "notes": notes,
+                    "removed": [
+                        {"kind": w, "path": p.relative_to(build_dir).as_posix(), "bytes": n} for w, p, n in rows
+                    ],
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return 0
+    verb = "would remove" if dry else "removed"
+    for what, path, n in rows:
+        print(f"{verb} {what:9} {path.relative_to(build_dir).as_posix()}  ({n:,} bytes)")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    counts: dict[str, int] = {}
+    for what, _p, _n in rows:
+        counts[what] = counts.get(what, 0) + 1
+    summary = ", ".join(f"{n} {w}" for w, n in sorted(counts.items())) or "nothing"
+    print(f"{verb} {summary}: {freed:,} bytes{' (dry run: nothing removed)' if dry else ' freed'} in {build_dir}.")
+    return 0

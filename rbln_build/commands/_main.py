@@ -1,0 +1,255 @@
+"""``rbln-build``: one tool, many commands. Dispatch, help, version, and the one error boundary.
+
+Every command is a module of this package with ``main(argv) -> int``; this module chooses it, gives
+it its ``--help``, and turns what it raises into one line and an exit status (``run_command``):
+
+    0  success                     1  a cell (or a check) failed
+    2  the user's input is wrong   3  a bug in rbln-build (one line; the traceback in a file)
+    130 interrupted (Ctrl-C)       a closed pipe (``| head``) ends quietly
+
+A first word with no ``=`` that is not a command is an unknown command (with the closest names);
+``--project DIR`` may come before the command.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["main", "COMMANDS", "run_command", "version_text"]
+
+
+@dataclass(frozen=True)
+class Command:
+    target: str  # "module:function", function(argv) -> exit status
+    summary: str  # one line for the top-level --help
+    usage: str  # the command's own --help ("" when the command prints its own)
+
+
+COMMANDS: dict[str, Command] = {
+    "build": Command("rbln_build.commands._build:run", "build the matrix (the default command)", ""),
+    "explain": Command(
+        "rbln_build.commands._explain:main", "budget breakdown of one model on one target (--json, --plot)", ""
+    ),
+    "plan": Command(
+        "rbln_build.commands._deploy:plan_main", "the co-location plan of a deployment, or what to change", ""
+    ),
+    "serve-command": Command(
+        "rbln_build.commands._deploy:serve_main", "one vllm-rbln command per model of a built deployment", ""
+    ),
+    "report": Command("rbln_build.reporting:main", "build/report/index.html: grid, curves, DRAM, failures", ""),
+    "status": Command(
+        "rbln_build.commands._status:main",
+        "CI drift check: what a build would redo and why (exit 1 when anything would)",
+        "usage: rbln-build status [--project DIR] [--json] [OVERRIDE ...]\n\n"
+        "Compose the matrix as a build would and say, per cell, whether it is up to date, new, or which\n"
+        "input changed; cells in the manifest that left the matrix are listed as removed. Reads only.\n"
+        "Exit status: 0 up to date, 1 a build would redo something, 2 a configuration error.\n",
+    ),
+    "diff": Command(
+        "rbln_build.commands._diff:main",
+        "compare two manifests cell by cell (exit 1 when a resolved count changed)",
+        "usage: rbln-build diff OLD.json NEW.json [--json]\n\n"
+        "Compare two manifests: added, removed and changed cells (blocks, budgets, keys, status).\n"
+        "Exit status: 0 no resolved count changed, 1 a count changed, 2 a file cannot be read.\n",
+    ),
+    "gc": Command(
+        "rbln_build.commands._gc:main",
+        "remove cache entries and links nothing references any more (--dry-run)",
+        "usage: rbln-build gc [--project DIR] [--dry-run] [--json] [--keep MANIFEST ...] [OVERRIDE ...]\n\n"
+        "Remove what neither the current matrix nor a kept manifest references: cache entries, result\n"
+        "records and the artifact links rbln-build made. --dry-run lists them and the bytes they hold.\n"
+        "Exit status: 0 done, 2 a configuration error.\n",
+    ),
+    "init": Command(
+        "rbln_build.commands._init:main",
+        "make a new project: rbln-build.yaml, conf/, recipes/, .gitignore",
+        "",
+    ),
+    "recipe": Command(
+        "rbln_build.commands._recipe:main",
+        "recipe add NAME --from DIR: a recipe from a local checkpoint",
+        "",
+    ),
+}
+_HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn"}
+_HYDRA_VALUE_FLAGS |= {"--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
+
+
+def version_text() -> str:
+    """rbln-build's version and the toolchain it runs with, read from the installed packages'
+    metadata (nothing heavy is imported)."""
+    from importlib import metadata
+
+    from .. import __version__
+
+    parts = []
+    for dist in ("torch", "transformers", "optimum-rbln", "hydra-core", "doit"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return f"rbln-build {__version__} ({', '.join(parts)})"
+
+
+def top_help() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = [
+        "rbln-build: build a matrix of model x device x memory budget into compiled artifacts, each with its",
+        "resolved kvcache_num_blocks, and a manifest. Unchanged cells are skipped.",
+        "",
+        "usage: rbln-build [--project DIR] [COMMAND] [ARG ...]      (no command: build)",
+        "",
+        "Commands:",
+    ]
+    lines += [f"  {name.ljust(width)}  {c.summary}" for name, c in COMMANDS.items()]
+    lines += [
+        "",
+        "  rbln-build COMMAND --help   that command's own help",
+        "  rbln-build --version        rbln-build's version and toolchain",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _first_word(argv: list[str]) -> int | None:
+    """The index of the first argument that is a word, not an override or a flag (or a flag's value)."""
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in _HYDRA_VALUE_FLAGS or a == "--project":
+            skip = True
+            continue
+        if a.startswith(("-", "+", "~")) or "=" in a:
+            continue
+        return i
+    return None
+
+
+def _resolve(target: str) -> Any:
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def run_command(name: str, fn: Any, argv: list[str]) -> int:
+    """The one error boundary: the project's errors become one line and exit 2 (1 for a failure the
+    command reports as its result), Ctrl-C 130, a closed pipe ends quietly, anything else is a bug:
+    one line naming the file that holds the traceback, exit 3."""
+    from ..errors import RblnBuildError, UserError
+    from ._guard import report_internal
+
+    prefix = "rbln-build" if name == "build" else f"rbln-build {name}"
+    state: dict[str, Any] = {}
+    try:
+        if name == "build":
+            return int(fn(argv, state))
+        return int(fn(argv))
+    except BrokenPipeError:
+        return _closed_pipe()
+    except UserError as exc:
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return 2
+    except RblnBuildError as exc:
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
+        print(f"{prefix}: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)
+        return 130
+    except SystemExit as exc:  # a command (or Hydra) chose its status
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except Exception as exc:  # a bug: one line, the traceback in a file
+        print(report_internal(exc, state.get("build_dir")), file=sys.stderr)
+        return 3
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``| head``): stop writing, say nothing, exit 0."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def dispatch(argv: list[str]) -> int:
+    if argv in (["--version"], ["-V"]):
+        print(version_text())
+        return 0
+    if argv in (["help"],):
+        argv = ["--help"]
+    i = _first_word(argv)
+    if i is not None:
+        word = argv[i]
+        if word not in COMMANDS:
+            close = difflib.get_close_matches(word, list(COMMANDS), n=3, cutoff=0.5)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            print(
+                f"rbln-build: unknown command {word!r}{hint}. Commands: {', '.join(COMMANDS)}; "
+                "overrides are KEY=VALUE (rbln-build --help).",
+                file=sys.stderr,
+            )
+            return 2
+        before, rest = argv[:i], argv[i + 1 :]
+        if word != "build" and [a for a in before if a != "--project"] and not _only_project(before):
+            print(
+                f"rbln-build: {' '.join(before)} before {word!r}: put the command first "
+                f"(rbln-build {word} {' '.join(before)} ...).",
+                file=sys.stderr,
+            )
+            return 2
+        if word != "build" and before:  # --project DIR before the command: the same as RBLN_BUILD_PROJECT
+            from ..config import PROJECT_ENV
+
+            os.environ[PROJECT_ENV] = before[-1].split("=", 1)[1] if "=" in before[-1] else before[-1]
+            before = []
+        name, args = word, before + rest
+    else:
+        name, args = "build", argv
+    if name == "explain" and any(a.startswith("deployment=") for a in args):
+        name = "explain-deployment"
+        command = Command("rbln_build.commands._deploy:explain_main", "", "")
+    else:
+        command = COMMANDS[name]
+    if command.usage and any(a in ("-h", "--help") for a in args):
+        print(command.usage, end="")
+        return 0
+    if name == "build" and any(a in ("-h", "--help") for a in args):
+        return run_command("build", _build_help, args)
+    return run_command(name, _resolve(command.target), args)
+
+
+def _build_help(argv: list[str], state: dict[str, Any]) -> int:
+    from ._help import build_help
+
+    print(top_help())
+    print(build_help(argv))
+    return 0
+
+
+def _only_project(before: list[str]) -> bool:
+    """``--project DIR`` (or ``--project=DIR``) and nothing else."""
+    rest = list(before)
+    while rest:
+        if rest[0] == "--project" and len(rest) >= 2:
+            rest = rest[2:]
+        elif rest[0].startswith("--project="):
+            rest = rest[1:]
+        else:
+            return False
+    return True
+
+
+def main() -> None:
+    code = dispatch(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _closed_pipe() if code == 0 else code
+    sys.exit(code)

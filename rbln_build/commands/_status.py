@@ -1,0 +1,258 @@
+"""``rbln-build status [overrides] [--json]``: what a build would do, and why, without building.
+
+    rbln-build status                    the default matrix (or the project's)
+    rbln-build status matrix=release --json
+
+Each cell of the composed matrix gets one state:
+
+    up to date        its result is stored, its artifact verifies, its manifest entry is current
+    would compile     its compile key has no cache entry (and no final failure)
+    would re-resolve  its compile entry is there but its cell key has no stored result
+    would finalize    its result is stored but its artifact is missing or damaged, or the
+                      manifest's entry for it is not what the build would publish
+
+and the inputs that changed since the manifest was written (the previous entry of the same cell id,
+or, for a new id, the entry that differs from it only in budget or block count): recipe bytes,
+weights, build option, budget, device, toolchain version, backend code, estimator code; or a
+missing/damaged artifact or cache entry. Cells in the manifest but no longer in the matrix are
+listed as removed.
+
+Nothing is written, no lock is taken, and neither torch nor transformers is imported: status reads
+the Store read-only (a damaged entry is reported, never removed). Exit status: 0 when every cell is
+up to date and nothing was removed, 1 otherwise, 2 for a configuration error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Cell
+from ..store import ENTRY_FILE, FILES_DIR, CellResult, Store, content_hash, file_stats, is_key, meta_hash, result_hash
+
+__all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main"]
+
+UP_TO_DATE, COMPILE, RESOLVE, FINALIZE = "up to date", "would compile", "would re-resolve", "would finalize"
+
+
+@dataclass
+class CellStatus:
+    cell: str
+    state: str
+    reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell": self.cell, "state": self.state, "reasons": list(self.reasons)}
+
+
+def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] | None]:
+    """("ok", meta) | ("missing", None) | ("damaged", None), read-only (unlike Store.lookup)."""
+    path = store.entry_path(kind, key)
+    try:
+        record = json.loads((path / ENTRY_FILE).read_bytes())
+        meta, recorded = record["meta"], record["content_hash"]
+        if record.get("key") != key:
+            return "damaged", None
+    except FileNotFoundError:
+        return ("damaged" if path.exists() else "missing"), None
+    except (OSError, ValueError, KeyError, TypeError):
+        return "damaged", None
+    files = path / FILES_DIR
+    if file_stats(files) == record.get("stat") and record.get("meta_hash") == meta_hash(meta):
+        return "ok", meta
+    return ("ok", meta) if content_hash(files, meta) == recorded else ("damaged", None)
+
+
+def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
+    """A record's body if it is there and intact, read-only (Store.load_record removes a damaged one)."""
+    try:
+        record = json.loads(store.record_path(kind, key).read_bytes())
+        body = record["result"]
+        if record["key"] != key or record["content_hash"] != result_hash(body):
+            return None
+        return body  # type: ignore[no-any-return]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) or value is None else repr(value)
+
+
+def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Readable names of the inputs that differ between two manifest ``inputs`` records."""
+    out: list[str] = []
+    if old.get("recipe_hash") != new.get("recipe_hash"):
+        out.append(f"recipe bytes changed (recipe {new.get('recipe')}: recipe.yaml or config.json)")
+    if old.get("weights_hash") != new.get("weights_hash"):
+        out.append(f"weights changed (recipe {new.get('recipe')}'s checkpoint)")
+    old_opts, new_opts = old.get("build_options") or {}, new.get("build_options") or {}
+    for key in sorted(set(old_opts) | set(new_opts)):
+        if old_opts.get(key) != new_opts.get(key):
+            out.append(f"build option {key} changed: {_show(old_opts.get(key))} -> {_show(new_opts.get(key))}")
+    if not any(o.startswith("build option") for o in out) and old.get("attention") != new.get("attention"):
+        out.append("build option changed (resolved attention options)")
+    for key, label in (
+        ("memory_budget", "budget"),
+        ("kvcache_num_blocks", "kvcache_num_blocks"),
+        ("device", "device"),
+        ("npu", "npu"),
+        ("num_devices", "num_devices"),
+        ("backend", "backend"),
+        ("recipe", "recipe"),
+    ):
+        if old.get(key) != new.get(key) or type(old.get(key)) is not type(new.get(key)):
+            out.append(f"{label} changed: {_show(old.get(key))} -> {_show(new.get(key))}")
+    old_tc, new_tc = old.get("toolchain"), new.get("toolchain") or {}
+    if old_tc is not None:
+        for key in sorted(set(old_tc) | set(new_tc)):
+            if old_tc.get(key) != new_tc.get(key):
+                out.append(f"toolchain version changed: {key} {old_tc.get(key)} -> {new_tc.get(key)}")
+    old_code, new_code = old.get("code"), new.get("code") or {}
+    if old_code is not None:
+        if old_code.get("backend") != new_code.get("backend"):
+            out.append(f"backend code changed ({new.get('backend')} backend sources)")
+        if old_code.get("estimator") != new_code.get("estimator"):
+            out.append("estimator code changed (rbln_build.estimator sources)")
+    return out
+
+
+_CELL_AXES = ("memory_budget", "kvcache_num_blocks")
+
+
+def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[str]) -> dict[str, Any] | None:
+    """For a new cell id: the old entry that differs from it only in budget or block count (one that
+    left the matrix first: that is the one this cell replaces)."""
+
+    def rest(i: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in i.items() if k not in _CELL_AXES}
+
+    mine = rest(inputs)
+    entries = sorted(old_entries.values(), key=lambda e: e.get("cell") in ids)
+    for entry in entries:
+        old = entry.get("inputs") or {}
+        if rest(old) == mine:
+            return entry  # type: ignore[no-any-return]
+    for entry in entries:  # same model and device: still the best explanation
+        old = entry.get("inputs") or {}
+        if (old.get("model"), old.get("device")) == (inputs["model"], inputs["device"]) and old.get(
+            "build_options"
+        ) == inputs["build_options"]:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus], list[str]]:
+    """Every cell's state and reasons, and the ids the manifest has but the matrix no longer does."""
+    from ..pipeline import entry_for
+
+    store = Store(build_dir / "cache", warn=lambda message: None)
+    try:
+        old_entries: dict[str, Any] = json.loads((build_dir / "manifest.json").read_bytes())["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        old_entries = {}
+    compiles: dict[str, str] = {}
+    ids = {c.id for c in cells}
+    out: list[CellStatus] = []
+    for cell in cells:
+        inputs = cell.inputs()
+        old = old_entries.get(cell.id)
+        reasons: list[str] = []
+        if old is None:
+            pred = _predecessor(inputs, old_entries, ids)
+            if pred is None:
+                reasons.append("new cell (not in the manifest)")
+            else:
+                reasons.extend(changed_inputs(pred.get("inputs") or {}, inputs))
+                reasons.append(f"new cell id (the manifest has {pred['cell']})")
+        else:
+            reasons.extend(changed_inputs(old.get("inputs") or {}, inputs))
+        state, extra = _state(store, cell, compiles, old, entry_for)
+        if state == UP_TO_DATE:
+            out.append(CellStatus(cell.id, state))
+            continue
+        if not reasons or extra not in reasons:
+            reasons.extend([extra] if extra else [])
+        out.append(CellStatus(cell.id, state, reasons))
+    return out, sorted(cid for cid in old_entries if cid not in ids)
+
+
+def _state(
+    store: Store, cell: Cell, compiles: dict[str, str], old: dict[str, Any] | None, entry_for: Any
+) -> tuple[str, str]:
+    if cell.compile_key is not None:
+        if cell.compile_key not in compiles:
+            compiles[cell.compile_key] = entry_state(store, "compile", cell.compile_key)[0]
+        compiled = compiles[cell.compile_key]
+        if compiled != "ok":
+            failure = read_record(store, "failures", cell.compile_key) if compiled == "missing" else None
+            if failure is None or failure.get("retry", True):
+                what = "no compile entry in the cache" if compiled == "missing" else "the compile entry is damaged"
+                return (
+                    COMPILE,
+                    what if failure is None else f"the compile failed before and is retried: {failure.get('error')}",
+                )
+    try:
+        body = read_record(store, "results", cell.cell_key)
+        result = None if body is None else CellResult.from_json(body)
+    except (OSError, TypeError, ValueError):
+        result = None
+    if result is None or result.retry:
+        return RESOLVE, "no stored result for this cell key" if result is None else f"retried: {result.error}"
+    if result.ok:
+        key = result.artifact_key
+        state = entry_state(store, "artifacts", key)[0] if key is not None and is_key(key) else "damaged"
+        if state != "ok":
+            return FINALIZE, f"artifact {state}"
+        link = store.root.parent / "artifacts" / cell.id
+        if not link.is_symlink() or not link.exists():
+            return FINALIZE, f"artifact link artifacts/{cell.id} is missing"
+    if old != entry_for(cell, result):
+        return FINALIZE, "the manifest entry is not what a build would publish"
+    return UP_TO_DATE, ""
+
+
+def render(statuses: list[CellStatus], removed: list[str], build_dir: Path) -> str:
+    width = max([len(s.cell) for s in statuses] + [len(c) for c in removed] + [4])
+    lines = [f"{'cell'.ljust(width)}  {'state'.ljust(16)}  why", f"{'-' * width}  {'-' * 16}  {'-' * 3}"]
+    for s in statuses:
+        lines.append(f"{s.cell.ljust(width)}  {s.state.ljust(16)}  {'; '.join(s.reasons)}".rstrip())
+    for cid in removed:
+        lines.append(
+            f"{cid.ljust(width)}  {'removed'.ljust(16)}  no longer in the matrix (`rbln-build gc` removes its link)"
+        )
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    parts = [f"{n} {state}" for state, n in sorted(counts.items())] + ([f"{len(removed)} removed"] if removed else [])
+    lines.append(f"{len(statuses)} cells: {', '.join(parts)}. Build dir: {build_dir}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from ..config import expand_all
+    from ._build import compose
+
+    as_json = "--json" in argv
+    args = [a for a in argv if a != "--json"]
+    jobs = compose(args, prog="rbln-build status")
+    if jobs is None:
+        return 0
+    build_dir, cells = expand_all(jobs)
+    statuses, removed = cell_statuses(build_dir, cells)
+    clean = not removed and all(s.state == UP_TO_DATE for s in statuses)
+    if as_json:
+        print(
+            json.dumps(
+                {"up_to_date": clean, "cells": [s.to_json() for s in statuses], "removed": removed},
+                indent=2,
+                sort_keys=True,
+            )
+        )
+    else:
+        print(render(statuses, removed, build_dir))
+    sys.stdout.flush()
+    return 0 if clean else 1

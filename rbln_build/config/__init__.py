@@ -1,0 +1,44 @@
+"""The configuration: what to build, as Hydra composes it and as the pipeline reads it.
+
+_schema      the typed Hydra schemas (OmegaConf structured configs)
+_settings    the frozen settings a composed config becomes (BuildSettings, Model, Device, ...)
+_config      composition: registering the schemas, converting a config to settings
+_checks      names and bounds checked at composition
+_scale       the jobs / executor / cache keys
+_project     a user's project: its conf/ and recipes/ layered over the shipped ones
+_deployment  conf/deployment/*.yaml: models sharing one target
+_matrix      settings -> cells (stable order, stable ids, their keys)
+_colocation  a deployment's plan (from the compile cache's reports or the memory model) -> cells
+"""
+
+from __future__ import annotations
+
+from ._cells import expand_all
+from ._colocation import DeploymentRecords, plan_for
+from ._config import compose_settings, register_configs, settings_from_config
+from ._deploy_overrides import overrides_for
+from ._groups import device_from_node, list_group_options, load_group_option, model_from_node
+from ._matrix import Cell
+from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_arg
+from ._scale import Scale
+
+__all__ = [
+    "overrides_for",
+    "Cell",
+    "DeploymentRecords",
+    "MARKER",
+    "PROJECT_ENV",
+    "Project",
+    "Scale",
+    "compose_settings",
+    "device_from_node",
+    "expand_all",
+    "find_project",
+    "list_group_options",
+    "load_group_option",
+    "model_from_node",
+    "plan_for",
+    "register_configs",
+    "settings_from_config",
+    "split_project_arg",
+]

@@ -1,0 +1,45 @@
+"""All the cells of a run: the union of its jobs' matrices and deployments (a sweep's jobs share one
+build directory, one cache and one manifest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from ._colocation import deployment_cells
+from ._matrix import Cell, expand
+from ._settings import BuildSettings
+
+__all__ = ["expand_all"]
+
+
+def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
+    """The union of the cells of several composed configs (the jobs of a multirun sweep), in job
+    order, each cell once. A sweep shares one build directory; a cell id that two jobs define
+    differently is an error."""
+    from ..backends import get_backend
+
+    if not jobs:
+        raise ConfigError("nothing to build: no configuration was composed.")
+    build_dir = jobs[0].build_dir
+    toolchains: dict[str, dict[str, str]] = {}
+    cells: dict[str, Cell] = {}
+    for job in jobs:
+        if job.build_dir != build_dir:
+            raise ConfigError(
+                f"build_dir: the jobs of one sweep must share one build directory, got {build_dir} and {job.build_dir}."
+            )
+        name = job.matrix.backend
+        if name not in toolchains:
+            toolchains[name] = get_backend(name).toolchain()
+        if job.deployment is not None:  # a deployment's planned cells instead of the matrix
+            job_cells = deployment_cells(job, toolchains[name])[1]
+        else:
+            job_cells = expand(job, toolchains[name])
+        for cell in job_cells:
+            other = cells.get(cell.id)
+            if other is None:
+                cells[cell.id] = cell
+            elif other.cell_key != cell.cell_key:
+                raise ConfigError(f"cell {cell.id}: two jobs of the sweep define it with different inputs.")
+    return build_dir, list(cells.values())

@@ -1,0 +1,320 @@
+"""A configured deployment, planned from real reports, and the plan as matrix cells.
+
+Each model's report comes from the build directory's compile cache when it holds the compile of that
+model's compile key (for the configured backend), else from the NPU memory model, which gives the
+report the ``torch`` backend and plans record. Reading the cache and the memory model's cached
+inventories imports neither torch nor transformers.
+
+``deployment_cells`` turns the plan into cells through the ordinary matrix expansion: one sub-matrix
+per model, with its planned budget (mode ``budget``) or its planned explicit count (mode ``blocks``),
+so a deployment's cells have the same keys, tasks, artifacts and manifest entries as any other.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
+from ..errors import BackendUnavailable, ConfigError, EstimateError, UserError
+from ..estimator import AllocationReport, resolve_npu
+from ..memory import CompileSpec, Recipe, load_recipe
+from ..store import CellResult, Store, compile_key
+from ._config import BuildSettings, Matrix, Model, SubMatrix
+from ._deploy_overrides import overrides_for
+from ._deployment import Deployment, DeploymentModel
+from ._groups import device_from_node, list_group_options, load_group_option
+from ._matrix import BUILD_OPTIONS, Cell, expand
+
+__all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRecords"]
+
+
+class Reports:
+    """Where a model's AllocationReport comes from: the compile cache, else the memory model."""
+
+    def __init__(self, settings: BuildSettings) -> None:
+        self.backend = settings.matrix.backend
+        self.store = Store(settings.build_dir / "cache")  # a corrupt entry: a warning and a miss
+        self.inventory_dir: Path | None = None
+        if not os.environ.get("RBLN_BUILD_CACHE"):  # as a build does: inventories live in the build dir
+            self.inventory_dir = settings.build_dir / "cache" / "inventory"
+        self._toolchain: dict[str, str] | None | bool = False
+
+    def toolchain(self) -> dict[str, str] | None:
+        if self._toolchain is False:
+            from ..backends import get_backend
+
+            try:
+                self._toolchain = get_backend(self.backend).toolchain()
+            except BackendUnavailable:
+                self._toolchain = None  # nothing of this backend can be in the cache
+        return self._toolchain  # type: ignore[return-value]
+
+    def report(self, spec: CompileSpec) -> tuple[AllocationReport, str]:
+        toolchain = self.toolchain()
+        if toolchain is not None and self.store.root.is_dir():
+            entry = self.store.lookup("compile", compile_key(spec.key_fields(), self.backend, toolchain))
+            if entry is not None:
+                report = AllocationReport.from_json(entry.meta["report"])
+                return report, f"cache ({entry.meta.get('produced', '?')}, {self.backend})"
+        from ..memory import build_report
+
+        return build_report(spec, cache_dir=self.inventory_dir), "memory model"
+
+
+def target_of(deployment: Deployment) -> Target:
+    try:
+        npu = resolve_npu(deployment.device.npu)
+    except EstimateError as exc:
+        raise ConfigError(f"deployment.device ({deployment.device.name}): npu: {exc}") from None
+    return Target(deployment.device.name, npu, deployment.device.num_devices)
+
+
+def _options(dm: DeploymentModel, recipe: Recipe) -> dict[str, Any]:
+    """Build options as the matrix resolves them: the recipe's, the model config's, the deployment's."""
+    out = {k: recipe.build.get(k) for k in BUILD_OPTIONS}
+    out.update({k: v for k, v in dm.model.options if v is not None})
+    if dm.batch_size is not None:
+        out["batch_size"] = dm.batch_size
+    if dm.max_seq_len is not None:
+        out["max_seq_len"] = dm.max_seq_len
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class _Tenants:
+    """The deployment's models as planner tenants, on its target or (for suggestions) another one."""
+
+    def __init__(self, settings: BuildSettings) -> None:
+        assert settings.deployment is not None
+        self.deployment: Deployment = settings.deployment
+        self.target = target_of(self.deployment)
+        self.reports = Reports(settings)
+        self.recipes = {
+            m.name: load_recipe(m.model.recipe, settings.recipe_dirs or settings.recipes_dir)
+            for m in self.deployment.models
+        }
+
+    def make(self, dm: DeploymentModel, options: dict[str, Any], target: Target | None = None) -> Tenant:
+        where = f"deployment.models[{self.deployment.models.index(dm)}] ({dm.name})"
+        target = target or self.target
+        try:
+            spec = CompileSpec.for_recipe(self.recipes[dm.name], target.npu, target.num_devices, **options)
+        except EstimateError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        report, source = self.reports.report(spec)
+        return Tenant(
+            name=dm.name,
+            report=report,
+            attention=spec.attention,
+            weight=dm.weight,
+            min_blocks=dm.min_blocks,
+            memory_budget=dm.memory_budget,
+            source=source,
+            options=tuple(sorted(options.items())),
+        )
+
+    def reshape(self, tenant: Tenant, change: dict[str, int]) -> Tenant:
+        changed = self.make(self.deployment.model(tenant.name), {**dict(tenant.options), **change})
+        return replace(changed, min_blocks=tenant.min_blocks, memory_budget=tenant.memory_budget)
+
+    def retarget(self, tenant: Tenant, target: Target) -> Tenant:
+        """The same model, options and constraints on another device target (its report there)."""
+        dm = self.deployment.model(tenant.name)
+        changed = self.make(dm, _options(dm, self.recipes[dm.name]), target)
+        return replace(changed, min_blocks=tenant.min_blocks, memory_budget=tenant.memory_budget)
+
+
+def shipped_targets() -> list[Target]:
+    """Every shipped device target (conf/device/*.yaml), for the device suggestions."""
+    out = []
+    for name in list_group_options("device"):
+        try:
+            device = device_from_node(name, load_group_option("device", name, "conf/device"))
+            out.append(Target(name, resolve_npu(device.npu), device.num_devices))
+        except (UserError, EstimateError):  # a broken shipped file is not this deployment's problem
+            continue
+    return out
+
+
+def plan_for(settings: BuildSettings) -> DeploymentPlan:
+    """Plan the configured deployment (both modes; suggestions when its mode has no plan)."""
+    tenants = _Tenants(settings)
+    d = tenants.deployment
+    built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
+    return plan_deployment(
+        tenants.target,
+        built,
+        d.reservations,
+        d.mode,
+        reshape=tenants.reshape,
+        retarget=tenants.retarget,
+        targets=shipped_targets(),
+    )
+
+
+def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tuple[DeploymentPlan, list[Cell]]:
+    """The plan and its cells, in the deployment's order. An infeasible plan is a ConfigError whose
+    message is the plan (the conflict and the verified changes). Memoized per settings and
+    toolchain: expanding the cells and recording the deployment plan once."""
+    return _deployment_cells(settings, tuple(sorted(toolchain.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _deployment_cells(
+    settings: BuildSettings, toolchain_items: tuple[tuple[str, str], ...]
+) -> tuple[DeploymentPlan, list[Cell]]:
+    toolchain = dict(toolchain_items)
+    d = settings.deployment
+    assert d is not None
+    plan = plan_for(settings)
+    if not plan.feasible:
+        raise ConfigError(
+            f"deployment {d.name}: the {d.mode} plan does not fit, so nothing was built.\n"
+            + render_plan(plan, d.name, overrides=overrides_for(d)).rstrip()
+        )
+    parts = []
+    for i, (dm, a) in enumerate(zip(d.models, plan.chosen.assignments, strict=True)):
+        explicit = d.mode == BLOCKS and not a.fixed
+        parts.append(
+            SubMatrix(
+                where=f"deployment.models[{i}]",
+                models=(Model(name=dm.name, recipe=dm.model.recipe, options=dm.model.options),),
+                devices=(d.device,),
+                budgets=(None,) if explicit else (a.memory_budget,),
+                batch_sizes=None if dm.batch_size is None else (dm.batch_size,),
+                max_seq_lens=None if dm.max_seq_len is None else (dm.max_seq_len,),
+                kvcache_num_blocks=(a.kvcache_num_blocks,) if explicit else (0,),
+                attn_impl=None,
+                kvcache_partition_len=None,
+            )
+        )
+    matrix = Matrix(
+        models=(),
+        devices=(),
+        budgets=(None,),
+        batch_sizes=None,
+        max_seq_lens=None,
+        kvcache_num_blocks=(0,),
+        attn_impl=None,
+        kvcache_partition_len=None,
+        backend=settings.matrix.backend,
+        expect_failure=(),
+        include=tuple(parts),
+    )
+    cells = expand(replace(settings, matrix=matrix), toolchain)
+    if len(cells) != len(d.models):  # one sub-matrix of one cell per model; ids cannot collide
+        raise ConfigError(f"deployment {d.name}: expected {len(d.models)} cells, got {[c.id for c in cells]}.")
+    return plan, cells
+
+
+class DeploymentRecords:
+    """The manifest's ``deployments`` section: for each deployment built in this run, its models,
+    planned and built counts and budgets, and the per-chiplet totals from the *built* reports (the
+    compile entries of its cells) at the *built* counts, plus the reservations. ``problems`` lists
+    what is wrong (a cell that did not build, a count other than planned, totals that do not fit);
+    ``lines`` one summary line per deployment."""
+
+    def __init__(self, planned: list[tuple[BuildSettings, DeploymentPlan, list[Cell]]]) -> None:
+        self.planned = planned
+        self.problems: list[str] = []
+        self.lines: list[str] = []
+
+    @classmethod
+    def for_jobs(cls, jobs: list[BuildSettings]) -> DeploymentRecords:
+        from ..backends import get_backend
+
+        planned = []
+        for job in jobs:
+            if job.deployment is not None:  # the plan the cells were expanded from (memoized)
+                plan, cells = deployment_cells(job, get_backend(job.matrix.backend).toolchain())
+                planned.append((job, plan, cells))
+        _deployment_cells.cache_clear()  # a later expansion in this process plans again
+        return cls(planned)
+
+    def __call__(self, store: Store, rows: list[tuple[Cell, CellResult | None]]) -> dict[str, Any]:
+        results = {cell.cell_key: result for cell, result in rows}
+        self.problems, self.lines = [], []
+        records = {}
+        for settings, plan, cells in self.planned:
+            assert settings.deployment is not None
+            record = _record(settings.deployment, plan, cells, results, store)
+            records[settings.deployment.name] = record
+            self.problems += [f"{settings.deployment.name}: {p}" for p in record["problems"]]
+            counts = ", ".join(f"{n} {m['kvcache_num_blocks']} blocks" for n, m in record["models"].items())
+            verdict = "fit" if record["fits"] else "DO NOT FIT"
+            if record["problems"]:
+                verdict += f", but {len(record['problems'])} problem(s) below"
+            self.lines.append(
+                f"deployment {settings.deployment.name} ({plan.mode}): {counts}; per-chiplet totals from the built "
+                f"reports {verdict} (least headroom {mib(min(min(r) for r in record['per_chiplet']['headroom']))} MiB)"
+            )
+        return {"deployments": records}
+
+
+def _record(
+    d: Deployment, plan: DeploymentPlan, cells: list[Cell], results: dict[str, CellResult | None], store: Store
+) -> dict[str, Any]:
+    target, chosen = plan.target, plan.chosen
+    grid = target.grid
+    problems: list[str] = []
+    models: dict[str, Any] = {}
+    used = list(chosen.reserved)
+    for dm, a, cell in zip(d.models, chosen.assignments, cells, strict=True):
+        result = results.get(cell.cell_key)
+        entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
+        usage: tuple[int, ...] | None = None
+        if result is None or not result.ok or entry is None or result.kvcache_num_blocks is None:
+            problems.append(f"cell {cell.id} did not build" + (f": {result.error}" if result and result.error else ""))
+        else:
+            built = replace(plan.tenant(dm.name), report=AllocationReport.from_json(entry.meta["report"]))
+            demand = Demand(built, target)
+            count = result.kvcache_num_blocks
+            usage = demand.need(count)
+            used = [u + x for u, x in zip(used, usage, strict=True)]
+            if count != a.kvcache_num_blocks:
+                problems.append(
+                    f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "
+                    f"differs from the one planned with ({plan.tenant(dm.name).source}); run the build again to plan "
+                    "from the compiled reports"
+                )
+        models[dm.name] = {
+            "cell": cell.id,
+            "model": dm.model.name,
+            "fixed": a.fixed,
+            "weight": float(dm.weight),
+            "min_blocks": dm.min_blocks,
+            "port": dm.port,
+            "planned_blocks": a.kvcache_num_blocks,
+            "memory_budget": cell.memory_budget,
+            "budget_bytes": None if result is None else result.budget_bytes,
+            "kvcache_num_blocks": None if result is None else result.kvcache_num_blocks,
+            "num_full_blocks": a.num_full_blocks,
+            "usage": None if usage is None else [list(r) for r in grid(usage)],
+        }
+    available = target.available_per_chiplet
+    headroom = [available - u for u in used]
+    fits = all(h >= 0 for h in headroom)
+    if not fits:
+        problems.append("the built reports' per-chiplet totals exceed the available DRAM")
+    return {
+        "device": d.device.name,
+        "npu": target.npu.name,
+        "num_devices": target.num_devices,
+        "mode": d.mode,
+        "objective": OBJECTIVE,
+        "models": models,
+        "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in d.reservations],
+        "per_chiplet": {
+            "available": available,
+            "reserved": [list(r) for r in grid(chosen.reserved)],
+            "total": [list(r) for r in grid(tuple(used))],
+            "headroom": [list(r) for r in grid(tuple(headroom))],
+        },
+        "serve": {"device_ids": list(d.device_ids)},
+        "fits": fits,  # the built reports at the built counts, plus the reservations, fit every chiplet
+        "status": "ok" if not problems else "failed",
+        "problems": problems,
+    }

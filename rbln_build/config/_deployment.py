@@ -1,0 +1,252 @@
+"""The ``deployment`` config group: several models that share one device target.
+
+``conf/deployment/<name>.yaml`` names its schema (``defaults: [deployment_schema, _self_]``, the
+Hydra structured-config pattern) and is checked against ``DeploymentConf`` at composition;
+``deployment_from_config`` checks it again (a file that forgets its schema line gets the same
+errors, each naming its key) and turns it into a frozen ``Deployment``::
+
+    device: rebel100                 # conf/device/<name>.yaml: the one target every model shares
+    mode: budget                     # what `rbln-build deployment=<name>` builds: budget | blocks
+    models:
+      - model: qwen3_8b              # conf/model/<name>.yaml
+        name: null                   # its name in the deployment (cell ids, ports); null: model
+        batch_size: 8                # null: the model's default; likewise max_seq_len (tokens)
+        max_seq_len: 40960
+        min_blocks: null             # null: the floor
+        weight: 1.0                  # who gets the room left once every model has its max-min share
+        memory_budget: null          # fixed budget (any memory_budget form): not planned, accounted for
+        port: null                   # serve-command; null: serve.port + its index
+    reservations:                    # bytes per device held for tenants that are not LLMs
+      - {name: vision_encoder, bytes: 4GB, chiplet: null}   # chiplet null: spread evenly
+    serve: {port: 8000, device_ids: null}   # device_ids null: 0 .. num_devices-1
+
+Only this module and ``_config`` touch OmegaConf for deployments.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field, fields
+from fractions import Fraction
+from typing import Any, List, Optional
+
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..deploy import Reservation
+from ..errors import ConfigError, EstimateError
+from ..estimator import BYTE_UNITS, check_budget
+from ._groups import _plain, device_from_node, load_group_option, model_from_node
+from ._settings import Device, Model
+
+__all__ = [
+    "DeploymentMode",
+    "DeploymentModelConf",
+    "ReservationConf",
+    "ServeConf",
+    "DeploymentConf",
+    "DeploymentModel",
+    "Deployment",
+    "SCHEMA_NAME",
+    "register_deployment_schema",
+    "deployment_from_config",
+]
+
+SCHEMA_NAME = "deployment_schema"
+
+
+class DeploymentMode(enum.Enum):
+    budget = "budget"  # each planned model is built at its planned memory_budget
+    blocks = "blocks"  # each planned model is built with its planned explicit kvcache_num_blocks
+
+
+@dataclass
+class DeploymentModelConf:
+    model: str = MISSING  # conf/model/<name>.yaml
+    name: Optional[str] = None  # null: the model's name
+    batch_size: Optional[int] = None  # null: the model's default
+    max_seq_len: Optional[int] = None  # tokens; null: the model's default
+    min_blocks: Optional[int] = None  # null: the floor
+    weight: float = 1.0
+    memory_budget: Any = None  # a fixed budget: this model is not planned
+    port: Optional[int] = None  # null: serve.port + the model's index
+
+
+@dataclass
+class ReservationConf:
+    name: str = MISSING
+    bytes: Any = MISSING  # per device: an int, or a byte string with a binary unit ("4GB")
+    chiplet: Optional[int] = None  # null: spread evenly over the chiplets
+
+
+@dataclass
+class ServeConf:
+    port: int = 8000  # the first model's port; the others follow in order
+    device_ids: Optional[List[int]] = None  # RBLN_VISIBLE_DEVICES; null: 0 .. num_devices-1
+
+
+@dataclass
+class DeploymentConf:
+    """conf/deployment/<name>.yaml: models that share one device target."""
+
+    device: str = MISSING
+    mode: DeploymentMode = DeploymentMode.budget
+    models: List[DeploymentModelConf] = MISSING
+    reservations: List[ReservationConf] = field(default_factory=list)
+    serve: ServeConf = field(default_factory=ServeConf)
+
+
+def register_deployment_schema() -> None:
+    """Store ``DeploymentConf`` as the group's schema (called by ``_config.register_configs``)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=DeploymentConf)
+
+
+@dataclass(frozen=True)
+class DeploymentModel:
+    name: str
+    model: Model  # the model config (conf/model/<model>.yaml) it builds from
+    batch_size: int | None
+    max_seq_len: int | None
+    min_blocks: int | None
+    weight: Fraction
+    memory_budget: Any
+    port: int
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    device: Device
+    mode: str
+    models: tuple[DeploymentModel, ...]
+    reservations: tuple[Reservation, ...]
+    device_ids: tuple[int, ...]
+
+    def model(self, name: str) -> DeploymentModel:
+        return next(m for m in self.models if m.name == name)
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_BYTES = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
+
+
+def _merge(schema: type, node: Any, where: str, name: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), node)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+        raise ConfigError(f"{where}{'.' + key if key else ''}: {first} (conf/deployment/{name}.yaml)") from None
+
+
+def _checked(name: str, node: Any) -> DictConfig:
+    """The node merged over the schema; an error names its key (``deployment.models[1].batch_size``)."""
+    if not isinstance(node, DictConfig):
+        raise ConfigError(
+            f"deployment ({name}): expected a mapping with the keys {', '.join(f.name for f in fields(DeploymentConf))}."
+        )
+    for key, schema in (("models", DeploymentModelConf), ("reservations", ReservationConf)):
+        entries = node.get(key)
+        if isinstance(entries, ListConfig):  # each entry alone, so that an error names its index
+            for i, entry in enumerate(entries):
+                _merge(schema, entry, f"deployment.{key}[{i}]", name)
+    return _merge(DeploymentConf, node, "deployment", name)
+
+
+def _reservation_bytes(where: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        nbytes = value
+    elif isinstance(value, str) and (match := _BYTES.fullmatch(value)):
+        nbytes = int(match.group(1)) * BYTE_UNITS[(match.group(2) or "B").upper()]
+    else:
+        raise ConfigError(
+            f"{where}: expected bytes per device, an int (4294967296) or a byte string with a binary unit "
+            f"B/KB/MB/GB/TB ('4GB'), got {value!r}."
+        )
+    if nbytes <= 0:
+        raise ConfigError(f"{where}: expected a positive byte count, got {value!r}.")
+    return nbytes
+
+
+def _positive(where: str, value: Any, minimum: int = 1) -> int | None:
+    if value is not None and value < minimum:
+        raise ConfigError(f"{where}: expected an integer >= {minimum} or null, got {value}.")
+    return value  # type: ignore[no-any-return]
+
+
+def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deployment:
+    """The composed ``deployment`` node -> a frozen Deployment. Raises ConfigError naming the key.
+    ``conf_dirs``: the config folders searched for models and devices (a project's, then the shipped)."""
+    dirs = {} if conf_dirs is None else {"conf_dir": conf_dirs}
+    cfg = _checked(name, node)
+    device = device_from_node(
+        str(cfg.device), load_group_option("device", str(cfg.device), "deployment.device", **dirs)
+    )
+    if not cfg.models:
+        raise ConfigError(f"deployment.models ({name}): an empty list deploys nothing; list at least one model.")
+    port = cfg.serve.port
+    models: list[DeploymentModel] = []
+    for i, m in enumerate(cfg.models):
+        where = f"deployment.models[{i}]"
+        model = model_from_node(str(m.model), load_group_option("model", str(m.model), f"{where}.model", **dirs))
+        label = str(m.name) if m.name is not None else model.name
+        if not _NAME.fullmatch(label):
+            raise ConfigError(f"{where}.name: {label!r} must be letters, digits, '_' or '-' (it names cells).")
+        if any(label == other.name for other in models):
+            raise ConfigError(f"{where}: the name {label!r} is used twice; give one of them another `name`.")
+        weight = float(m.weight)
+        if not weight > 0 or weight == float("inf"):
+            raise ConfigError(f"{where}.weight: expected a positive number, got {m.weight}.")
+        budget = _plain(m.memory_budget)
+        if budget is not None:
+            if isinstance(budget, (list, dict)):
+                raise ConfigError(f"{where}.memory_budget: a budget is null, a number or a string, got {budget!r}.")
+            try:
+                check_budget(budget)
+            except EstimateError as exc:
+                raise ConfigError(f"{where}.memory_budget: {exc}") from None
+            if m.min_blocks is not None:
+                raise ConfigError(
+                    f"{where}: memory_budget fixes this model's count, so min_blocks does not apply; remove one."
+                )
+        models.append(
+            DeploymentModel(
+                name=label,
+                model=model,
+                batch_size=_positive(f"{where}.batch_size", m.batch_size),
+                max_seq_len=_positive(f"{where}.max_seq_len", m.max_seq_len),
+                min_blocks=_positive(f"{where}.min_blocks", m.min_blocks),
+                weight=Fraction(weight),
+                memory_budget=budget,
+                port=_positive(f"{where}.port", m.port) or port + i,
+            )
+        )
+    ports = [m.port for m in models]
+    if len(set(ports)) != len(ports):
+        raise ConfigError(f"deployment.models ({name}): two models share a port ({ports}); set `port` on one of them.")
+    reservations: list[Reservation] = []
+    for i, r in enumerate(cfg.reservations):
+        where = f"deployment.reservations[{i}]"
+        if any(str(r.name) == other.name for other in reservations):
+            raise ConfigError(f"{where}.name: {r.name!r} is used twice.")
+        chiplet = _positive(f"{where}.chiplet", r.chiplet, minimum=0)
+        reservations.append(Reservation(str(r.name), _reservation_bytes(f"{where}.bytes", _plain(r.bytes)), chiplet))
+    ids = _plain(cfg.serve.device_ids)
+    if ids is None:
+        ids = list(range(device.num_devices))
+    if len(ids) != device.num_devices or len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+        raise ConfigError(
+            f"deployment.serve.device_ids ({name}): expected {device.num_devices} distinct device number(s) for "
+            f"{device.name} (num_devices {device.num_devices}), got {ids}."
+        )
+    return Deployment(
+        name=name,
+        device=device,
+        mode=_plain(cfg.mode),
+        models=tuple(models),
+        reservations=tuple(reservations),
+        device_ids=tuple(ids),
+    )

@@ -1,0 +1,237 @@
+"""Matrix expansion: BuildSettings -> cells, in a stable order, with stable readable ids.
+
+Order: models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks x budgets, each axis in
+the order the config lists it (budgets vary fastest); then the same product of each
+``matrix.include`` entry, in the order listed. A cell that an include entry repeats (same id: same
+model, device, explicit options and budget, hence the same inputs) is kept once, where it first
+appears; two cells with one id but different inputs are a ConfigError naming both places. A cell id names the model, the device and the
+budget, plus a suffix for every build option the *matrix* sets explicitly, so an id never depends on
+which other cells are in the matrix (a narrowed run or a multirun job gives the same ids)::
+
+    qwen3_8b.rebel100.b0.3          budget 0.3 (float fraction)
+    qwen3_8b.rebel100.b1            budget 1 (one byte: an int is a byte count)
+    qwen3_8b.rebel100.b1.0          budget 1.0 (100%)
+    qwen3_8b.rebel100.bnone         budget null (all available DRAM)
+    qwen3_8b.rebel100.b50pct        budget "50%";  b10GB: budget "10GB"
+    qwen3_8b.atom_max_x4.bs1.s8192.b0.5.n12   matrix batch_sizes/max_seq_lens set; explicit 12 blocks
+
+Attention options are resolved here (cheaply, no torch) because they are part of the compile key.
+An invalid combination (e.g. a max_seq_len that is not a multiple of the partition) makes that cell
+fail with the estimator's exact error; the other cells still build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, EstimateError
+from ..estimator import ATTENTION_OPTIONS, attention_options, format_budget, resolve_attention
+from ..estimator._limits import cell_id_problem
+from ..estimator._npu import NpuTarget, resolve_npu
+from ..memory import CompileSpec
+from ..memory._recipes import Recipe, load_recipe
+from ..store import cell_key, compile_key, digest, key_code_versions
+from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
+
+if TYPE_CHECKING:
+    from ..estimator import Request
+
+__all__ = ["Cell", "expand", "format_budget", "BUILD_OPTIONS"]
+
+BUILD_OPTIONS = ATTENTION_OPTIONS  # the build options a recipe, a model config or the matrix may set
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    model: str
+    device: Device
+    recipe: Recipe
+    npu: NpuTarget
+    options: tuple[tuple[str, Any], ...]  # build options as requested (before NPU defaults), sorted
+    memory_budget: Any  # exactly as configured
+    kvcache_num_blocks: int  # 0 = auto
+    backend: str
+    spec: CompileSpec | None  # None when the attention options are invalid for this NPU
+    compile_key: str | None
+    cell_key: str
+    setup_error: tuple[str, str] | None  # (message, kind) when the cell cannot even be compiled
+    expected: ExpectedFailure | None
+    toolchain: tuple[tuple[str, str], ...] = ()  # the backend's toolchain versions (in the compile key)
+
+    def option(self, key: str) -> Any:
+        return dict(self.options).get(key)
+
+    def request(self, current_blocks: int) -> Request:
+        """The estimator's request for this cell: its raw options (so the warnings about defaults
+        the estimator fills in reach the manifest), budget and explicit count."""
+        from ..estimator import Request
+
+        return Request(
+            npu=self.npu.name,
+            num_devices=self.device.num_devices,
+            **attention_options(dict(self.options)),
+            kvcache_num_blocks=self.kvcache_num_blocks,
+            memory_budget=self.memory_budget,
+            current_blocks=current_blocks,
+        )
+
+    def inputs(self) -> dict[str, Any]:
+        """The cell's inputs as plain JSON (for the manifest)."""
+        return {
+            "model": self.model,
+            "recipe": self.recipe.name,
+            "recipe_hash": self.recipe.content_hash,
+            "weights_hash": self.recipe.weights_hash,
+            "device": self.device.name,
+            "npu": self.npu.name,
+            "num_devices": self.device.num_devices,
+            "backend": self.backend,
+            "build_options": dict(self.options),
+            "attention": None if self.spec is None else self.spec.attention.to_json(),
+            "memory_budget": self.memory_budget,
+            "kvcache_num_blocks": self.kvcache_num_blocks,
+            # What else the keys hash, so that `rbln-build status` can name the input that changed.
+            "toolchain": dict(self.toolchain),
+            "code": key_code_versions(self.backend),
+        }
+
+
+def _options(model: Model, recipe: Recipe, m: SubMatrix, batch: int | None, seq: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in BUILD_OPTIONS:
+        value = recipe.build.get(key)
+        if model.option(key) is not None:
+            value = model.option(key)
+        out[key] = value
+    if batch is not None:
+        out["batch_size"] = batch
+    if seq is not None:
+        out["max_seq_len"] = seq
+    if m.attn_impl is not None:
+        out["attn_impl"] = m.attn_impl
+    if m.kvcache_partition_len is not None:
+        out["kvcache_partition_len"] = m.kvcache_partition_len
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _suffix(m: SubMatrix, batch: int | None, seq: int | None) -> str:
+    parts = []
+    if batch is not None:
+        parts.append(f"bs{batch}")
+    if seq is not None:
+        parts.append(f"s{seq}")
+    if m.attn_impl is not None:
+        parts.append(m.attn_impl)
+    if m.kvcache_partition_len is not None:
+        parts.append(f"p{m.kvcache_partition_len}")
+    return "".join("." + p for p in parts)
+
+
+def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
+    """Every cell of the matrix, in order: the main product, then each ``include`` entry's.
+    Raises ConfigError/RecipeError for bad config or recipes."""
+    m = settings.matrix
+    parts = m.parts()
+    recipes: dict[str, Recipe] = {}
+    npus: dict[str, NpuTarget] = {}
+    for part in parts:
+        for model in part.models:
+            if model.recipe not in recipes:
+                recipes[model.recipe] = load_recipe(
+                    model.recipe, settings.recipe_dirs or settings.recipes_dir, settings.build_dir / "cache" / "weights"
+                )
+        for device in part.devices:
+            if device.name not in npus:
+                try:
+                    npus[device.name] = resolve_npu(device.npu)
+                except EstimateError as exc:
+                    raise ConfigError(f"device {device.name}: npu: {exc}") from None
+    expected = {e.cell: e for e in m.expect_failure}
+    cells: dict[str, Cell] = {}
+    where: dict[str, str] = {}  # cell id -> the part that first defined it
+    for part in parts:
+        for cell in _expand_part(part, recipes, npus, m.backend, toolchain, expected):
+            first = cells.get(cell.id)
+            if first is None:
+                cells[cell.id] = cell
+                where[cell.id] = part.where
+            elif first.cell_key != cell.cell_key:
+                raise ConfigError(
+                    f"{part.where}: cell {cell.id} is also defined by {where[cell.id]} with different inputs "
+                    f"(budgets {first.memory_budget!r} and {cell.memory_budget!r}); change one of them."
+                )
+            # else: the same cell again (an include entry repeating a cell): the first one stands.
+    return list(cells.values())
+
+
+def _expand_part(
+    m: SubMatrix,
+    recipes: dict[str, Recipe],
+    npus: dict[str, NpuTarget],
+    backend: str,
+    toolchain: dict[str, str],
+    expected: dict[str, ExpectedFailure],
+) -> list[Cell]:
+    cells: list[Cell] = []
+    seen: dict[str, str] = {}
+    for model in m.models:
+        recipe = recipes[model.recipe]
+        for device in m.devices:
+            npu = npus[device.name]
+            for batch in m.batch_sizes or (None,):
+                for seq in m.max_seq_lens or (None,):
+                    options = _options(model, recipe, m, batch, seq)
+                    spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain)
+                    for blocks in m.kvcache_num_blocks:
+                        for budget in m.budgets:
+                            cid = f"{model.name}.{device.name}{_suffix(m, batch, seq)}.b{format_budget(budget)}" + (
+                                f".n{blocks}" if blocks else ""
+                            )
+                            problem = cell_id_problem(cid)
+                            if problem is not None:
+                                raise ConfigError(f"{m.where}: {problem}.")
+                            if cid in seen:
+                                raise ConfigError(
+                                    f"{m.where}: two cells have the id {cid!r} (budgets {seen[cid]} and {budget!r}); "
+                                    "list each value once."
+                                )
+                            seen[cid] = repr(budget)
+                            try:
+                                key = cell_key(ckey or digest({"setup_error": setup_error}), npu.name, budget, blocks)
+                            except ValueError as exc:
+                                raise ConfigError(
+                                    f"{m.where}.budgets: {exc}; use null, a fraction, bytes or a string."
+                                ) from None
+                            cells.append(
+                                Cell(
+                                    id=cid,
+                                    model=model.name,
+                                    device=device,
+                                    recipe=recipe,
+                                    npu=npu,
+                                    options=tuple(sorted(options.items())),
+                                    memory_budget=budget,
+                                    kvcache_num_blocks=blocks,
+                                    backend=backend,
+                                    spec=spec,
+                                    compile_key=ckey,
+                                    cell_key=key,
+                                    setup_error=setup_error,
+                                    expected=expected.get(cid),
+                                    toolchain=tuple(sorted(toolchain.items())),
+                                )
+                            )
+    return cells
+
+
+def _compile_of(
+    recipe: Recipe, npu: NpuTarget, device: Device, options: dict[str, Any], backend: str, toolchain: dict[str, str]
+) -> tuple[CompileSpec | None, str | None, tuple[str, str] | None]:
+    try:
+        attention = resolve_attention(npu, **attention_options(options))
+    except EstimateError as exc:
+        return None, None, (str(exc), exc.kind)
+    spec = CompileSpec(recipe=recipe, npu=npu, num_devices=device.num_devices, attention=attention)
+    return spec, compile_key(spec.key_fields(), backend, toolchain), None

@@ -1,0 +1,107 @@
+"""The jobs a worker runs (a process of this machine or a Ray task), and what they report.
+
+The stages are pure functions over the Store (``_stages``), so running them elsewhere needs only the
+Store's location (``StoreRef``) and the stage's inputs, both picklable:
+
+    compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
+    cell_job(ref, cell)                   -> CellDone      resolve + finalize one cell (in a worker)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..store import CellResult, CompileOutcome, Entry, Store
+from ._stages import build_cell, compile_once
+
+if TYPE_CHECKING:
+    from ..backends import CompileSpec
+    from ..config import Cell
+    from ..store._remote_io import RemoteOptions
+
+__all__ = ["StoreRef", "CompileDone", "CellDone", "compile_job", "cell_job", "worker_died"]
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """Where a worker finds the build's Store: the local cache folder, and the remote cache if any."""
+
+    root: str
+    remote: str | None = None
+    require_remote: bool = False
+    options: RemoteOptions | None = None  # cache.* besides the URL (no secret: names of variables)
+
+    def open(self, warn: Callable[[str], None]) -> Store:
+        if self.remote is None:
+            return Store(Path(self.root), warn=warn)
+        from ..store import RemoteStore
+
+        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote, options=self.options)
+
+
+@dataclass(frozen=True)
+class CompileDone:
+    """What a worker says about one compile key (the entry itself is in the Store)."""
+
+    key: str
+    produced: str | None  # None when it failed
+    fresh: bool  # compiled by this job (False: found in a cache)
+    elapsed_s: float
+    where: str  # host:pid of the worker
+    error: str | None = None
+    error_kind: str | None = None
+    retry: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CellDone:
+    result: CellResult
+    elapsed_s: float
+    warnings: tuple[str, ...] = ()
+
+
+def _where() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> CompileDone:
+    """Compile one key into the Store at ``ref`` (any process). Failures are values, not raises."""
+    started = time.perf_counter()
+    warnings: list[str] = []
+    store = ref.open(warnings.append)
+    cached = store.lookup("compile", key)
+    outcome = cached if cached is not None else compile_once(store, key, spec, backend)
+    took = time.perf_counter() - started
+    if isinstance(outcome, CompileOutcome):
+        return CompileDone(
+            key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry, tuple(warnings)
+        )
+    assert isinstance(outcome, Entry)
+    return CompileDone(key, outcome.meta["produced"], cached is None, took, _where(), warnings=tuple(warnings))
+
+
+def cell_job(ref: StoreRef, cell: Cell) -> CellDone:
+    started = time.perf_counter()
+    warnings: list[str] = []
+    result = build_cell(ref.open(warnings.append), cell)
+    return CellDone(result, time.perf_counter() - started, tuple(warnings))
+
+
+def worker_died(key: str, why: str) -> CompileDone:
+    return CompileDone(
+        key,
+        None,
+        False,
+        0.0,
+        "-",
+        f"the worker compiling this key died ({why}); the next run retries it",
+        "build_failed",
+        True,
+    )

@@ -1,0 +1,158 @@
+"""The manifest (``<build_dir>/manifest.json``) and the run summary (``<build_dir>/summary.json``).
+
+The manifest is deterministic JSON (sorted keys, one line per cell, no timestamps, paths relative to
+the build directory): two clean builds of one matrix give byte-identical files. One entry per cell::
+
+    {"schema_version": 1,
+     "cells": {"<cell id>": {
+        "cell": "<cell id>", "inputs": {...model, recipe, recipe_hash, device, npu, num_devices,
+                                        backend, build_options, attention, memory_budget,
+                                        kvcache_num_blocks},
+        "compile_key": "...", "cell_key": "...",
+        "memory_budget": <as given: null | 0.3 | 1 | "10GB" | "50%">,
+        "budget_bytes": <per device, resolved>, "kvcache_num_blocks": N,
+        "num_full_blocks": F, "num_min_blocks": M,
+        "budget_for_floor": {...}, "budget_for_full_pool": {...},
+        "produced": "program" | "plan" | null,
+        "artifact": {"path": "artifacts/<cell id>", "content_hash": "sha256:..."} | null,
+        "status": "ok" | "failed" | "expected_failure" | "unexpected_success",
+        "error": null | "<exact message>", "error_kind": null | "<kind>",
+        "expected_failure": null | {"kind": ..., "message": ...}, "warnings": [...],
+        "serving": null | {the vllm-rbln flags that agree with the artifact: _serving.serving_for}}}}
+
+A run (or a whole multirun sweep, whose jobs are built together) writes the entries of its cells.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ..config import Cell
+from ..store import CellResult
+from ._serving import serving_for
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "entry_for",
+    "render_manifest",
+    "summarize",
+    "render_json",
+    "FAILING_STATUSES",
+    "NOT_BUILT",
+]
+
+SCHEMA_VERSION = 1
+FAILING_STATUSES = ("failed", "unexpected_success")
+
+
+def render_json(value: Any) -> bytes:
+    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def status_of(cell: Cell, result: CellResult | None) -> str:
+    raw = "failed" if result is None or not result.ok else "ok"
+    if cell.expected is None:
+        return raw
+    if raw == "ok":
+        return "unexpected_success"
+    if result is None:  # not built at all: that is not the failure the matrix declared
+        return "failed"
+    return "expected_failure" if cell.expected.matches(result.error_kind, result.error) else "failed"
+
+
+NOT_BUILT = "the cell was not built (its compile failed or the run stopped)"
+
+
+def entry_for(cell: Cell, result: CellResult | None) -> dict[str, Any]:
+    r = result or CellResult(cell.cell_key, cell.compile_key, error=NOT_BUILT, error_kind="not_built", retry=True)
+    status = status_of(cell, result)
+    artifact = None
+    if r.artifact_hash and status in ("ok", "unexpected_success"):
+        artifact = {"path": f"artifacts/{cell.id}", "content_hash": r.artifact_hash}
+    error = r.error
+    if status == "unexpected_success":
+        error = (
+            f"expected to fail with {cell.expected.kind!r} (matrix.expect_failure) but it built; "  # type: ignore[union-attr]
+            "update the matrix"
+        )
+    elif status == "failed" and cell.expected is not None and result is not None:
+        error = f"{r.error} [expected {cell.expected.kind!r}" + (
+            f" with message {cell.expected.message!r}]" if cell.expected.message else "]"
+        )
+    return {
+        "cell": cell.id,
+        "inputs": cell.inputs(),
+        "compile_key": cell.compile_key,
+        "cell_key": cell.cell_key,
+        "memory_budget": cell.memory_budget,
+        "budget_bytes": r.budget_bytes,
+        "kvcache_num_blocks": r.kvcache_num_blocks,
+        "num_full_blocks": r.num_full_blocks,
+        "num_min_blocks": r.num_min_blocks,
+        "budget_for_floor": r.budget_for_floor,
+        "budget_for_full_pool": r.budget_for_full_pool,
+        "produced": r.produced,
+        "artifact": artifact,
+        "status": status,
+        "error": error,
+        "error_kind": r.error_kind,
+        "expected_failure": None
+        if cell.expected is None
+        else {"kind": cell.expected.kind, "message": cell.expected.message},
+        "warnings": list(r.warnings),
+        "serving": serving_for(cell, result) if artifact is not None else None,
+    }
+
+
+def render_manifest(entries: Iterable[dict[str, Any]], sections: dict[str, Any] | None = None) -> bytes:
+    """Valid, deterministic JSON with one line per cell (sorted keys everywhere): readable, diffable,
+    and rendered by json's C encoder (an indented dump of 1,000 cells takes ~10x longer).
+    ``sections``: more top-level keys (``deployments``), each one indented JSON value."""
+    cells = sorted((e["cell"], e) for e in entries)
+    lines = [
+        "  "
+        + json.dumps(cid, ensure_ascii=False)
+        + ": "
+        + json.dumps(e, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+        for cid, e in cells
+    ]
+    body = ",\n".join("  " + line for line in lines)
+    extra = "".join(
+        f"  {json.dumps(key)}: "
+        + json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False).replace("\n", "\n  ")
+        + ",\n"
+        for key, value in sorted((sections or {}).items())
+    )
+    text = (
+        '{\n  "cells": {\n'
+        + body
+        + ("\n" if lines else "")
+        + "  },\n"
+        + extra
+        + '  "schema_version": '
+        + str(SCHEMA_VERSION)
+        + "\n}\n"
+    )
+    return text.encode("utf-8")
+
+
+def summarize(entries: list[dict[str, Any]], compiled: int, redone: set[str]) -> dict[str, Any]:
+    """Counts for one run. Cells are partitioned: failed (incl. unexpected successes), expected_failures,
+    finalized (resolved and finalized in this run), skipped (reused unchanged)."""
+    failed = sorted(e["cell"] for e in entries if e["status"] in FAILING_STATUSES)
+    expected = sorted(e["cell"] for e in entries if e["status"] == "expected_failure")
+    ok = [e["cell"] for e in entries if e["status"] == "ok"]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cells": len(entries),
+        "compiled": compiled,
+        "finalized": sum(1 for c in ok if c in redone),
+        "skipped": sum(1 for c in ok if c not in redone),
+        "failed": len(failed),
+        "expected_failures": len(expected),
+        "failed_cells": failed,
+        "expected_failure_cells": expected,
+        "redone_cells": sorted(redone),
+    }

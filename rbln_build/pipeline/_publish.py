@@ -1,0 +1,218 @@
+"""Publishing a build: the manifest, the ``artifacts/<cell id>`` links and the run summary.
+
+The manifest is written first and the links after it, from the same entries. A link is only ever a
+symlink that rbln-build made, pointing into ``cache/artifacts``: a real file or folder that a user put
+in ``artifacts/`` is an error that names it, never removed.
+
+A run killed between the two leaves a manifest newer than some links. The manifest and the Store's
+result records are enough to roll forward: ``recover`` (at the start of the next run, under the
+lock) points every link the manifest names at the artifact it names, before anything else happens;
+``.publishing``, written before a new manifest and removed once its links are done, says when.
+``clean_leftovers`` removes the temporary files and links that killed runs leave in the build
+directory itself (the Store cleans its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..config import Cell
+from ..errors import BuildError
+from ..estimator._limits import cell_id_problem
+from ..store import CellResult, Store, is_key, write_atomic
+from ._manifest import entry_for, render_json, render_manifest, summarize
+from ._stages import reusable
+
+__all__ = [
+    "ARTIFACTS_DIR",
+    "MANIFEST_FILE",
+    "SUMMARY_FILE",
+    "collect",
+    "publish",
+    "write_summary",
+    "inside",
+    "recover",
+    "clean_leftovers",
+]
+
+ARTIFACTS_DIR = "artifacts"
+MANIFEST_FILE = "manifest.json"
+SUMMARY_FILE = "summary.json"
+# Files of the build directory written through a ".tmp-<name>-*" sibling (progress-history.json: _progress)
+_OWN_FILES = (MANIFEST_FILE, SUMMARY_FILE, "progress-history.json")
+PUBLISHING_FILE = ".publishing"  # present from a manifest change until its links are done
+
+
+def inside(root: Path, path: Path) -> Path:
+    """``path`` resolved, if it lies inside ``root`` (resolved); else a BuildError naming both."""
+    real_root = root.resolve()
+    real = path.resolve()
+    if real != real_root and real_root not in real.parents:
+        raise BuildError(f"{path} resolves to {real}, outside {real_root}; refusing to write there.")
+    return real
+
+
+def collect(store: Store, cells: list[Cell]) -> list[tuple[Cell, CellResult | None]]:
+    """Each cell with its stored result; None when it has none, or its artifact is gone or damaged
+    (the manifest must not name an artifact that is not there)."""
+    rows: list[tuple[Cell, CellResult | None]] = []
+    for cell in cells:
+        body = store.load_record("results", cell.cell_key)
+        result = None
+        if body is not None:
+            try:
+                result = CellResult.from_json(body)
+            except (TypeError, ValueError):
+                result = None
+        if result is not None and result.ok and reusable(store, cell) is None:
+            result = None
+        rows.append((cell, result))
+    return rows
+
+
+def publish(
+    build_dir: Path, rows: list[tuple[Cell, CellResult | None]], sections: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Write ``manifest.json`` (only when its bytes change), then point every ok cell's link at its
+    artifact and remove the links of cells that have none. Returns the manifest entries.
+    ``sections``: more top-level manifest keys (a deployment's record)."""
+    entries = [entry_for(cell, result) for cell, result in rows]
+    data = render_manifest(entries, sections)
+    path = build_dir / MANIFEST_FILE
+    try:
+        same = path.read_bytes() == data
+    except OSError:
+        same = False
+    if not same:
+        write_atomic(build_dir / PUBLISHING_FILE, b"")  # until the links match: the next run rolls forward
+        write_atomic(path, data)
+    links = build_dir / ARTIFACTS_DIR
+    inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
+    for (cell, result), entry in zip(rows, entries, strict=True):
+        link = links / cell.id
+        inside(links, link.parent)
+        if entry["artifact"] is None or result is None or result.artifact_key is None:
+            if ours(link):
+                link.unlink()
+            elif link.exists() or link.is_symlink():
+                raise BuildError(
+                    f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
+                )
+            continue
+        if link.is_symlink() and not ours(link):
+            raise BuildError(
+                f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
+            )
+        link_atomic(link, f"../cache/artifacts/{result.artifact_key}/files")
+    (build_dir / PUBLISHING_FILE).unlink(missing_ok=True)
+    return entries
+
+
+def ours(link: Path) -> bool:
+    """``link`` is a symlink rbln-build made: its target is ``../cache/artifacts/<key>/files``."""
+    if not link.is_symlink():
+        return False
+    parts = os.readlink(link).split("/")
+    return len(parts) == 5 and parts[:3] == ["..", "cache", "artifacts"] and is_key(parts[3]) and parts[4] == "files"
+
+
+def link_atomic(link: Path, target: str) -> None:
+    """Make ``link`` a symlink to ``target`` (replacing an older symlink of ours atomically). A real
+    file or folder there is never replaced: it is the user's."""
+    if link.is_symlink():
+        if os.readlink(link) == target:
+            return
+    elif link.exists():
+        raise BuildError(
+            f"{link} is not a link rbln-build made; move it out of {link.parent} (rbln-build never deletes it)."
+        )
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.parent / f".tmp-{link.name}-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, link)
+    finally:
+        if tmp.is_symlink():
+            tmp.unlink()
+
+
+def write_summary(
+    build_dir: Path, entries: list[dict[str, Any]], compiled: int, redone: set[str], warnings: list[str]
+) -> dict[str, Any]:
+    summary = summarize(entries, compiled, redone)
+    summary["warnings"] = list(warnings)
+    write_atomic(build_dir / SUMMARY_FILE, render_json(summary))
+    return summary
+
+
+def clean_leftovers(build_dir: Path) -> int:
+    """Remove what killed runs left in the build directory: ``.tmp-manifest.json-*``,
+    ``.tmp-summary.json-*``, ``.tmp-progress-history.json-*`` and ``.tmp-.publishing-*`` files (``write_atomic``), ``artifacts/.tmp-*`` symlinks (``link_atomic``)
+    and the inventory cache's ``*.json.*.tmp`` files. Only those names, and never a directory: a
+    user's own entry is left alone. Call only while holding the build lock."""
+    removed = 0
+    candidates = [
+        *(p for name in (*_OWN_FILES, PUBLISHING_FILE) for p in build_dir.glob(f".tmp-{name}-*")),
+        *(build_dir / "cache" / "inventory").glob("*.json.*.tmp"),
+    ]
+    links = build_dir / ARTIFACTS_DIR
+    if links.is_dir() and not links.is_symlink():
+        candidates += [p for p in links.glob(".tmp-*") if ours(p)]
+    for path in candidates:
+        if path.is_symlink() or path.is_file():
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def recover(build_dir: Path, store: Store) -> int:
+    """Point each link the manifest names at the artifact it names (a previous run may have been
+    killed after writing the manifest and before re-linking). Returns how many links changed.
+    Anything the manifest or a record says is checked before it becomes a path: a cell id must be
+    a valid name inside ``artifacts/``, an artifact key a hex digest whose entry verifies. Only
+    after an interrupted publish (``.publishing`` left behind), so a no-op run pays nothing."""
+    marker = build_dir / PUBLISHING_FILE
+    if not marker.exists():
+        return 0
+    changed = _roll_forward(build_dir, store)
+    marker.unlink(missing_ok=True)
+    return changed
+
+
+def _roll_forward(build_dir: Path, store: Store) -> int:
+    try:
+        cells = json.loads((build_dir / MANIFEST_FILE).read_bytes())["cells"]
+        items = list(cells.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return 0  # no manifest, or not one of ours: this run writes a new one
+    links = build_dir / ARTIFACTS_DIR
+    changed = 0
+    for cell_id, entry in items:
+        try:
+            artifact = entry["artifact"]
+            if artifact is None or cell_id_problem(cell_id) is not None:
+                continue
+            body = store.load_record("results", entry["cell_key"])
+            result = None if body is None else CellResult.from_json(body)
+            if result is None or not is_key(result.artifact_key) or result.artifact_hash != artifact["content_hash"]:
+                continue
+            cached = store.lookup("artifacts", result.artifact_key)  # type: ignore[arg-type]
+            if cached is None or cached.content_hash != artifact["content_hash"]:
+                continue
+            link = links / cell_id
+            inside(build_dir, link.parent)
+            target = f"../cache/artifacts/{result.artifact_key}/files"
+            if link.is_symlink() and (os.readlink(link) == target or not ours(link)):
+                continue
+            link_atomic(link, target)
+            changed += 1
+        except (KeyError, TypeError, ValueError, OSError, BuildError):
+            continue  # this link stays as it is; the run's publish settles it
+    return changed

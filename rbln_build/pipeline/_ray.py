@@ -1,0 +1,154 @@
+"""``executor=ray``: each compile key is a Ray task (``pip install 'rbln-build[ray]'``).
+
+A task compiles into a private Store in the worker's temporary folder (with the remote cache as its
+second level, when one is configured, so the compile is looked up there first and uploaded after),
+and returns the entry packed as a tar through Ray's object store. The driver verifies it (sha256 of
+the tar, then the entry's content hash) and installs it in the build directory's Store; the cells
+and the manifest are the driver's, exactly as in a local build. Nothing of a task is visible until
+the driver installs the whole entry, so a worker killed mid-compile leaves nothing in the build:
+Ray runs the task again (``executor.max_retries``), and a task that fails for good becomes the
+failure of its compile key's cells, with the other cells unaffected.
+
+Resources per task: ``num_cpus`` 1, plus what the backend needs: the ``rbln`` backend asks for the
+custom resource ``rbln_sdk`` that only hosts with the Rebellions SDK advertise (``ray start
+--resources='{"rbln_sdk": 1}'``). A plug-in backend class may declare ``ray_resources``.
+``executor.num_cpus`` and ``executor.resources`` override them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..store import CompileOutcome, Store
+from ._jobs import CompileDone, StoreRef, compile_job
+
+if TYPE_CHECKING:
+    from ..backends import CompileSpec
+    from ..config import Scale
+
+__all__ = ["RayCompiler", "resources_for", "BACKEND_RESOURCES", "EXTRA_HINT"]
+
+EXTRA_HINT = "pip install 'rbln-build[ray]'"
+BACKEND_RESOURCES: dict[str, dict[str, float]] = {"rbln": {"rbln_sdk": 1.0}}
+
+
+def resources_for(backend: str, scale: Scale) -> dict[str, Any]:
+    """Ray options for one compile of ``backend``: num_cpus and custom resources."""
+    from ..backends import get_backend
+
+    declared = dict(BACKEND_RESOURCES.get(backend, {}))
+    declared.update(getattr(type(get_backend(backend)), "ray_resources", {}) or {})
+    num_cpus = float(declared.pop("num_cpus", 1.0))
+    if scale.num_cpus is not None:
+        num_cpus = scale.num_cpus
+    declared.update(dict(scale.resources))
+    return {"num_cpus": num_cpus, "resources": declared}
+
+
+def _compile_task(
+    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool, options: Any = None
+) -> tuple[CompileDone, bytes | None, str | None]:
+    """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash)."""
+    from ..store import pack_entry
+
+    work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
+    try:
+        ref = StoreRef(str(work / "cache"), remote, require, options)
+        done = compile_job(ref, key, spec, backend)
+        if done.error is not None:
+            return done, None, None
+        store = ref.open(lambda _msg: None)
+        entry = store.lookup("compile", key)
+        assert entry is not None
+        return done, pack_entry(entry, work / "entry.tar"), entry.content_hash
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class RayCompiler:
+    """Submits compile keys as Ray tasks; their futures land the entries in the driver's Store."""
+
+    def __init__(self, ref: StoreRef, scale: Scale) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(f"executor=ray: Ray is not installed; install it with: {EXTRA_HINT}") from None
+        self.ray = ray
+        self.ref = ref
+        self.scale = scale
+        self.started = False
+        if not ray.is_initialized():
+            address = None if scale.address == "local" else scale.address
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            if address is None:
+                kwargs["address"] = "local"
+            else:
+                kwargs["address"] = address
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise ConfigError(
+                    f"executor.address: cannot reach the Ray cluster at {scale.address!r} ({exc}); start one with "
+                    "`ray start --head`, or use executor.address=local for a cluster on this machine."
+                ) from None
+            self.started = True
+        nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+        self.description = f"Ray ({len(nodes)} node(s), {cpus:g} CPU(s))"
+        self._task = ray.remote(_compile_task)
+        self._refs: list[Any] = []
+
+    def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
+        options = resources_for(backend, self.scale)
+        ref = self._task.options(
+            max_retries=self.scale.max_retries,
+            retry_exceptions=False,
+            name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
+            **options,
+        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options)
+        self._refs.append(ref)
+        landed: Future[CompileDone] = Future()
+        ref.future().add_done_callback(lambda f: self._land(key, f, landed))
+        return landed
+
+    def _land(self, key: str, fut: Future[Any], landed: Future[CompileDone]) -> None:
+        try:
+            done, packed, recorded = fut.result()
+            if packed is not None:
+                from ..store import install_packed
+
+                store = self.ref.open(lambda _msg: None)
+                local = Store.lookup(store, "compile", key)  # this level only: the bytes are here
+                if local is None and not install_packed(store, "compile", key, packed, recorded):
+                    done = CompileDone(
+                        key,
+                        None,
+                        False,
+                        done.elapsed_s,
+                        done.where,
+                        "the entry a Ray worker sent back fails its content hash; the next run retries it",
+                        "build_failed",
+                        True,
+                        done.warnings,
+                    )
+            elif done.error is not None:
+                outcome = CompileOutcome(key, done.error, done.error_kind or "build_failed", done.retry)
+                self.ref.open(lambda _msg: None).save_record("failures", key, outcome.to_json())
+            landed.set_result(done)
+        except BaseException as exc:  # the task failed for good (retries used up), or cancelled
+            landed.set_exception(exc)
+
+    def close(self, cancel: bool) -> None:
+        if cancel:
+            for ref in self._refs:
+                try:
+                    self.ray.cancel(ref, force=True)
+                except Exception:
+                    pass  # finished already
+        if self.started:
+            self.ray.shutdown()

@@ -1,0 +1,121 @@
+"""Serving hand-off: the vllm-rbln flags that agree with a built cell, and serve commands.
+
+What vllm-rbln 0.12.0 does with a model (read in its ``utils/optimum/converter/`` and ``platform/``;
+nothing of it is imported here):
+
+* It serves one model per process. A directory that holds ``rbln_config.json`` is a compiled model
+  (``is_compiled_dir``). Its ``rbln_config.json`` then decides: ``max_num_seqs`` becomes its
+  ``batch_size``, ``max_model_len`` its ``max_seq_len``, the KV block size its
+  ``kvcache_block_size`` (or ``kvcache_partition_len``), the pool its ``kvcache_num_blocks``, and
+  dtype and device count likewise, whatever the flags said; a ``--max-num-batched-tokens`` other
+  than its ``prefill_chunk_size`` is an error.
+* Any other model is compiled through optimum-rbln when the server starts, from the flags:
+  ``batch_size = --max-num-seqs``, ``max_seq_len = --max-model-len``, ``kvcache_partition_len =
+  --block-size`` (flash attention when it differs from the length), ``prefill_chunk_size =
+  --max-num-batched-tokens``, ``num_devices = --rbln-num-devices-per-local-rank`` and
+  ``memory_budget = --gpu-memory-utilization`` (a fraction). That budget always goes in, so an
+  explicit ``kvcache_num_blocks`` cannot (optimum-rbln takes one or the other).
+* Its devices are the ones ``RBLN_VISIBLE_DEVICES`` lists, and a runtime's device ids count within
+  them; ``tensor_parallel_size`` must stay 1 on this path. Co-located models are separate
+  processes pinned to the same devices, each on its own port.
+
+Only a real ``rbln`` cell is a compiled model for vllm-rbln (its artifact holds ``rbln_config.json``).
+A ``torch`` program runs on CPU only and a plan holds no program: for those the record says how to
+have vllm-rbln compile the same configuration at start-up (from the recipe's source model), with the
+cell's budget as the fraction, which the estimator resolves to the same count from the same report.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from ..config import Cell
+from ..estimator import fraction_for_bytes
+from ..store import CellResult
+
+__all__ = ["ENGINE", "serving_for", "command_for", "FLAG_ORDER"]
+
+ENGINE = "vllm-rbln==0.12.0"
+DEVICE_ENV = "RBLN_VISIBLE_DEVICES"
+FLAG_ORDER = (
+    "max_num_seqs",
+    "max_model_len",
+    "block_size",
+    "max_num_batched_tokens",
+    "dtype",
+    "rbln_num_devices_per_local_rank",
+    "gpu_memory_utilization",
+)
+
+
+def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
+    """The serving record of a built cell (None when the cell did not build)."""
+    if result is None or not result.ok or cell.spec is None:
+        return None
+    att = cell.spec.attention
+    precompiled = result.produced == "rbln"  # an optimum-rbln compiled model (the rbln backend's cells)
+    flags: dict[str, Any] = {
+        "max_num_seqs": att.batch_size,
+        "max_model_len": att.max_seq_len,
+        "block_size": att.kvcache_block_size,
+        "max_num_batched_tokens": att.prefill_chunk_size,
+        "dtype": cell.recipe.dtype,
+        "rbln_num_devices_per_local_rank": cell.device.num_devices,
+    }
+    notes: list[str] = []
+    exact = True
+    model: str | None
+    if precompiled:
+        model = f"artifacts/{cell.id}"
+    else:
+        model = cell.recipe.source.get("model_id")
+        what = "a torch program (CPU only)" if result.produced == "program" else "a plan (no program)"
+        notes.append(f"the artifact is {what}: vllm-rbln compiles this configuration from {model} at start-up")
+        if cell.recipe.seed is not None:
+            notes.append(f"{cell.recipe.name} is a synthetic recipe (seeded weights): no hub model to serve")
+        budget = result.budget_bytes
+        fraction = None if budget is None else fraction_for_bytes(budget, cell.npu.available_bytes)
+        if cell.kvcache_num_blocks == 0 and budget is not None and fraction is not None:
+            flags["gpu_memory_utilization"] = fraction
+            chiplets = cell.npu.num_chiplets
+            exact = int(cell.npu.available_bytes * fraction) // chiplets == budget // chiplets
+        elif cell.kvcache_num_blocks:
+            exact = False
+            notes.append(
+                f"an explicit kvcache_num_blocks ({cell.kvcache_num_blocks}) cannot be passed: vllm-rbln 0.12.0 always "
+                "compiles with memory_budget = --gpu-memory-utilization; serve an rbln-backend artifact for this count"
+            )
+        else:
+            exact = False
+            notes.append(f"no memory_budget fraction of {cell.npu.name} gives this cell's {budget} bytes per device")
+    return {
+        "engine": ENGINE,
+        "model": model,
+        "precompiled": precompiled,
+        "kvcache_num_blocks": result.kvcache_num_blocks,
+        "exact": exact,  # the flags reproduce the cell's block count
+        "flags": flags,
+        "notes": notes,
+    }
+
+
+def command_for(serving: dict[str, Any], port: int, device_ids: tuple[int, ...], build_dir: str) -> dict[str, Any]:
+    """One ``vllm serve`` command: the environment that pins the devices, and the argument list.
+
+    A compiled model's path is ``build_dir``/its artifact; the runtime's device override names the
+    first ``len(device_ids)`` visible devices (all of them: the process sees only those)."""
+    model = serving["model"]
+    if serving["precompiled"]:
+        model = f"{build_dir.rstrip('/')}/{model}"
+    argv = ["vllm", "serve", str(model), "--port", str(port)]
+    flags = serving["flags"]
+    for name in FLAG_ORDER:
+        if name in flags:
+            argv += ["--" + name.replace("_", "-"), str(flags[name])]
+    devices: Any = 0 if len(device_ids) == 1 else list(range(len(device_ids)))
+    argv += ["--additional-config", json.dumps({"optimum_overrides": {"device": devices}}, sort_keys=True)]
+    env = {DEVICE_ENV: ",".join(str(i) for i in device_ids)}
+    line = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *(shlex.quote(a) for a in argv)])
+    return {"env": env, "argv": argv, "shell": line}

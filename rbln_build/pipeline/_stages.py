@@ -1,0 +1,246 @@
+"""The build stages: pure functions over the content-addressed Store.
+
+    compile_once(store, key, spec, backend)  -> Entry | CompileOutcome  once per compile key
+    resolve(store, cell)                     -> CellResult               the estimator over the report
+    finalize(store, cell, result)            -> CellResult               the artifact for the count
+    build_cell(store, cell)                  -> CellResult               resolve + finalize, stored
+    reusable(store, cell)                    -> CellResult | None        a stored result that stands
+
+Nothing passes between stages in process memory: a compile leaves its entry (or its failure) in the
+Store; a cell reads it from there and leaves its ``CellResult`` there. So any stage can run in
+another process, or on another machine, given the Store and the cell. The orchestration (doit
+tasks, progress lines, the manifest) is elsewhere (``_tasks``, ``_publish``).
+
+Every exception inside a stage becomes a recorded failure with its reason (``describe``), never a
+crash of the build: one cell's failure never stops the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendUnavailable, EstimateError, InputFailure, RblnBuildError
+from ..store import CellResult, CompileOutcome, Entry, Store, digest, is_key
+
+if TYPE_CHECKING:
+    from ..backends import CompileSpec
+    from ..config import Cell
+    from ..estimator import AllocationReport
+
+__all__ = ["resolve", "finalize", "build_cell", "reusable", "compile_done", "artifact_key", "describe"]
+
+LOG_DIR = "logs"  # <build_dir>/logs: tracebacks of unexpected errors
+
+
+def describe(exc: BaseException, log: Path | None = None) -> tuple[str, str, bool]:
+    """(message, kind, retry) for an exception raised inside a stage. Failures the inputs determine
+    are final (retry False); anything else is retried by the next run. An unexpected exception's
+    traceback goes to ``log`` (named in the message), not to the terminal."""
+    if isinstance(exc, (EstimateError, InputFailure)):
+        return str(exc), exc.kind, False
+    if isinstance(exc, BackendUnavailable):
+        return str(exc), "backend_unavailable", True
+    if isinstance(exc, RblnBuildError):
+        return str(exc), getattr(exc, "kind", "build_failed"), True
+    message = f"{type(exc).__name__}: {exc}"
+    if log is not None:
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        except OSError:
+            pass
+    return message, "build_failed", True
+
+
+def _log_path(store: Store, what: str, key: str) -> Path:
+    return store.root.parent / LOG_DIR / f"{what}-{key[:16]}.txt"
+
+
+# -- compile ---------------------------------------------------------------------------------------
+
+
+def compile_done(store: Store, key: str) -> bool:
+    """Nothing to do for this key: its entry verifies, or it failed for good (an input failure)."""
+    if store.lookup("compile", key) is not None:
+        return True
+    failure = _failure(store, key)
+    return failure is not None and not failure.retry
+
+
+def compile_once(store: Store, key: str, spec: CompileSpec, backend: str) -> Entry | CompileOutcome:
+    """Compile ``spec`` once into the Store under ``key``: the entry, or the failure (which is also
+    recorded in the Store, for the cells of this key)."""
+    existing = store.lookup("compile", key)
+    if existing is not None:
+        return existing  # built meanwhile (another run or worker)
+    from ..backends import get_backend
+
+    store.drop_record("failures", key)
+    try:
+        impl = get_backend(backend)
+
+        def fill(files: Path) -> dict[str, Any]:
+            result = impl.compile(spec, files)
+            return {
+                "produced": result.produced,
+                "report": result.report.to_json(),
+                "spec": spec.key_fields(),
+                "backend": backend,
+            }
+
+        return store.put("compile", key, fill)
+    except Exception as exc:  # one compile's failure must not stop the other cells
+        message, kind, retry = describe(exc, _log_path(store, "compile", key))
+        outcome = CompileOutcome(compile_key=key, error=message, error_kind=kind, retry=retry)
+        try:
+            store.save_record("failures", key, outcome.to_json())
+        except OSError:
+            pass  # the cells then say their compile left no entry; the run still reports it
+        return outcome
+
+
+def _failure(store: Store, key: str) -> CompileOutcome | None:
+    body = store.load_record("failures", key)
+    if body is None:
+        return None
+    try:
+        return CompileOutcome.from_json(body)
+    except (TypeError, ValueError):
+        return None
+
+
+# -- cells -----------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_report(content_hash: str, report_json: str) -> AllocationReport:
+    """Parse a compile entry's report once per process (keyed by the entry's verified hash)."""
+    import json
+
+    from ..estimator import AllocationReport
+
+    return AllocationReport.from_json(json.loads(report_json))
+
+
+def _report(entry: Entry) -> AllocationReport:
+    from ..store import canonical_json
+
+    return _parsed_report(entry.content_hash, canonical_json(entry.meta["report"]))
+
+
+def resolve(store: Store, cell: Cell) -> CellResult:
+    """The cell's resolution from its compile entry's report (no artifact yet)."""
+    base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
+    if cell.setup_error is not None:
+        return base.failed(cell.setup_error[0], cell.setup_error[1], retry=False)
+    assert cell.compile_key is not None
+    compiled = store.lookup("compile", cell.compile_key)
+    if compiled is None:
+        failure = _failure(store, cell.compile_key)
+        if failure is not None:
+            return base.failed(failure.error, failure.error_kind, failure.retry)
+        return base.failed("the compile of this cell's key did not produce a cache entry", "compile_failed", True)
+    from ..estimator import estimate
+
+    report = _report(compiled)
+    res = estimate(cell.request(report.current_blocks), report)
+    bd = res.breakdown
+    return replace(
+        base,
+        produced=compiled.meta["produced"],
+        kvcache_num_blocks=res.kvcache_num_blocks,
+        num_full_blocks=res.num_full_blocks,
+        num_min_blocks=res.num_min_blocks,
+        budget_bytes=None if bd is None else bd.budget_bytes,
+        budget_for_floor=None if bd is None else bd.budget_for_floor.to_json(),
+        budget_for_full_pool=None if bd is None else bd.budget_for_full_pool.to_json(),
+        warnings=tuple(res.warnings),
+        error=res.error,
+        error_kind=res.error_kind,
+        retry=False,  # the estimator's answer depends on the inputs alone
+    )
+
+
+def artifact_key(cell: Cell, num_blocks: int) -> str:
+    """One artifact per (compile key, target NPU, block count): cells that resolve alike share it."""
+    return artifact_key_of(cell.compile_key, cell.npu.name, num_blocks)
+
+
+def artifact_key_of(compile_key: str | None, npu: str, num_blocks: int) -> str:
+    """``artifact_key`` from what a manifest entry records (``gc --remote`` keeps it)."""
+    return digest({"kind": "artifact", "compile": compile_key, "npu": npu, "num_blocks": num_blocks})
+
+
+def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
+    """The artifact for a resolved cell (the backend resizes the KV pool to the resolved count)."""
+    if not result.ok:
+        return result
+    blocks = result.kvcache_num_blocks
+    assert blocks is not None and blocks > 0 and cell.compile_key is not None and cell.spec is not None
+    akey = artifact_key(cell, blocks)
+    try:
+        entry = store.lookup("artifacts", akey)
+        if entry is None:
+            from ..backends import get_backend
+
+            compiled = store.lookup("compile", cell.compile_key)
+            if compiled is None:
+                return result.failed(
+                    "the compile entry of this cell disappeared before finalize", "compile_failed", True
+                )
+            impl = get_backend(cell.backend)
+            spec = cell.spec
+
+            def fill(files: Path) -> dict[str, Any]:
+                impl.finalize(spec, compiled.files, blocks, files)
+                return {
+                    "compile_key": cell.compile_key,
+                    "npu": cell.npu.name,
+                    "kvcache_num_blocks": blocks,
+                    "produced": compiled.meta["produced"],
+                }
+
+            entry = store.put("artifacts", akey, fill)
+    except Exception as exc:
+        return result.failed(*describe(exc, _log_path(store, "finalize", akey)))
+    return replace(result, artifact_key=akey, artifact_hash=entry.content_hash)
+
+
+def build_cell(store: Store, cell: Cell) -> CellResult:
+    """Resolve and finalize one cell, and record the result in the Store (failures included)."""
+    try:
+        result = finalize(store, cell, resolve(store, cell))
+    except Exception as exc:  # resolve has no handler of its own: a damaged report, a bug
+        base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
+        result = base.failed(*describe(exc, _log_path(store, "cell", cell.cell_key)))
+    try:
+        store.save_record("results", cell.cell_key, result.to_json())
+    except OSError as exc:
+        result = result.failed(f"cannot record the cell's result in {store.root}: {exc}", "build_failed", True)
+    return result
+
+
+def reusable(store: Store, cell: Cell) -> CellResult | None:
+    """The stored result if it stands as is: final (not to be retried), and its artifact verifies."""
+    body = store.load_record("results", cell.cell_key)
+    if body is None:
+        return None
+    try:
+        result = CellResult.from_json(body)
+    except (TypeError, ValueError):
+        store.drop_record("results", cell.cell_key)
+        return None
+    if result.retry or result.cell_key != cell.cell_key:
+        return None
+    if result.ok:
+        if not is_key(result.artifact_key):
+            store.drop_record("results", cell.cell_key)  # forged or damaged: never used as a path
+            return None
+        entry = store.lookup("artifacts", result.artifact_key)  # type: ignore[arg-type]
+        if entry is None or entry.content_hash != result.artifact_hash:
+            return None
+    return result

@@ -1,0 +1,314 @@
+"""The doit wiring: one task per compile key, one per cell, one that publishes the manifest.
+
+The tasks only call the stages (``_stages``) and print progress; they hand nothing to each other
+except through the Store. Nothing heavy happens while tasks are created (keys come from recipe
+bytes, attention arithmetic and package versions), so a no-op rebuild imports neither torch nor
+transformers.
+
+Up-to-date checks (doit ``uptodate``), each from one hash of the whole canonical input:
+
+* ``compile:<label>``: ``config_changed(compile key)`` and ``compile_done`` (the entry verifies, or
+  the key failed for good).
+* ``cell:<cell id>``: ``config_changed(cell key)`` and ``reusable`` (a final stored result whose
+  artifact verifies).
+* ``manifest``: always runs; it rewrites ``manifest.json`` only when its bytes change.
+
+The content-addressed Store is the ground truth; doit's state (``<build_dir>/.doit.sqlite3``, the
+sqlite3 backend) only saves the checks, so a damaged state file is moved aside with a warning and the
+run goes on from the Store. A failure never fails a doit task: it is recorded in the Store. If the
+outputs (manifest, links, summary) cannot be written, ``output_error`` says why and the CLI reports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..config import Cell, Scale
+from ..errors import BuildError
+from ..store import LOCK_FILE, CellResult, CompileOutcome, Store
+from ..store._remote_io import DOWN_MARKER, once_key
+from ._executors import Parallel, StoreRef
+from ._manifest import entry_for, summarize
+from ._progress import HISTORY_FILE, make_progress
+from ._publish import (
+    ARTIFACTS_DIR,
+    MANIFEST_FILE,
+    SUMMARY_FILE,
+    collect,
+    publish,
+    write_summary,
+)
+from ._reporter import doit_reporter
+from ._stages import LOG_DIR, build_cell, compile_done, compile_once, describe, reusable
+from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
+
+__all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
+
+
+def doit_config(build_dir: Path) -> dict[str, Any]:
+    return {
+        "dep_file": str(build_dir / STATE_FILE),
+        "backend": "sqlite3",
+        "verbosity": 2,  # actions print their own progress lines
+        "reporter": "error-only",
+    }
+
+
+def compile_label(cell: Cell) -> str:
+    assert cell.compile_key is not None
+    return f"{cell.recipe.name}.{cell.npu.family}.x{cell.device.num_devices}.{cell.compile_key[:12]}"
+
+
+class BuildRun:
+    """One run over a list of cells into one build directory: the doit tasks and what the run did
+    (for its progress lines and summary only; no stage reads it)."""
+
+    def __init__(
+        self,
+        build_dir: Path,
+        cells: list[Cell],
+        progress: bool = True,
+        out: TextIO | None = None,
+        sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
+        scale: Scale | None = None,
+        publish: bool = True,
+    ) -> None:
+        self.build_dir = Path(build_dir)
+        self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
+        self.cells = cells
+        self.progress = progress
+        self.out = out or sys.stderr
+        self.warnings: list[str] = []
+        # what the run shows: a live status line on a terminal, plain lines otherwise (_progress)
+        self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
+        self.scale = scale or Scale()
+        self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
+        self.ref = StoreRef(
+            str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote, self.scale.remote_options
+        )
+        self.store: Store = self.ref.open(self._warn)
+        self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
+        self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
+        for cell in cells:
+            if cell.compile_key is not None:
+                self.compiles.setdefault(cell.compile_key, cell)
+        self.compiled: list[str] = []
+        self.redone: set[str] = set()
+        self.entries: list[dict[str, Any]] | None = None  # the manifest entries (written unless output_error)
+        self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
+
+    def _warn(self, message: str) -> None:
+        if once_key(message) in {once_key(m) for m in self.warnings}:
+            return  # one warning per run, however many workers met it
+        self.warnings.append(message)
+        self.display.warn(message)
+
+    def _reporter(self) -> type:
+        labels = {compile_label(c): _label(c) for c in self.compiles.values()}
+        return doit_reporter(self.display, labels, lambda: None if self.parallel is None else self.parallel.shown)
+
+    # -- tasks ------------------------------------------------------------------------------------
+
+    def namespace(self) -> dict[str, Any]:
+        """A dodo-like namespace for doit's ModuleTaskLoader (also what dodo.py exports)."""
+        from doit.tools import config_changed
+
+        store = self.store
+        ns: dict[str, Any] = {"DOIT_CONFIG": {**doit_config(self.build_dir), "reporter": self._reporter()}}
+
+        if self.compiles:
+
+            def task_compile() -> Iterator[dict[str, Any]]:
+                """Compile each compile key once (the baseline and its AllocationReport)."""
+                for key, cell in self.compiles.items():
+                    yield {
+                        "name": compile_label(cell),
+                        "doc": f"compile {cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices}",
+                        "actions": [(self._compile, [key])],
+                        "uptodate": [config_changed(key), (compile_done, [store, key])],
+                        "verbosity": 2,
+                    }
+
+            ns["task_compile"] = task_compile
+
+        def task_cell() -> Iterator[dict[str, Any]]:
+            """Resolve each cell's kvcache_num_blocks and finalize its artifact."""
+            for cell in self.cells:
+                yield {
+                    "name": cell.id,
+                    "doc": f"cell {cell.id} (budget {cell.memory_budget!r})",
+                    "actions": [(self._cell, [cell])],
+                    "task_dep": [f"compile:{compile_label(cell)}"] if cell.compile_key else [],
+                    "uptodate": [config_changed(cell.cell_key), (_reusable, [store, cell])],
+                    "verbosity": 2,
+                }
+
+        def task_manifest() -> dict[str, Any]:
+            """Write manifest.json with one entry per cell, then the artifacts/ links."""
+            return {"actions": [self._publish], "task_dep": ["cell"], "uptodate": [False], "verbosity": 2}
+
+        ns["task_cell"] = task_cell
+        ns["task_manifest"] = task_manifest
+        return ns
+
+    def _compile(self, key: str) -> None:
+        done = None if self.parallel is None else self.parallel.compile_results.get(key)
+        if done is not None:  # compiled ahead of doit (shown already)
+            if done.fresh:
+                self.compiled.append(key)
+            return
+        if compile_done(self.store, key):  # in the Store already (doit's state did not know): nothing to do
+            return
+        cell = self.compiles[key]
+        assert cell.spec is not None
+        label = _label(cell)
+        self.display.compile_started(label)
+        started = time.perf_counter()
+        outcome = compile_once(self.store, key, cell.spec, cell.backend)
+        took = time.perf_counter() - started
+        if isinstance(outcome, CompileOutcome):
+            self.display.compile_finished(label, took, False, outcome.error or "")
+            return
+        self.compiled.append(key)
+        self.display.compile_finished(label, took, True, outcome.meta["produced"])
+
+    def _cell(self, cell: Cell) -> None:
+        self.redone.add(cell.id)
+        if self.parallel is not None and cell.id in self.parallel.cell_results:
+            return  # built ahead of doit (shown already)
+        result = build_cell(self.store, cell)
+        if result.ok:
+            what = (
+                f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
+                f"{result.produced}"
+            )
+        else:
+            what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
+        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
+
+    def _publish(self) -> None:
+        """Write the manifest and the links. A failure to write them is kept in ``output_error`` (the
+        entries are still known, for the report), never raised into doit."""
+        if not self.publish:
+            return
+        try:
+            rows = collect(self.store, self.cells)
+            self.entries = [entry_for(cell, result) for cell, result in rows]
+            self.entries = publish(
+                self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows)
+            )
+        except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
+            message = (
+                str(exc)
+                if isinstance(exc, (OSError, BuildError))
+                else describe(exc, self.build_dir / LOG_DIR / "publish.txt")[0]
+            )
+            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {message}"
+
+    # -- a whole run ------------------------------------------------------------------------------
+
+    def run(self, args: list[str] | None = None) -> int:
+        """Run doit over the tasks (the caller holds the build lock). Returns doit's exit code."""
+        from doit.cmd_base import ModuleTaskLoader
+        from doit.doit_cmd import DoitMain
+
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        scope_inventory_cache(self.build_dir)
+        self.prepare()
+        self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        (self.build_dir / "cache" / DOWN_MARKER).unlink(missing_ok=True)  # this run asks the remote afresh
+        self.store = self.ref.open(self._warn)
+        probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
+        if probe is not None and not probe():
+            self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
+        # doit prints a traceback when it cannot run (e.g. its state DB on a full disk): that one write
+        # goes to logs/ as a warning; everything else written to stderr streams through as it comes.
+        stream = _TracebackTrap(sys.stderr)
+        try:
+            self.parallel = Parallel(
+                self.store, self.ref, self.scale, self.compiles, self.cells, self.display, _label, self._warn
+            )
+            self.parallel.run()
+            with contextlib.redirect_stderr(stream):
+                code = int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
+        finally:
+            self.display.close()
+        for text in stream.trapped:
+            self._doit_said(text)
+        return code
+
+    def _doit_said(self, text: str) -> None:
+        """A traceback doit printed: to ``logs/``, and one warning naming the file."""
+        last = [ln for ln in text.splitlines() if ln.strip()][-1]
+        log = self.build_dir / LOG_DIR / f"doit-{os.getpid()}.txt"
+        try:
+            log.parent.mkdir(exist_ok=True)
+            log.write_text(text, encoding="utf-8")
+            where = f"; details in {log}"
+        except OSError:
+            where = ""
+        self._warn(f"doit stopped before running every task: {last}{where}")
+
+    def prepare(self) -> None:
+        """Before any task (holding the lock): the run's start-up (_startup)."""
+        start_run(self.build_dir, self.store, self.display.warn, self._warn)
+
+    def summary(self) -> dict[str, Any]:
+        """Write summary.json for this run from the published manifest entries."""
+        if self.entries is None:  # doit did not reach the manifest task
+            self._publish()
+        entries = self.entries or []
+        try:
+            return write_summary(self.build_dir, entries, len(self.compiled), self.redone, self.warnings)
+        except OSError as exc:
+            self.output_error = self.output_error or f"{SUMMARY_FILE}: {exc}"
+            return summarize(entries, len(self.compiled), self.redone)
+
+
+class _TracebackTrap:
+    """A stderr that keeps each write that is a whole traceback (doit writes one in a single call)
+    and passes everything else through to ``real`` at once."""
+
+    def __init__(self, real: TextIO) -> None:
+        self.real = real
+        self.trapped: list[str] = []
+
+    def write(self, text: str) -> int:
+        if text.startswith("Traceback (most recent call last)"):
+            self.trapped.append(text)
+            return len(text)
+        return self.real.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def _label(cell: Cell) -> str:
+    """A compile as the progress display names it (and matches it with earlier similar compiles)."""
+    return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
+
+
+def _reusable(store: Store, cell: Cell) -> bool:
+    return reusable(store, cell) is not None
+
+
+def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
+    """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
+    e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
+    from ..config import compose_settings, expand_all
+
+    if overrides is None:
+        overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
+    from ..config import find_project
+
+    settings = compose_settings(overrides, project=find_project())
+    build_dir, cells = expand_all([settings])
+    build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
+    return BuildRun(build_dir, cells, progress=settings.progress).namespace()

@@ -1,0 +1,55 @@
+"""The content-addressed cache: what a build has made, verified on every read.
+
+_keys     compile keys and cell keys (content hashes of every input)
+_store    the Store: entries, result records, failures; atomic writes
+_result   CellResult and CompileOutcome, the records the Store keeps
+_remote   a shared remote behind the Store (cache.remote=, fsspec)
+_lock     the build directory's lock
+"""
+
+from __future__ import annotations
+
+from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
+from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
+from ._remote import RemoteStore, install_packed, pack_entry
+from ._result import CellResult, CompileOutcome
+from ._store import (
+    ENTRY_FILE,
+    FILES_DIR,
+    RECORD_KINDS,
+    Entry,
+    Store,
+    content_hash,
+    file_stats,
+    is_key,
+    meta_hash,
+    result_hash,
+    write_atomic,
+)
+
+__all__ = [
+    "CellResult",
+    "CompileOutcome",
+    "ENTRY_FILE",
+    "Entry",
+    "FILES_DIR",
+    "LOCK_FILE",
+    "RECORD_KINDS",
+    "RemoteStore",
+    "Store",
+    "acquire_build_lock",
+    "canonical_json",
+    "cell_key",
+    "compile_key",
+    "content_hash",
+    "digest",
+    "file_stats",
+    "install_packed",
+    "is_key",
+    "key_code_versions",
+    "lock_for_doit",
+    "meta_hash",
+    "pack_entry",
+    "result_hash",
+    "write_atomic",
+]

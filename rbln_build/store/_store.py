@@ -1,0 +1,284 @@
+"""The content-addressed store under ``<build_dir>/cache``.
+
+Layout::
+
+    cache/compile/<compile key>/entry.json   compile baselines (what the backend wrote) + report
+    cache/compile/<compile key>/files/...
+    cache/artifacts/<artifact key>/...       finalized cell artifacts (same shape)
+    cache/results/<cell key>.json            one cell's CellResult (resolution, artifact pointer or error)
+    cache/failures/<compile key>.json        a compile key's failure (CompileOutcome), when it failed
+
+Every key is a sha256 hex digest, checked wherever a key becomes a path (``entry_path``,
+``record_path``): a key read back from a record can never name a place outside the store.
+
+Every write goes to a temporary name in the destination's own directory (``.tmp-*``) and is renamed
+into place only when complete, so a killed build leaves at most a ``.tmp-*`` folder, which the next
+run (holding the build lock) removes. An entry records a content hash: sha256 over its files in
+sorted relative-path order, each preceded by its name and size, then the entry's metadata as
+canonical JSON. ``lookup`` verifies an entry before it is used; an entry that fails is reported as a
+warning, removed, and treated as a miss (so it is rebuilt), never used and never a crash.
+
+To keep a no-op rebuild fast, an entry also records each file's (size, mtime, ctime, inode). When
+they all still match, the files are taken as unchanged; any difference triggers the full hash.
+``ctime`` cannot be set from user space, so a rewrite that restores size and mtime is still caught.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._keys import canonical_json
+
+__all__ = ["Entry", "Store", "content_hash", "write_atomic", "is_key", "RECORD_KINDS"]
+
+ENTRY_FILE = "entry.json"
+FILES_DIR = "files"
+ENTRY_SCHEMA = 1
+RECORD_KINDS = ("results", "failures")
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def is_key(key: object) -> bool:
+    """A cache key: exactly 64 lowercase hex digits (a sha256), so it is always one path component."""
+    return isinstance(key, str) and _KEY.fullmatch(key) is not None
+
+
+def _checked_key(key: object) -> str:
+    if not is_key(key):
+        raise ValueError(f"not a cache key (64 hex digits): {key!r}")
+    return key  # type: ignore[return-value]
+
+
+def _tmp_name(final: Path) -> Path:
+    return final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _files(root: Path) -> list[tuple[str, Path]]:
+    out = []
+    for p in root.rglob("*"):
+        if p.is_file() or p.is_symlink():
+            out.append((p.relative_to(root).as_posix(), p))
+    return sorted(out)
+
+
+def content_hash(files_dir: Path, meta: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    for rel, path in _files(files_dir):
+        h.update(rel.encode("utf-8") + b"\0" + str(path.stat().st_size).encode() + b"\0")
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    h.update(b"\0meta\0" + canonical_json(meta).encode("utf-8"))
+    return "sha256:" + h.hexdigest()
+
+
+def file_stats(files_dir: Path) -> dict[str, list[int]]:
+    out = {}
+    for rel, path in _files(files_dir):
+        st = path.stat()
+        out[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    path: Path
+    meta: dict[str, Any]
+    content_hash: str
+
+    @property
+    def files(self) -> Path:
+        return self.path / FILES_DIR
+
+
+class Store:
+    """Entries of one build directory's cache. ``warn`` receives every corruption warning."""
+
+    def __init__(self, root: Path, warn: Callable[[str], None] | None = None) -> None:
+        self.root = Path(root)
+        self.warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+
+    def entry_path(self, kind: str, key: str) -> Path:
+        return self.root / kind / _checked_key(key)
+
+    # -- entries (folders) ------------------------------------------------------------------------
+
+    def lookup(self, kind: str, key: str, full: bool = False) -> Entry | None:
+        """The verified entry, or None (missing, or corrupt: then it is reported and removed)."""
+        path = self.entry_path(kind, key)
+        record_file = path / ENTRY_FILE
+        if not record_file.is_file():
+            if path.exists():
+                self._discard(path, f"cache entry {path} has no {ENTRY_FILE}; removed, it will be rebuilt")
+            return None
+        try:
+            record = json.loads(record_file.read_bytes())
+            meta, recorded, stats = record["meta"], record["content_hash"], record["stat"]
+            if record.get("key") != key or record.get("schema") != ENTRY_SCHEMA:
+                raise ValueError("key or schema does not match")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._discard(path, f"cache entry {path}: unreadable {ENTRY_FILE} ({exc}); removed, it will be rebuilt")
+            return None
+        files_dir = path / FILES_DIR
+        if not full and file_stats(files_dir) == stats and record.get("meta_hash") == meta_hash(meta):
+            return Entry(key, path, meta, recorded)
+        actual = content_hash(files_dir, meta)
+        if actual != recorded:
+            self._discard(
+                path,
+                f"cache entry {path} is corrupt (content hash {actual} != recorded {recorded}); "
+                "removed, it will be rebuilt",
+            )
+            return None
+        record["stat"] = file_stats(files_dir)  # verified: refresh the fast-path fingerprint
+        try:
+            write_atomic(record_file, canonical_json(record).encode("utf-8"))
+        except OSError:
+            pass
+        return Entry(key, path, meta, recorded)
+
+    def put(self, kind: str, key: str, fill: Callable[[Path], dict[str, Any]]) -> Entry:
+        """Build an entry: ``fill(files_dir)`` writes the files and returns the metadata."""
+        final = self.entry_path(kind, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp_name(final)
+        try:
+            (tmp / FILES_DIR).mkdir(parents=True)
+            meta = fill(tmp / FILES_DIR)
+            digest = content_hash(tmp / FILES_DIR, meta)
+            record = {
+                "schema": ENTRY_SCHEMA,
+                "key": key,
+                "meta": meta,
+                "content_hash": digest,
+                "stat": file_stats(tmp / FILES_DIR),
+                "meta_hash": meta_hash(meta),
+            }
+            write_atomic(tmp / ENTRY_FILE, canonical_json(record).encode("utf-8"))
+            _fsync_dir(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                # Someone else finished the same key first; theirs is as good as ours if it verifies.
+                existing = self.lookup(kind, key, full=True)
+                if existing is not None:
+                    return existing
+                os.rename(tmp, final)
+            _fsync_dir(final.parent)
+            return Entry(key, final, meta, digest)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- records (small JSON files: cell results, compile failures) -------------------------------
+
+    def record_path(self, kind: str, key: str) -> Path:
+        assert kind in RECORD_KINDS, kind
+        return self.root / kind / f"{_checked_key(key)}.json"
+
+    def load_record(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The record's body if it is there and intact; a damaged one is reported, removed, a miss."""
+        path = self.record_path(kind, key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            record = json.loads(data)
+            body = record["result"]
+            if record["key"] != key or record["content_hash"] != result_hash(body):
+                raise ValueError("hash or key does not match")
+            return body  # type: ignore[no-any-return]
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            self._discard(path, f"cache record {path} is corrupt ({exc}); removed, it will be redone")
+            return None
+
+    def save_record(self, kind: str, key: str, body: dict[str, Any]) -> None:
+        record = {"key": key, "result": body, "content_hash": result_hash(body)}
+        write_atomic(self.record_path(kind, key), canonical_json(record).encode("utf-8"))
+
+    def drop_record(self, kind: str, key: str) -> None:
+        self.record_path(kind, key).unlink(missing_ok=True)
+
+    # -- housekeeping -----------------------------------------------------------------------------
+
+    def clean_temporaries(self) -> int:
+        """Remove ``.tmp-*`` left by killed builds. Call only while holding the build lock."""
+        removed = 0
+        if not self.root.is_dir():
+            return 0
+        kinds = [p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink()]
+        # An entry's own folder too: a verified lookup rewrites its entry.json (write_atomic) in place.
+        entries = [e for k in kinds for e in k.iterdir() if is_key(e.name) and e.is_dir() and not e.is_symlink()]
+        for kind_dir in [self.root, *kinds, *entries]:
+            for tmp in kind_dir.glob(".tmp-*"):
+                if tmp.is_dir() and not tmp.is_symlink():
+                    shutil.rmtree(tmp, ignore_errors=True)
+                else:
+                    tmp.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    def _discard(self, path: Path, message: str) -> None:
+        self.warn(message)
+        real_root = self.root.resolve()
+        if real_root not in path.resolve().parents:  # e.g. a kind folder replaced by a link elsewhere
+            self.warn(f"{path} resolves outside {real_root}; left in place")
+            return
+        try:
+            if path.is_dir() and not path.is_symlink():
+                aside = _tmp_name(path)
+                os.rename(path, aside)
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def meta_hash(meta: Any) -> str:
+    """The fast path re-hashes the metadata alone (the files are vouched for by their stat)."""
+    return hashlib.sha256(canonical_json(meta).encode("utf-8")).hexdigest()
+
+
+def result_hash(body: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,113 @@
+"""The command line as one tool: every command has its --help, the top-level --help lists them all,
+--version names rbln-build and its toolchain, an unknown command is named with the closest ones, and
+a closed pipe ends quietly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rbln_build.commands._main import COMMANDS
+
+pytestmark = pytest.mark.integration
+
+
+def rbln(args: list[str], cwd: Path, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rbln_build.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_top_level_help_lists_every_command(tmp_path: Path) -> None:
+    proc = rbln(["--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for name in COMMANDS:
+        assert f"\n  {name} " in proc.stdout, name
+    assert "Config groups" in proc.stdout and "atom_max_x4" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_command_has_its_own_help(name: str, tmp_path: Path) -> None:
+    proc = rbln([name, "--help"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "usage" in proc.stdout.lower() or "Build:" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert list(tmp_path.iterdir()) == []  # a help writes nothing
+
+
+def test_version_names_rbln_build_and_its_toolchain(tmp_path: Path) -> None:
+    from rbln_build import __version__
+
+    proc = rbln(["--version"], tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith(f"rbln-build {__version__} (") and "torch" in proc.stdout
+    assert "Hydra" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["stauts"], "unknown command 'stauts' (did you mean status?)"),
+        (["relase"], "unknown command 'relase'"),
+        (["--json", "status"], "put the command first"),
+    ],
+)
+def test_unknown_or_misplaced_commands_are_named(args: list[str], expected: str, tmp_path: Path) -> None:
+    proc = rbln(args, tmp_path)
+    assert proc.returncode == 2
+    assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "EQUAL" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_project_flag_before_the_command(tmp_path: Path) -> None:
+    assert rbln(["init", "proj"], tmp_path).returncode == 0
+    proc = rbln(["--project", str(tmp_path / "proj"), "status", "--json"], tmp_path)
+    assert proc.returncode == 1, proc.stderr  # nothing built yet: a build would do everything
+    assert '"up_to_date": false' in proc.stdout
+
+
+def test_help_inside_a_project_lists_its_groups_and_the_shipped_ones(tmp_path: Path) -> None:
+    assert rbln(["init", "proj"], tmp_path).returncode == 0
+    proc = rbln(["--help"], tmp_path / "proj")
+    assert proc.returncode == 0, proc.stderr
+    assert "powered by Hydra" not in proc.stdout
+    matrix_line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("matrix "))
+    assert "main (project)" in matrix_line and "plans" in matrix_line  # the project's and the shipped
+    assert "\n  status " in proc.stdout  # the commands, as outside a project
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``rbln-build status --json | head -1``: no BrokenPipe traceback, exit 0."""
+    proc = subprocess.run(
+        f"{sys.executable} -m rbln_build.cli status --json matrix=plans build_dir={tmp_path}/b | head -1",
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        executable="/bin/bash",
+    )
+    assert proc.stdout.strip() == "{"
+    assert "Traceback" not in proc.stderr and "Broken" not in proc.stderr, proc.stderr
+    piped = subprocess.run(
+        f"set -o pipefail; {sys.executable} -m rbln_build.cli diff {tmp_path}/nope.json {tmp_path}/nope.json | head -1",
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        executable="/bin/bash",
+    )
+    assert "Traceback" not in piped.stderr
