@@ -185,6 +185,11 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         sweep.publish(build_dir)
         build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale)
         code = build.run()
+        from ..pipeline import _sweep
+
+        # a launcher's jobs compiled and built in their processes; this run merged: count their work
+        build.compiled.extend(k for k in _sweep.reported["compiled"] if k not in build.compiled)
+        build.redone.update(_sweep.reported["redone"])
         summary = build.summary()
         entries = build.entries or []
     finally:

@@ -48,6 +48,7 @@ class ExecutorConf:
     num_cpus: float | None = None  # CPUs per compile task; null: the backend's own request (1)
     resources: dict[str, float] = field(default_factory=dict)  # more custom resources per compile task
     max_retries: int = 3  # Ray re-runs a compile whose worker died this many times
+    auth_token_env: str | None = None  # the NAME of a variable holding the cluster's token (Ray token auth)
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Scale:
     num_cpus: float | None = None
     resources: tuple[tuple[str, float], ...] = ()
     max_retries: int = 3
+    auth_token_env: str | None = None
     remote: str | None = None
     require_remote: bool = False
     remote_options: RemoteOptions = RemoteOptions()
@@ -161,6 +163,7 @@ def scale_from_config(cfg: Any) -> Scale:
         num_cpus=None if num_cpus is None else float(num_cpus),
         resources=tuple(sorted((str(k), float(v)) for k, v in resources.items())),
         max_retries=int(ex.max_retries),
+        auth_token_env=_env_name("executor.auth_token_env", ex.auth_token_env),
         remote=remote,
         require_remote=bool(cfg.cache.require_remote),
     )
@@ -191,12 +194,7 @@ def _remote_options(c: Any) -> RemoteOptions:
             f"cache.endpoint: expected an http(s) URL without credentials such as http://10.0.0.5:9000, got {endpoint!r}."
         )
     for name in ("key_env", "secret_env", "token_env"):
-        value = c[name]
-        if value is not None and not _ENV_NAME.fullmatch(str(value)):
-            raise ConfigError(
-                f"cache.{name}: expected the NAME of an environment variable (such as CI_S3_KEY), not its value; "
-                "got something else."
-            )
+        _env_name(f"cache.{name}", c[name])
     return RemoteOptions(
         mode=mode,
         connect_timeout=float(c.connect_timeout),
@@ -208,3 +206,13 @@ def _remote_options(c: Any) -> RemoteOptions:
         secret_env=None if c.secret_env is None else str(c.secret_env),
         token_env=None if c.token_env is None else str(c.token_env),
     )
+
+
+def _env_name(where: str, value: Any) -> str | None:
+    """The NAME of an environment variable (never echoed back: it might be a pasted secret)."""
+    if value is not None and not _ENV_NAME.fullmatch(str(value)):
+        raise ConfigError(
+            f"{where}: expected the NAME of an environment variable (such as CI_S3_KEY), not its value; "
+            "got something else."
+        )
+    return None if value is None else str(value)
