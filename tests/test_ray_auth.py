@@ -1,5 +1,6 @@
 """executor=ray against the cluster a team starts by hand: ``ray start --head`` (Ray 2.60 turns token
-authentication on and writes the token to ``~/.ray/auth_token``), all on 127.0.0.1. The build finds
+authentication on when ``~/.ray/auth_token`` exists, which any earlier local ``ray.init()`` leaves),
+all on 127.0.0.1. The build finds
 the token (``~/.ray/auth_token`` or ``executor.auth_token_env``) and gives a local build's manifest;
 without a token it is a configuration error that says how to give one. A private cluster under a
 temp dir too long for Ray's Unix sockets still starts (the build gives it a short folder)."""
@@ -30,9 +31,12 @@ def _free_port() -> int:
 
 
 def _env(home: Path, **more: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(LOOPBACK_ENV, HOME=str(home), HF_HUB_OFFLINE="1", **more)
-    return env
+    """What a process of this test gets on top of os.environ: its own HOME (Ray's token lives there)."""
+    return {**LOOPBACK_ENV, "HOME": str(home), **more}
+
+
+def _full(env: dict[str, str]) -> dict[str, str]:
+    return dict(os.environ, **env)
 
 
 @pytest.fixture
@@ -42,6 +46,15 @@ def head(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     the machine)."""
     home = tmp_path / "head-home"
     home.mkdir()
+    # A token in ~/.ray (as any earlier `ray.init()` on that machine leaves): `ray start --head` then
+    # turns token authentication on, the setup the issue met.
+    subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "get-auth-token", "--generate"],
+        env=_full(_env(home)),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     port = _free_port()
     temp = Path(f"/tmp/rbt-{os.getpid()}-{port}")
     proc = subprocess.Popen(
@@ -59,7 +72,7 @@ def head(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             "--disable-usage-stats",
             f"--temp-dir={temp}",
         ],
-        env=_env(home),
+        env=_full(_env(home)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -84,6 +97,7 @@ def head(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         except (ProcessLookupError, subprocess.TimeoutExpired):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
             except ProcessLookupError:
                 pass
         import shutil
