@@ -6,6 +6,9 @@ Two families, kept apart as doit keeps ``InvalidTask`` apart from ``TaskFailed``
     ├── UserError                  bad input: the user fixes a config, recipe or request
     │   ├── ConfigError            a Hydra config value or key (names the key path)
     │   ├── RecipeError            a recipe file under recipes/ (names the file)
+    │   ├── InputError             a file or path the user named cannot be read or is not what it
+    │   │                          should be (missing, a folder where a file belongs, a symlink loop,
+    │   │                          over its size cap, malformed or too deeply nested JSON/YAML)
     │   └── EstimateError          the estimator rejects the request (ValueError-compatible;
     │                              messages reproduce optimum-rbln 0.12.0's wording exactly)
     └── BuildError                 something failed while building a valid request
@@ -29,6 +32,7 @@ __all__ = [
     "UserError",
     "ConfigError",
     "RecipeError",
+    "InputError",
     "EstimateError",
     "BuildError",
     "InputFailure",
@@ -53,6 +57,10 @@ class ConfigError(UserError):
 
 class RecipeError(UserError):
     """A recipe under recipes/ is missing or malformed. The message names the file."""
+
+
+class InputError(UserError):
+    """A document or path the user gave cannot be used. The message names the file and what to do."""
 
 
 class EstimateError(UserError, ValueError):

@@ -2,8 +2,14 @@
 
     python -m rbln_build.run ARTIFACT --prompt-ids 1,2,3 [--prompt-ids 4,5] --max-new-tokens 8
     python -m rbln_build.run --manifest build/manifest.json CELL_ID --prompt-ids 1,2,3
+    python -m rbln_build.run ARTIFACT --prompt "some text" --max-new-tokens 8
 
-Prints one line per prompt: ``prompt <i>: <comma-separated new token ids>``. Artifacts are code, so
+Prints one line per prompt: ``prompt <i>: <comma-separated new token ids>``. With ``--prompt`` the
+text is encoded with the cell's own tokenizer (the checkpoint's files it carries; rbln-build.json
+``"tokenizer"``), generation stops at any end-of-sequence id of the cell's ``generation_config.json``
+(unless ``--eos-token-id`` says otherwise), and the decoded new text is printed, one prompt after the
+other, each followed by a newline (special tokens skipped, as ``tokenizer.decode(...,
+skip_special_tokens=True)`` gives it). A cell without a tokenizer is refused with the reason. Artifacts are code, so
 nothing is loaded before it is verified: the program's sha256 against the cell's rbln-build.json
 and its archive against the pickle allowlist (``backends.torch._archive``); with ``--manifest``,
 first the whole cell folder against the manifest's ``artifact.content_hash``, so rewriting
@@ -16,12 +22,13 @@ and is not verified.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from .errors import IntegrityError, RblnBuildError, UserError
+from ._documents import load_json
+from .errors import InputError, IntegrityError, RblnBuildError, UserError
 
 __all__ = ["main", "verified_cell"]
 
@@ -41,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m rbln_build.run",
         description=(
             "Load a cell artifact built by the 'torch' backend (a folder with program.pt2, "
-            "rbln-build.json and config.json), verify it, and print greedy tokens for a batch of prompts. "
+            "rbln-build.json and config.json; a built or a released cell), verify it, and print greedy tokens "
+            "(or, with --prompt, text through the cell's own tokenizer) for a batch of prompts. "
             "The KV-cache pool has exactly the artifact's kvcache_num_blocks blocks, shared by the batch."
         ),
         epilog="examples: python -m rbln_build.run build/artifacts/tiny_llama.atom_max.b0.3 "
@@ -57,13 +65,19 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="verify the cell against this manifest's artifact content hash before loading it",
     )
-    p.add_argument(
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument(
         "--prompt-ids",
         type=_token_ids,
         action="append",
-        required=True,
         metavar="IDS",
         help="comma-separated token ids of one prompt; repeat for a batch (at most the artifact's batch_size)",
+    )
+    given.add_argument(
+        "--prompt",
+        action="append",
+        metavar="TEXT",
+        help="a text prompt, encoded with the cell's tokenizer; prints the decoded text (repeat for a batch)",
     )
     p.add_argument(
         "--max-new-tokens", type=int, default=8, metavar="N", help="tokens to generate per prompt (default 8)"
@@ -73,7 +87,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="ID",
-        help="stop a prompt early when it generates this id (default: never stop early)",
+        help="stop a prompt early when it generates this id (default: with --prompt, the eos ids of the cell's "
+        "generation_config.json; with --prompt-ids, never stop early)",
     )
     return p
 
@@ -87,14 +102,13 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     from .store._store import ENTRY_FILE, content_hash
 
     manifest_path = Path(manifest_path)
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        cells = manifest["cells"]
-    except OSError as exc:
-        raise UserError(f"{manifest_path}: cannot read ({exc.strerror}); pass <build_dir>/manifest.json.") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{manifest_path}: not an rbln-build manifest ({exc}).") from None
-    if not isinstance(cells, dict) or cell_id not in cells:
+    manifest = load_json(manifest_path, hint="pass <build_dir>/manifest.json")
+    cells = manifest.get("cells") if isinstance(manifest, dict) else None
+    if not isinstance(cells, dict):
+        raise InputError(
+            f"{manifest_path}: not an rbln-build manifest (no 'cells' mapping); pass <build_dir>/manifest.json."
+        )
+    if cell_id not in cells or not isinstance(cells[cell_id], dict):
         raise UserError(
             f"{manifest_path}: no cell {cell_id!r}; the manifest has {len(cells)} cell(s), "
             f"e.g. {', '.join(sorted(cells)[:3])}."
@@ -102,13 +116,16 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     artifact = cells[cell_id].get("artifact")
     if not isinstance(artifact, dict) or not isinstance(artifact.get("path"), str):
         raise UserError(f"{manifest_path}: cell {cell_id!r} has no artifact (status {cells[cell_id].get('status')!r}).")
-    folder = (manifest_path.parent / str(artifact["path"])).resolve()
+    try:
+        folder = (manifest_path.parent / str(artifact["path"])).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise InputError(f"{manifest_path}: cell {cell_id!r}'s artifact path cannot be resolved ({exc}).") from None
     entry_file = folder.parent / ENTRY_FILE
     try:
-        meta = json.loads(entry_file.read_text(encoding="utf-8"))["meta"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        meta = load_json(entry_file)["meta"]
+        actual = content_hash(folder, meta)
+    except (UserError, OSError, KeyError, TypeError, ValueError) as exc:
         raise IntegrityError(f"{entry_file}: unreadable cache entry of cell {cell_id!r} ({exc}); rebuild it.") from None
-    actual = content_hash(folder, meta)
     if actual != artifact.get("content_hash"):
         raise IntegrityError(
             f"{folder}: content hash {actual} does not match {artifact.get('content_hash')} recorded for cell "
@@ -116,6 +133,45 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
             "rebuild the cell (rbln-build) or restore it."
         )
     return folder
+
+
+def _text_side(folder: Path) -> tuple[Any, list[int]]:
+    """The cell's tokenizer (its own files, no hub) and the eos ids of its generation config."""
+    from .backends._record import read_record
+
+    record = read_record(folder)
+    if not record.get("tokenizer"):
+        raise UserError(
+            f'{folder}: this cell carries no tokenizer (rbln-build.json: "tokenizer": null; its recipe names '
+            "none); pass token ids with --prompt-ids, or add the checkpoint's tokenizer files to the recipe "
+            "(tokenizer: {files: [...]}) and rebuild."
+        )
+    from .memory._companions import verify_data_files
+
+    verify_data_files(folder, record)  # the files the tokenizer and the eos ids come from, before they load
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{folder}: its tokenizer files do not load ({exc}); rebuild the cell.") from None
+    eos: list[int] = []
+    if record.get("generation_config"):
+        value = _read_generation_eos(folder / str(record["generation_config"]))
+        eos = [value] if isinstance(value, int) else list(value or [])
+    return tokenizer, eos
+
+
+def _read_generation_eos(path: Path) -> Any:
+    try:
+        value = load_json(path).get("eos_token_id")
+    except (UserError, AttributeError) as exc:
+        raise UserError(f"{path}: unreadable generation config ({exc}); rebuild the cell.") from None
+    if value is not None and not (
+        isinstance(value, int) or (isinstance(value, list) and all(isinstance(v, int) for v in value))
+    ):
+        raise UserError(f"{path}: eos_token_id must be an id or a list of ids, got {value!r}.")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,13 +182,28 @@ def main(argv: list[str] | None = None) -> int:
             folder = verified_cell(Path(args.manifest), args.artifact)
         from .backends.torch._runtime import load_artifact
 
-        artifact = load_artifact(folder)
+        artifact = load_artifact(folder)  # verifies the program first
+        if args.prompt is not None:
+            tokenizer, eos = _text_side(folder)
+            prompts = [list(tokenizer(text)["input_ids"]) for text in args.prompt]
+            stop = eos if args.eos_token_id is None else args.eos_token_id
+            tokens = artifact.generate(prompts, args.max_new_tokens, eos_token_id=stop)
+            for ids in tokens:
+                print(tokenizer.decode(ids, skip_special_tokens=True))
+            return 0
         tokens = artifact.generate(args.prompt_ids, args.max_new_tokens, eos_token_id=args.eos_token_id)
     except RblnBuildError as exc:
         if os.environ.get("RBLN_BUILD_FULL_ERROR") == "1":
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a bug: one line, the traceback in a file
+        if os.environ.get("RBLN_BUILD_FULL_ERROR") == "1":
+            raise
+        from .commands._guard import report_internal
+
+        print(report_internal(exc, None), file=sys.stderr)
+        return 3
     for i, ids in enumerate(tokens):
         print(f"prompt {i}: {','.join(str(t) for t in ids)}")
     return 0

@@ -5,15 +5,17 @@ each test's cache (RBLN_BUILD_CACHE), so no subprocess builds one."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_helpers import _CACHE, inventory
+from _rbln_sdk import needs_optimum_rbln
+from memory_helpers import _CACHE, inventory, spec
 from test_cli import check_ok, manifest, rbln
 
-from rbln_build.estimator import resolve_budget, resolve_npu
+from rbln_build.estimator import AllocationReport, Request, estimate, resolve_budget, resolve_npu
 
 MiB = 2**20
 REBEL = resolve_npu("RBLN-CR03")
@@ -209,8 +211,29 @@ def test_a_blocks_deployment_builds_explicit_counts(tmp_path: Path, env: dict[st
     }
     assert record["models"]["qwen3_8b"]["cell"] == "qwen3_8b.rebel100.bs8.s40960.bnone.n33"
     assert record["fits"] and max(record["per_chiplet"]["total"][0]) <= REBEL.available_per_chiplet
+    # the cell's own record cannot say which budget gives 33 (no report in it); the deployment's can, and
+    # serve-command passes the smallest budget that resolves to each built count
     serving = manifest(build)["cells"]["qwen3_8b.rebel100.bs8.s40960.bnone.n33"]["serving"]
     assert serving["exact"] is False and "explicit kvcache_num_blocks (33) cannot be passed" in serving["notes"][-1]
+    proc = rbln(["serve-command", QL, "deployment.mode=blocks", "--json", f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    m = manifest(build)
+    for c in json.loads(proc.stdout)["commands"]:
+        assert c["exact"], c["notes"]
+        flags = dict(zip(c["argv"][5::2], c["argv"][6::2], strict=True))
+        fraction = float(flags["--gpu-memory-utilization"])
+        entry = m["cells"][c["cell"]]
+        stored = json.loads((build / "cache" / "compile" / entry["compile_key"] / "entry.json").read_text())
+        geometry = {"batch_size": 8, "max_seq_len": 40960} if c["model"] == "qwen3_8b" else {}
+        request = Request.for_attention(
+            "RBLN-CR03", 1, spec(c["model"], "RBLN-CR03", **geometry).attention, memory_budget=fraction
+        )
+        resolved = estimate(request, AllocationReport.from_json(stored["meta"]["report"]))
+        assert (
+            resolved.kvcache_num_blocks
+            == entry["kvcache_num_blocks"]
+            == {"qwen3_8b": 33, "llama3_2_1b": 29}[c["model"]]
+        )
 
 
 def test_an_infeasible_deployment_builds_nothing(tmp_path: Path, env: dict[str, str]) -> None:
@@ -223,7 +246,13 @@ def test_an_infeasible_deployment_builds_nothing(tmp_path: Path, env: dict[str, 
     check_ok(proc, 2)
     assert "deployment qwen3_8b_llama3_2_1b: the budget plan does not fit, so nothing was built." in proc.stderr
     assert "reservation vision_encoder: bytes 150,323,855,360 -> " in proc.stderr
-    assert not (build / "manifest.json").exists()
+    assert not build.exists()
+    # without a user cache the memory model's inventories would go to build/cache/inventory: planning
+    # stages them and moves them there only when the plan fits
+    tight = ["deployment=tiny_pair", "deployment.reservations.0.bytes=16800000000", f"build_dir={build}"]
+    proc = rbln(tight, cwd=tmp_path)
+    check_ok(proc, 2)
+    assert "DOES NOT FIT" in proc.stderr and not build.exists()
 
 
 def test_serve_command_before_a_build_says_how_to_build(tmp_path: Path) -> None:
@@ -232,25 +261,35 @@ def test_serve_command_before_a_build_says_how_to_build(tmp_path: Path) -> None:
     assert "holds no build of deployment tiny_pair; build it first: rbln-build deployment=tiny_pair" in proc.stderr
 
 
-@pytest.mark.slow  # two builds through the stand-in SDK (~25 s)
-def test_rbln_cells_are_served_precompiled_and_replanned_from_their_compiled_reports(
+@pytest.mark.slow  # one build through the stand-in SDK (~25 s)
+@needs_optimum_rbln
+def test_an_rbln_deployment_builds_in_one_run_planned_from_its_compiled_reports(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
-    # The stand-in compiler (tests/fakes) reports other sizes than the memory model: the first build,
-    # planned before anything was compiled, says so; the next one plans from the compiled reports.
+    # The stand-in compiler (tests/fakes) reports other sizes than the memory model. The build compiles
+    # the two models first, plans from their compiled reports, then finalizes the planned cells: one
+    # run, every count as planned, and nothing compiled twice.
     build = tmp_path / "build"
-    rbln_env = dict(env, PYTHONPATH=f"{FAKES}:{env.get('PYTHONPATH', '')}")
+    rbln_env = dict(env, PYTHONPATH=f"{FAKES}:{os.environ.get('PYTHONPATH', '')}")
     args = ["deployment=tiny_pair", "matrix.backend=rbln", f"build_dir={build}"]
+    memory_model = plan_json(["deployment=tiny_pair"], tmp_path, env)["plans"]["budget"]["models"]
     first = rbln(args, cwd=tmp_path, env=rbln_env)
-    check_ok(first, 1)
-    assert "run the build again to plan from the compiled reports" in first.stderr
-    assert manifest(build)["deployments"]["tiny_pair"]["status"] == "failed"
-    second = rbln(args, cwd=tmp_path, env=rbln_env)
-    check_ok(second)
+    check_ok(first)
+    assert "[plan 1/2] tiny_llama for RBLN-CA25 x1 (rbln): compiled" in first.stdout
+    assert "[plan 2/2] tiny_qwen3 for RBLN-CA25 x1 (rbln): compiled" in first.stdout
+    assert "2 cells: 0 compiled, 2 finalized" in first.stdout  # the compiles ran once, for the plan
     m = manifest(build)
     record = m["deployments"]["tiny_pair"]
-    assert record["status"] == "ok" and record["fits"]
+    assert record["status"] == "ok" and record["fits"] and record["problems"] == []
     assert all(v["kvcache_num_blocks"] == v["planned_blocks"] for v in record["models"].values())
+    planned = plan_json(args, tmp_path, rbln_env)
+    assert [x["report"] for x in planned["models"]] == ["cache (rbln, rbln)", "cache (rbln, rbln)"]
+    budgets = {n: v["memory_budget"] for n, v in planned["plans"]["budget"]["models"].items()}
+    assert budgets == {n: v["memory_budget"] for n, v in record["models"].items()}
+    assert budgets != {n: v["memory_budget"] for n, v in memory_model.items()}  # the compiled reports decided
+    again = rbln(args, cwd=tmp_path, env=rbln_env)
+    check_ok(again)
+    assert "[plan" not in again.stdout and "2 cells: 0 compiled, 0 finalized, 2 skipped" in again.stdout
     proc = rbln(["serve-command", *args, "--json"], cwd=tmp_path, env=rbln_env)
     check_ok(proc)
     for c in json.loads(proc.stdout)["commands"]:

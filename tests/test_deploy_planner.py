@@ -303,7 +303,7 @@ def leave_bytes(target: Target, cap: int, chiplet: int | None) -> Reservation:
     return Reservation("other", per_chiplet if chiplet is not None else per_chiplet * target.num_chiplets, chiplet)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(deployments())
 def test_the_planner_matches_brute_force(case) -> None:
     target, tenants, reservations = case

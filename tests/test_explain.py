@@ -146,3 +146,19 @@ def test_docs_show_the_current_output(capsys, device):
         f"docs/memory-model.md is stale; paste the output of `python -m rbln_build.explain model=qwen3_8b "
         f"device={device}` into it:\n{diff}"
     )
+
+
+def test_attn_impl_eager_is_honoured_or_refused_with_the_reason(capsys):
+    # the recipe's partition length (a flash-attention setting) no longer switches eager back to flash_attn
+    code, out, err = run(capsys, "model=qwen3_8b", "device=rebel100", "attn_impl=eager", "max_seq_len=8192", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["attention"]["attn_impl"] == "eager" and data["attention"]["kvcache_block_size"] == 8192
+    assert data["warnings"][0].startswith("attn_impl=eager: the default kvcache_partition_len=8192")
+    code, out, err = run(capsys, "model=qwen3_8b", "device=rebel100", "attn_impl=eager")  # 40960 tokens: too long
+    assert code == 2 and out == "" and "cannot use these attention options (attn_impl=eager)" in err
+    assert "exceeds the REBEL limit of 16384 for 'eager' attention" in err
+    # a partition length given with eager is the user's own: the estimator's switch is said, not dropped
+    argv = ("model=qwen3_8b", "device=rebel100", "attn_impl=eager", "kvcache_partition_len=4096", "max_seq_len=8192")
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and "attention   flash_attn" in out
+    assert "warning: `kvcache_partition_len` is set, and KV-cache partitioning needs flash attention" in out

@@ -9,7 +9,9 @@ and open for writing under the build directory). After every kill the build is r
 
 The first scenario kills a fresh build; the second kills a rebuild that changes every artifact of
 the same cells (the build dir holds a build from an edited recipe), where the manifest on disk and
-the links it names must agree after the roll-forward that starts every run.
+the links it names must agree after the roll-forward that starts every run. Then (issue 20): a
+``jobs=2`` build whose compile worker the OS kills, and a build killed while it uploads to a remote
+cache, after which a second build dir must be served from that remote.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +168,114 @@ def assert_consistent_names(build: Path) -> None:
             continue  # not linked yet: the manifest names an artifact the run had not linked
         found = store.lookup("artifacts", link.resolve().parent.name, full=True)
         assert found is not None and found.content_hash == entry["artifact"]["content_hash"], cid
+
+
+# -- issue 20: a worker killed by the OS, and a remote upload killed midway ---------------------------
+
+SLOW_BACKEND = "matrix.backend=rbln_test_plugins:SlowBackend"  # tests/plugins: lingers before committing
+
+
+def rbln(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rbln_build.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, **env),
+    )
+
+
+def test_jobs_2_with_a_worker_killed_mid_compile(env: dict[str, str], tmp_path: Path) -> None:
+    """The OS kills one compile worker of a jobs=2 build: that key's cells fail as retryable
+    (exit 1) and nothing else; no internal error and no worker's traceback on the terminal; the
+    next run retries the key and gives a clean build's manifest."""
+    args = ["matrix=plans", "progress=false", SLOW_BACKEND]
+    reference = tmp_path / "reference"
+    assert rbln([*args, "jobs=1", f"build_dir={reference}"], tmp_path, env).returncode == 0
+    once = tmp_path / "once"  # the first compile to start writes its pid there and lingers
+    build = tmp_path / "build"
+    slow = dict(env, RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_ONCE_FILE=str(once))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.cli", *args, "jobs=2", f"build_dir={build}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **slow),
+    )
+    deadline = time.time() + 600
+    while not (once.exists() and once.read_text()) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert once.exists() and once.read_text(), "no compile started"
+    os.kill(int(once.read_text()), signal.SIGKILL)  # what the OOM killer does
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and "internal error" not in err and "KeyboardInterrupt" not in err, err
+    cells = json.loads((build / "manifest.json").read_text())["cells"]
+    failed = {c for c, e in cells.items() if e["status"] == "failed"}
+    assert failed and len({cells[c]["compile_key"] for c in failed}) == 1  # the killed key's cells alone
+    assert all("the worker compiling this key died" in cells[c]["error"] for c in failed)
+    assert all(e["status"] in ("ok", "expected_failure") for c, e in cells.items() if c not in failed)
+    again = rbln([*args, "jobs=2", f"build_dir={build}"], tmp_path, env)
+    assert again.returncode == 0, again.stderr
+    assert (build / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes()
+    assert not list(build.rglob(".tmp-*"))
+
+
+def test_remote_upload_killed_midway_is_retried_and_serves_a_second_build_dir(
+    clean: tuple[Path, int], env: dict[str, str], tmp_path: Path
+) -> None:
+    """A build uploading to a file:// remote is SIGKILLed at points spread over its remote writes
+    (jobs=1: the uploads happen in the process that is killed). The next run of that build dir
+    uploads what the remote lacks; a second build dir served from the remote then compiles nothing
+    and publishes a clean build's manifest."""
+    reference, _ = clean
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    remote_args = ["jobs=1"]
+    counted = run_under(probe / "remote", probe / "build", env, 0, probe / "count.txt", remote_args)
+    assert counted.returncode == 0, counted.stderr
+    writes = int((probe / "count.txt").read_text())
+    assert writes > 8
+    for kill_at in sorted({1, writes // 4, writes // 2, (3 * writes) // 4, writes - 1}):
+        work = tmp_path / f"u{kill_at}"
+        work.mkdir()
+        remote = work / "remote"
+        killed = run_under(remote, work / "build", env, kill_at, work / "count.txt", remote_args)
+        assert killed.returncode == -9, (kill_at, killed.stderr)
+        again = run(work / "build", env, extra=[f"cache.remote=file://{remote}", *remote_args])
+        assert again.returncode == 0 and "Traceback" not in again.stderr, (kill_at, again.stderr)
+        second = work / "second"
+        served = run(second, env, extra=[f"cache.remote=file://{remote}", *remote_args])
+        assert served.returncode == 0, (kill_at, served.stderr)
+        assert json.loads((second / "summary.json").read_text())["compiled"] == 0, (kill_at, served.stderr)
+        assert "corrupt" not in served.stderr, (kill_at, served.stderr)
+        assert (second / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes(), kill_at
+        shutil.rmtree(work)
+
+
+def run_under(
+    root: Path, build: Path, env: dict[str, str], kill_at: int, count: Path, extra: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """A build with ``cache.remote=file://ROOT``, killed before its KILL_AT-th write under ROOT."""
+    build.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rbln_fault_inject",
+            str(root),
+            str(kill_at),
+            str(count),
+            *SMALL,
+            *extra,
+            f"cache.remote=file://{root}",
+            f"build_dir={build}",
+        ],
+        cwd=build.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, **env),
+    )

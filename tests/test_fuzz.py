@@ -1,7 +1,7 @@
 """Fuzz (hypothesis) of the two ways input reaches rbln-build: the CLI's configuration path and the
 JSON-lines estimator.
 
-* CLI: ``rbln_build.commands._build.main`` in process with generated Hydra overrides (names with
+* CLI: ``rbln_build.cli.main`` (the build command, rbln_build.commands._build) in process with generated Hydra overrides (names with
   separators and unicode, huge and negative numbers, budget strings, nested lists, build dirs,
   expect_failure and include entries). The build itself is replaced by the matrix expansion (every
   config and recipe check runs; nothing is compiled), so an example takes about half a second. For
@@ -12,7 +12,17 @@ JSON-lines estimator.
   replaced by arbitrary JSON, raw text, deep nesting, huge numbers): exactly one result per
   non-blank line, in order, each a JSON object with every result key.
 
-More examples with ``-m slow`` (``RBLN_FUZZ_EXAMPLES`` sets how many).
+* Every subcommand (``diff``, ``init``, ``report``, ``status``, ``gc``, ``recipe add``, ``run
+  --manifest``) in process, in a generated hostile working directory (documents from deep nesting
+  to wrong-typed manifests, binary garbage and YAML alias bombs; a symlink loop, a file where a
+  folder belongs, a FIFO, ``/dev/zero``, over-long names) with generated paths, names, flags and
+  numbers: never exit 3 or a traceback, an input error is one line, nothing changes outside the
+  place the command writes to (init's folder, report's ``report/``, recipe add's ``--to``), a
+  victim folder beside the world survives, and the process stays under a resident-memory limit
+  (this process's size at import plus 1 GiB; the JSON-lines stream is held to it too).
+
+More examples with ``-m slow`` (``RBLN_FUZZ_EXAMPLES`` sets how many; 400 by default, so each of the
+two slow generated tests feeds at least 300 hostile inputs).
 """
 
 from __future__ import annotations
@@ -27,11 +37,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rbln_build import cli
+from rbln_build.commands import _build as build_command
 from rbln_build.estimator._jsonl import run as estimate_lines
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,7 +138,7 @@ def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str,
     """(exit code, stderr, what was created in a fresh working directory) of one in-process CLI run."""
     with tempfile.TemporaryDirectory() as work, monkeypatch.context() as mp:
         mp.chdir(work)
-        mp.setattr(cli, "_build", _expand_only)
+        mp.setattr(build_command, "_build", _expand_only)
         mp.setattr(sys, "argv", ["rbln-build", *argv])
         err, out = io.StringIO(), io.StringIO()
         code: Any = 0
@@ -262,3 +274,218 @@ def test_jsonl_answers_every_line(lines: list[str]) -> None:
 @given(lines=st.lists(raw_lines, min_size=1, max_size=8))
 def test_jsonl_answers_every_line_many(lines: list[str]) -> None:
     check_jsonl(lines)
+
+
+def check_jsonl_memory(lines: list[str]) -> None:
+    check_jsonl(lines)
+    assert_bounded_memory(f"{len(lines)} JSON lines")
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=st.lists(raw_lines, min_size=1, max_size=5))
+def test_jsonl_bounded_memory(lines: list[str]) -> None:
+    check_jsonl_memory([*lines, json.dumps({**TEMPLATE, "num_devices": 10**9})])
+
+
+# -- every subcommand, on generated hostile paths, documents, numbers and names ----------------------
+
+RSS_LIMIT = psutil.Process().memory_info().rss + (1 << 30)  # this process, plus 1 GiB: far above any honest input
+
+
+def assert_bounded_memory(what: str) -> None:
+    rss = psutil.Process().memory_info().rss
+    assert rss < RSS_LIMIT, f"{what}: resident memory {rss:,} bytes, over the limit of {RSS_LIMIT:,}"
+
+
+manifest_entries = st.fixed_dictionaries(
+    {},
+    optional={
+        "cell": names,
+        "status": st.sampled_from(["ok", "failed", 1, None]),
+        "inputs": st.one_of(
+            json_values, st.fixed_dictionaries({}, optional={"toolchain": json_values, "npu": json_values})
+        ),
+        "compile_key": st.one_of(st.sampled_from(["../../../victim", "a" * 64, "", None]), json_values),
+        "kvcache_num_blocks": st.one_of(numbers, json_values),
+        "artifact": st.one_of(
+            json_values, st.fixed_dictionaries({"path": st.sampled_from(["../victim", "loop1", "afile", "/etc"])})
+        ),
+    },
+)
+documents = st.one_of(
+    json_values.map(json.dumps),
+    st.fixed_dictionaries(
+        {"cells": st.one_of(json_values, st.dictionaries(names, st.one_of(manifest_entries, json_values), max_size=3))},
+        optional={"schema_version": json_values},
+    ).map(json.dumps),
+    st.integers(1, 100_000).map(lambda d: "[" * d + "]" * d),
+    st.integers(4300, 6000).map(lambda n: '{"cells": ' + "9" * n + "}"),
+    st.binary(max_size=64).map(lambda b: b.decode("latin-1")),
+    st.sampled_from(
+        [
+            "",
+            "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n",
+            "x: &x [1, *x]",
+            "{}",
+            '{"cells": {}}',
+        ]
+    ),
+)
+PATHS = [
+    "doc",
+    "doc2",
+    "loop1",
+    "afile/x",
+    "afile",
+    "folder",
+    "fifo",
+    "/dev/zero",
+    "/proc/self/x",
+    "x" * 300,
+    "missing/y",
+    "../sibling",
+    "",
+    "a\nb",
+]
+paths = st.one_of(st.sampled_from(PATHS), names)
+flags = st.sampled_from(
+    ["--json", "--dry-run", "--open", "-h", "--keep", "--keep=doc", "--to", "--max-seq-len", "--", "-m"]
+)
+subcommands = st.one_of(
+    st.tuples(st.just("diff"), st.lists(st.one_of(paths, flags), max_size=3)),
+    st.tuples(st.just("init"), st.lists(paths, max_size=2)),
+    st.tuples(st.just("report"), st.lists(st.one_of(paths.map(lambda p: f"build_dir={p}"), flags), max_size=2)),
+    st.tuples(st.just("status"), st.lists(paths.map(lambda p: f"build_dir={p}"), min_size=1, max_size=1)),
+    st.tuples(
+        st.just("gc"),
+        st.lists(
+            st.one_of(paths.map(lambda p: f"build_dir={p}"), st.just("--dry-run"), paths.map(lambda p: f"--keep={p}")),
+            min_size=1,
+            max_size=3,
+        ),
+    ),
+    st.tuples(
+        st.just("recipe"),
+        st.tuples(names, paths, paths, numbers, numbers).map(
+            lambda t: ["add", t[0], "--from", t[1], "--to", t[2], "--max-seq-len", str(t[3]), "--batch-size", str(t[4])]
+        ),
+    ),
+    st.tuples(st.just("run"), st.tuples(paths, names).map(lambda t: ["--manifest", t[0], t[1], "--prompt-ids", "1"])),
+)
+# exit statuses a subcommand may give; 3 (a bug) never
+ALLOWED = {
+    "diff": {0, 1, 2},
+    "init": {0, 2},
+    "report": {0, 2},
+    "status": {0, 1, 2},
+    "gc": {0, 1, 2},
+    "recipe": {0, 2},
+    "run": {2},
+}
+
+
+def _world(root: Path, doc: str, doc2: str) -> Path:
+    """A hostile working directory: two documents, a symlink loop, a file where a folder belongs, a
+    folder, a FIFO; and a victim folder beside it that no argument names."""
+    work = root / "work"
+    work.mkdir()
+    (work / "doc").write_text(doc, encoding="utf-8", errors="surrogatepass")
+    (work / "doc2").write_text(doc2, encoding="utf-8", errors="surrogatepass")
+    (work / "afile").write_text("x")
+    (work / "folder").mkdir()
+    (work / "folder" / "manifest.json").write_text(doc, encoding="utf-8", errors="surrogatepass")
+    os.mkfifo(work / "fifo")
+    os.symlink("loop2", work / "loop1")
+    os.symlink("loop1", work / "loop2")
+    (root / "victim").mkdir()
+    (root / "victim" / "data.txt").write_text("keep me")
+    return work
+
+
+def _listing(root: Path) -> dict[str, bytes]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_symlink() or not p.is_file() or p.is_fifo():
+            out[str(p.relative_to(root))] = b"<link, fifo or folder>" if p.is_symlink() or p.is_fifo() else b""
+        elif p.is_file():
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+def _targets(command: str, args: list[str]) -> list[str]:
+    """The places ``command ARGS`` may write (relative to work/): init's folder, report's build_dir,
+    recipe add's --to folder (and the project's conf/model, which has none here)."""
+    if command == "init":
+        return [a for a in args if not a.startswith("-")][:1] or ["."]
+    if command == "report":
+        return [a.split("=", 1)[1] + "/report" for a in args if a.startswith("build_dir=")] or ["build/report"]
+    if command == "recipe" and "--to" in args:
+        return [args[args.index("--to") + 1]]
+    return []
+
+
+def check_subcommand(command: str, args: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        work = _world(root, *DOCS)
+        before = _listing(root)
+        code, err = _run_in(work, [command, *args])
+        after = _listing(root)
+        assert_bounded_memory(f"{command} {args}")
+    assert code in ALLOWED[command], (command, args, code, err)
+    assert "Traceback" not in err, (command, args, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, (command, args, err)
+    places = [os.path.normpath(os.path.join("work", t)) for t in _targets(command, args)]
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    stray = [k for k in changed if not any(k == p or k.startswith(p.rstrip("/") + "/") for p in places)]
+    assert stray == [], (command, args, stray)
+    assert after.get("victim/data.txt") == b"keep me"
+
+
+DOCS = ("{}", "{}")
+
+
+def _run_in(work: Path, argv: list[str]) -> tuple[int, str]:
+    err, out = io.StringIO(), io.StringIO()
+    code: Any = 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        mp.setenv("RBLN_BUILD_CACHE", str(work / "inventory-cache-unused"))
+        if argv[0] == "run":
+            from rbln_build.run import main as run_main
+
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+                code = run_main(argv[1:]) if argv[1:] else 2
+        else:
+            mp.setattr(sys, "argv", ["rbln-build", *argv])
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+                try:
+                    cli.main()
+                except SystemExit as exc:
+                    code = exc.code
+    return int(code or 0), err.getvalue()
+
+
+def _check_generated(command: tuple[str, list[str]], doc: str, doc2: str) -> None:
+    global DOCS
+    DOCS = (doc, doc2)
+    check_subcommand(command[0], command[1])
+
+
+@FAST
+@given(command=subcommands, doc=documents, doc2=documents)
+def test_every_subcommand_on_hostile_input(command: tuple[str, list[str]], doc: str, doc2: str) -> None:
+    _check_generated(command, doc, doc2)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=int(os.environ.get("RBLN_FUZZ_EXAMPLES", "400")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(command=subcommands, doc=documents, doc2=documents)
+def test_every_subcommand_on_hostile_input_many(command: tuple[str, list[str]], doc: str, doc2: str) -> None:
+    _check_generated(command, doc, doc2)

@@ -270,8 +270,6 @@ def test_an_expected_failure_cell_without_a_result_is_failed_not_an_assertion() 
         pytest.param(["matrix.kvcache_num_blocks=[1000000000]"], "matrix.kvcache_num_blocks[0]", id="blocks"),
         pytest.param(["matrix.kvcache_partition_len=0"], "matrix.kvcache_partition_len", id="partition-0"),
         pytest.param(["budget='" + "1" * 5000 + "GB'"], "over the limit of 64", id="5000-digit-budget"),
-        pytest.param(["budget=١٠GB"], "budget", id="unicode-digits"),
-        pytest.param(["matrix.budgets=['١٠GB']"], "matrix.budgets[0]", id="unicode-digits-quoted"),
         pytest.param(["matrix.expect_failure=[{cell:x}]"], "matrix.expect_failure[0].kind", id="expect-no-kind"),
         pytest.param(["build_dir=''"], "build_dir: is empty", id="build-dir-empty"),
         pytest.param(["build_dir=/proc/x"], "pseudo file system", id="build-dir-proc"),
@@ -365,7 +363,7 @@ def test_jsonl_answers_every_line() -> None:
             {
                 "npu": "RBLN-CA25",
                 "max_seq_len": 1024,
-                "memory_budget": "١٠GB",
+                "memory_budget": "١٠GB",  # read as optimum-rbln 0.12.0 reads it: 10 GiB (issue 20)
                 "alloc": {"p": {"w": [[1]]}},
                 "kv_tensors": {"k": {"can_resize": True, "sizes": [[1]]}},
             }
@@ -379,8 +377,9 @@ def test_jsonl_answers_every_line() -> None:
         "invalid_request",
         "invalid_budget",
         "invalid_request",
-        "invalid_budget",
+        None,
     ]
+    assert results[3]["breakdown"]["budget_bytes"] == 10 * 2**30
 
 
 # -- 8. leftovers, and a manifest consistent with its links ----------------------------------------

@@ -21,7 +21,7 @@ def test_joblib_launcher_builds_every_job_and_merges_the_basic_launchers_manifes
     proc = rbln([*SWEEP, "hydra/launcher=joblib", f"build_dir={out}"], cwd=tmp_path)
     check_ok(proc)
     assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
-    assert proc.stderr.count("[cell 1/4]") == 2  # each job built its own four cells
+    assert proc.stderr.count("| cells 4/4 |") == 2  # each job built its own four cells (its last count line)
     assert proc.stderr.count(": plan in") == 4  # and each compile key was compiled once
     assert summary(out)["cells"] == 8 and not list(out.rglob(".tmp-*"))
     assert summary(out)["compiled"] == 4  # the jobs' compiles, counted once (the merge compiled nothing)

@@ -1,6 +1,7 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    commands   -> pipeline, config, store, deploy, reporting, backends, memory, estimator, errors
+    commands   -> release, pipeline, config, store, deploy, reporting, backends, memory, estimator, errors
+    release    -> pipeline (the serve command), store (content hash, remote timeouts), errors
     pipeline   -> config, store, deploy, backends, memory, estimator, errors
     config     -> store, deploy, backends, memory, estimator, errors
     store      -> backends, memory, estimator, errors   (the content-addressed cache)
@@ -36,7 +37,19 @@ ALLOWED = {
     "store": {"backends", "memory", "estimator", "errors"},
     "config": {"store", "deploy", "backends", "memory", "estimator", "errors"},
     "pipeline": {"config", "store", "deploy", "backends", "memory", "estimator", "errors"},
-    "commands": {"pipeline", "config", "store", "deploy", "reporting", "backends", "memory", "estimator", "errors"},
+    "commands": {
+        "release",
+        "pipeline",
+        "config",
+        "store",
+        "deploy",
+        "reporting",
+        "backends",
+        "memory",
+        "estimator",
+        "errors",
+    },
+    "release": {"pipeline", "store", "errors"},
 }
 ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "cli.py", "__init__.py", "errors.py"}  # top-level modules
 

@@ -19,10 +19,10 @@ from test_cli import PLANS, check_ok, manifest, rbln, summary
 
 SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"
 LINE = re.compile(
-    r"\[compile \d+/\d+\] \S+ for RBLN-C[AR] x\d+ \(\S+\) \.\.\."
-    r"|\[compile \d+/\d+\] \S+ for RBLN-C[AR] x\d+ \(\S+\): (plan|program) (\(\S+:\d+\)|from the cache) in \d+\.\d+s"
+    r"\[compile \d+/\d+\] \S+ for RBLN-C[AR] x\d+ \(\S+\): (plan|program) (\(worker \S+:\d+\)|from the cache) in \d+\.\d+s"
     r"|\[compile \d+/\d+\] .*: FAILED after \d+\.\d+s: .+"
     r"|\[cell \d+/\d+\] \S+: (\d+ blocks \(full \d+, floor \d+\), (plan|program)|FAILED \(\w+\)( \(expected\))?)"
+    r"|\[progress \d+%\] compiles \d+/\d+ \| cells \d+/\d+ \| .*"
     r"|\(test backend\) compile of \S+ sleeping \S+s before commit"
 )
 

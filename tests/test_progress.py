@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,9 @@ SCRIPT = textwrap.dedent(
     p = make_progress(sys.argv[1] == "live", history=Path(sys.argv[2]))
     p.plan(["tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"], 3)
     for label in ("tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"):
-        p.compile_started(label)
+        p.compile_started(label, label[:10])
         time.sleep(1.3)
-        p.compile_finished(label, 1.3, True, "program")
+        p.compile_finished(label, 1.3, True, "program", label[:10])
     p.cell_finished("tiny_llama.atom_max_x4.b0.3", "8 blocks (full 8, floor 5), program")
     p.cell_finished("tiny_qwen3.atom_max_x4.b0.3", "FAILED (insufficient_memory) \\x1b[31mred\\x1b[0m", ok=False)
     p.warn("a warning\\twith a tab")
@@ -84,38 +85,41 @@ def run_events(mode: str, history: Path, tty: bool) -> str:
 def test_without_a_terminal_the_log_is_plain_lines(tmp_path: Path) -> None:
     out = run_events("live", tmp_path / "history.json", tty=False)  # live asked for, but stderr is a pipe
     assert not CONTROL.search(out.replace("\n", ""))  # no control characters but the newlines
-    assert out.splitlines() == [
-        f"[compile 1/2] {LABEL} ...",
-        f"[compile 1/2] {LABEL}: program in 1.3s",
-        "[compile 2/2] tiny_qwen3 for RBLN-CA x4 (torch) ...",
+    lines = out.splitlines()
+    assert lines[:4] == [
+        f"[compile 1/2] {LABEL}: program in 1.3s",  # one line per finished compile, none when it starts
         "[compile 2/2] tiny_qwen3 for RBLN-CA x4 (torch): program in 1.3s",
-        "[cell 1/3] tiny_llama.atom_max_x4.b0.3: 8 blocks (full 8, floor 5), program",
-        "[cell 2/3] tiny_qwen3.atom_max_x4.b0.3: FAILED (insufficient_memory) red",
+        "[cell 2/3] tiny_qwen3.atom_max_x4.b0.3: FAILED (insufficient_memory) red",  # failed cells have a line
         "warning: a warning with a tab",
-        "[cell 3/3] tiny_qwen3.atom_max_x4.b0.5: 16 blocks (full 16, floor 9), program",
     ]
+    # the count line: rate-limited (every 10 s by default), and once when the last cell is done
+    assert len(lines) == 5 and re.fullmatch(
+        r"\[progress 100%\] compiles 2/2 \| cells 3/3 \| 1 failed \| [23]s elapsed", lines[4]
+    ), lines
 
 
 def test_under_a_pseudo_terminal_the_live_display_appears(tmp_path: Path) -> None:
     history = tmp_path / "history.json"
     first = run_events("live", history, tty=True)
     assert "\r\x1b[2K" in first  # the status line is redrawn in place
-    assert "compiles 0/2 | cells 0/3" in first
-    assert re.search(r"compiles 0/2 \| cells 0/3 \| compiling tiny_llama for RBLN-CA x4 \(torch\) 1s", first), first
-    assert f"compiled {LABEL}: program in 1.3s\r\n" in first  # finished compiles stay as lines
-    assert "cell tiny_qwen3.atom_max_x4.b0.3: FAILED (insufficient_memory) red\r\n" in first
+    assert "[----------]   0% | compiles 0/2 | cells 0/3 | 0s elapsed" in first
+    # counts, percentage and times first; the running compile: its number, its time, then its label
+    assert re.search(r"0% \| compiles 0/2 \| cells 0/3 \| [12]s elapsed \| running #1 1s tiny_llama for RBLN-CA", first)
+    assert f"[compile 1/2] {LABEL}: program in 1.3s\r\n" in first  # finished compiles stay as lines
+    assert "[cell 2/3] tiny_qwen3.atom_max_x4.b0.3: FAILED (insufficient_memory) red\r\n" in first
     assert "warning: a warning with a tab\r\n" in first
-    assert "[cell " not in first  # successful cells only count; they do not print a line each
-    assert "left" not in first.split("compiled")[0]  # no history yet: no estimate before the first compile
+    assert "[cell 1/3]" not in first  # successful cells only count; they do not print a line each
+    assert "left" not in first.split("[compile 1/2]")[0]  # no history yet: no estimate before the first compile
+    assert "[######----]  60% | compiles 2/2 | cells 1/3" in first
     recorded = json.loads(history.read_text())["compiles"]
     assert recorded == {LABEL: [1.3], "tiny_qwen3 for RBLN-CA x4 (torch)": [1.3]}
     second = run_events("live", history, tty=True)  # now the history gives an estimate from the start
-    assert "compiles 0/2 | cells 0/3 | ~3s left" in second
+    assert "compiles 0/2 | cells 0/3 | 0s elapsed | ~2s left" in second
 
 
 def test_progress_false_is_plain_even_on_a_terminal(tmp_path: Path) -> None:
     out = run_events("plain", tmp_path / "history.json", tty=True)
-    assert "\x1b" not in out and f"[compile 1/2] {LABEL} ...\r\n" in out
+    assert "\x1b" not in out and f"[compile 1/2] {LABEL}: program in 1.3s\r\n" in out
 
 
 class FakeTty(io.StringIO):
@@ -139,20 +143,38 @@ def test_which_display(live: bool, env: dict[str, str], kind: type) -> None:
     assert type(make_progress(live, io.StringIO(), env=env)) is LineProgress  # not a terminal
 
 
-def test_time_left_counts_running_and_pending_compiles(tmp_path: Path) -> None:
+def test_time_left_spreads_the_work_over_the_workers_and_learns_from_this_run(tmp_path: Path) -> None:
     history = CompileHistory(tmp_path / "h.json")
     history.record("qwen3_8b for RBLN-CR x1 (torch) 0123456789ab", 10.0)  # the key hash is not part of "similar"
     history.record("tiny_llama for RBLN-CA x4 (torch)", 4.0)
     now = [100.0]
     p = Progress(CompileHistory(tmp_path / "h.json"), clock=lambda: now[0])
     assert p.seconds_left() is None  # nothing planned
-    p.plan(["qwen3_8b for RBLN-CR x1 (torch) fedcba987654", "tiny_llama for RBLN-CA x4 (torch)", "llama3 x1"], 6)
-    assert p.seconds_left() == 10 + 4 + 7  # an unknown label counts the mean of the known ones
-    p.compile_started("qwen3_8b for RBLN-CR x1 (torch) fedcba987654")
+    qwen, tiny, other = "qwen3_8b for RBLN-CR x1 (torch) fedcba987654", "tiny_llama for RBLN-CA x4 (torch)", "llama3 x1"
+    p.plan([qwen, tiny, other], 6)
+    assert p.seconds_left() == 10 + 4 + 7  # one worker; an unknown label counts the mean of the known ones
+    p.use_workers(2)
+    assert p.seconds_left() == 11  # qwen (10) on one worker; tiny (4) then other (7) on the other
+    p.compile_started(qwen, "k1")
     now[0] += 3
-    assert p.seconds_left() == 7 + 4 + 7
+    assert p.seconds_left() == 11  # 7 left of qwen; 4 + 7 on the other worker
     now[0] += 30
-    assert p.seconds_left() == 0 + 4 + 7  # overdue: it counts as finishing now
+    assert p.seconds_left() == 11  # qwen overdue (33 s spent): a fifth of that (6.6 s) still to go, at least
+    p.compile_finished(qwen, 33.0, True, "plan", "k1")  # 3.3 x its history: the others are expected slower
+    # tiny: 4 s x 3.3; the never-seen label: this run's mean (33 s); one on each worker
+    assert p.seconds_left() == pytest.approx(33.0) and p.counts()[-1] == "~33s left"
+    p.compile_started(tiny, "k2")
+    p.compile_started(other, "k3")
+    now[0] += 100  # both far overdue: never "0s left" while work remains
+    assert p.seconds_left() == pytest.approx(20.0) and p.counts()[-1] == "~20s left"
+    p.compile_finished(tiny, 100, True, "plan", "k2")
+    p.compile_finished(other, 100, True, "plan", "k3")
+    p.cell_finished("a", "ok")
+    assert p.seconds_left() is None  # cells left, no cell's time known yet: no estimate rather than a guess
+    now[0] += 2
+    p.cell_finished("b", "ok")
+    assert p.seconds_left() == 8.0  # 4 cells left, 2 s apart
+    assert p.running_parts() == [] and p.percent() == 55
 
 
 def test_history_keeps_the_last_runs_and_survives_a_corrupt_file(tmp_path: Path) -> None:
@@ -165,6 +187,26 @@ def test_history_keeps_the_last_runs_and_survives_a_corrupt_file(tmp_path: Path)
     assert CompileHistory(path).expected("a other") == 7.5  # same model, another target
     path.write_text("{broken")
     assert CompileHistory(path).seconds == {}
+
+
+def test_a_narrow_terminal_cuts_the_labels_not_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    p = LiveProgress(io.StringIO(), clock=lambda: now[0])
+    p.plan([LABEL, "tiny_qwen3 for RBLN-CA x4 (torch)"], 3)
+    p.use_workers(2)
+    p.compile_started(LABEL, "k1")
+    now[0] += 75
+    p.compile_finished(LABEL, 75.0, True, "program", "k1")
+    p.compile_started("tiny_qwen3 for RBLN-CA x4 (torch)", "k2")
+    now[0] += 5
+    monkeypatch.setenv("COLUMNS", "200")
+    assert p.status() == (
+        "[##--------]  20% | compiles 1/2 | cells 0/3 | 1m20s elapsed | ~1m10s left"
+        " | running #2 5s tiny_qwen3 for RBLN-CA x4 (torch)"
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    assert p.status() == "[##--------]  20% | compiles 1/2 | cells 0/3 | 1m20s elapsed | ~1m10s left | r…"
+    p.close()
 
 
 def test_plain_strips_every_control_character() -> None:
@@ -215,10 +257,24 @@ def test_a_real_build_logs_plain_lines_and_a_rebuild_counts_what_was_up_to_date(
     assert first.returncode == 0, first.stderr
     assert not CONTROL.search(first.stderr.replace("\n", ""))
     lines = first.stderr.splitlines()
-    assert lines[:2] == ["[compile 1/4] llama3_2_1b for RBLN-CA x4 (torch) ...", lines[1]] and re.fullmatch(
-        r"\[compile 1/4\] .*: plan in \d+\.\ds", lines[1]
-    )
-    assert "[cell 8/8] qwen3_8b.rebel100.b0.5: 40 blocks (full 40, floor 9), plan" in lines
+    assert re.fullmatch(r"\[compile 1/4\] llama3_2_1b for RBLN-CA x4 \(torch\): plan in \d+\.\ds", lines[0]), lines
+    assert re.fullmatch(r"\[progress 100%\] compiles 4/4 \| cells 8/8 \| \d+s elapsed", lines[-1]), lines
+    live = read_pty(args, env)
+    assert "compiles 4/4 | cells 8/8" in live and "[cell " not in live and "[compile " not in live
+    # doit's state lost: its tasks run again and find the compiles in the cache: they count as done
+    (tmp_path / "build" / ".doit.sqlite3").unlink()
+    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and "[compile " not in again.stderr, again.stderr
+    assert again.stderr.splitlines()[-1].startswith("[progress 100%] compiles 4/4 | cells 8/8 | ")
+
+
+def read_pty(args: list[str], env: dict[str, str]) -> str:
+    """What ``args`` writes to its stderr, a pseudo-terminal."""
+    return "".join(text for _, text in read_pty_timed(args, env))
+
+
+def read_pty_timed(args: list[str], env: dict[str, str]) -> list[tuple[float, str]]:
+    """What ``args`` writes to its stderr (a pseudo-terminal), in chunks with the time each arrived."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env)
     os.close(slave)
@@ -226,12 +282,91 @@ def test_a_real_build_logs_plain_lines_and_a_rebuild_counts_what_was_up_to_date(
     while True:
         try:
             data = os.read(master, 65536)
-        except OSError:
+        except OSError:  # EIO: the child closed its side
             break
         if not data:
             break
-        chunks.append(data)
+        chunks.append((time.monotonic(), data.decode("utf-8", "replace")))
     os.close(master)
-    assert proc.wait(timeout=600) == 0
-    live = b"".join(chunks).decode("utf-8", "replace")
-    assert "\r\x1b[2Kcompiles 4/4 | cells 8/8" in live and "[cell " not in live and "compiled " not in live
+    assert proc.wait(timeout=600) == 0, "".join(c for _, c in chunks)
+    return chunks
+
+
+# matrix=plans with the SlowBackend: four compiles that linger 1, 6, 4 and 2 s after their plan
+DURATIONS = "llama3_2_1b.RBLN-CA=1,llama3_2_1b.RBLN-CR=6,qwen3_8b.RBLN-CA=4,qwen3_8b.RBLN-CR=2"
+
+
+@pytest.mark.integration
+def test_two_workers_show_real_start_times_and_never_zero_time_left(tmp_path: Path) -> None:
+    """Under a pseudo-terminal with jobs=2, compiles of known, different durations: a compile is
+    running from when a worker starts it, so no shown time exceeds the compile's real one (the
+    worker's measure, in its finished line) by more than a second; at most two run at once; each
+    keeps its number from start to finish; and the time left never reads 0 while work remains."""
+    args = [
+        sys.executable, "-m", "rbln_build.cli", "matrix=plans", "matrix.backend=rbln_test_plugins:SlowBackend",
+        "jobs=2", f"build_dir={tmp_path / 'build'}",
+    ]  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TERM="xterm", COLUMNS="250", RBLN_TEST_SLEEP_BY=DURATIONS)
+    env.pop("CI", None)
+    out = read_pty(args, env)
+    statuses = [s for s in re.split(r"\r\x1b\[2K|\r?\n", out) if s.startswith("[")]
+    finished = {
+        int(m[1]): (m[2], float(m[3]))
+        for m in re.finditer(r"\[compile (\d)/4\] (.+?): plan \(worker \S+:\d+\) in (\d+\.\d)s", out)
+    }
+    assert sorted(finished) == [1, 2, 3, 4], out
+    shown = 0
+    for status in statuses:
+        if "% | compiles" not in status:
+            continue
+        assert len(re.findall(r"#\d \d+s ", status)) <= 2, status  # two workers: queued compiles are not running
+        running = re.findall(r"#(\d) (\d+)s (.+? \(rbln_test_plugins:SlowBackend\))", status)
+        for number, seconds, label in running:
+            real_label, real = finished[int(number)]
+            assert label == real_label, status  # one number per compile, start to finish
+            assert int(seconds) <= real + 1, (status, real)
+            shown += 1
+        done = re.search(r"compiles (\d)/4 \| cells (\d)/8", status)
+        assert done is not None, status
+        if done.groups() != ("4", "8"):
+            assert "~0s left" not in status, status
+    assert shown >= 8  # the running compiles were on screen
+    assert any("s left" in s for s in statuses)  # after the first compile, an estimate
+    sleeps = dict(item.split("=") for item in DURATIONS.split(","))
+    for label, real in finished.values():  # each took at least its known linger
+        model, family = label.split(" ")[0], label.split(" ")[2]
+        assert float(sleeps[f"{model}.{family}"]) <= real, (label, real)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_torch_build_ends_when_its_work_ends(tmp_path: Path) -> None:
+    """jobs=2 over matrix=tiny (two torch exports on two worker processes, six cells): the time from
+    the last cell's line (the count line at cells 6/6) to the summary is under 2% of the build's.
+    Before the workers exited without the interpreter's teardown, their collection of torch's objects
+    held the summary back for 10-16 s while the pool shut down."""
+    args = [sys.executable, "-m", "rbln_build.cli", "matrix=tiny", "jobs=2", f"build_dir={tmp_path / 'b'}"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    started = time.monotonic()
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+        assert proc.stdout is not None
+        lines = [(time.monotonic(), line.rstrip("\n")) for line in proc.stdout]
+        assert proc.wait(timeout=60) == 0, "\n".join(ln for _, ln in lines)
+    last_cell = next(t for t, ln in reversed(lines) if ln.startswith("[progress 100%] compiles 2/2 | cells 6/6"))
+    summary = next(t for t, ln in lines if re.match(r"6 cells: 2 compiled, ", ln))
+    share = (summary - last_cell) / (summary - started)
+    print(f"last cell -> summary: {summary - last_cell:.2f}s of {summary - started:.1f}s ({share:.2%})")
+    assert share < 0.02, "\n".join(f"{t - started:7.2f} {ln}" for t, ln in lines)
+
+
+def test_each_distinct_cell_warning_is_said_once_with_its_cells() -> None:
+    from rbln_build.pipeline._progress import warning_summary
+
+    int_budget = "memory_budget is the int 30, i.e. 30 byte(s), less than 1 MiB. An int is a byte count: ..."
+    entries = [{"cell": f"m{i}.d.b30", "warnings": [int_budget]} for i in range(5, 0, -1)]
+    entries += [{"cell": "x.d.b0.3", "warnings": ["another\nwarning"]}, {"cell": "y.d.b0.3", "warnings": []}]
+    assert warning_summary(entries) == [
+        f"warning (5 cells: m1.d.b30, m2.d.b30, m3.d.b30 and 2 more): {int_budget}",
+        "warning (1 cell: x.d.b0.3): another warning",
+    ]
+    assert warning_summary(entries[-1:]) == []

@@ -27,6 +27,7 @@ from rbln_build.estimator import estimate
 from rbln_build.reporting import blocks_curve, load_build, plot_explanation
 from rbln_build.reporting._curve import request_for
 from rbln_build.reporting._data import budget_label, outcome
+from rbln_build.reporting._figures import GRID_COLORS
 
 PIL = pytest.importorskip("PIL.Image")
 matplotlib = pytest.importorskip("matplotlib")
@@ -207,12 +208,18 @@ def test_a_missing_compile_entry_is_a_note_not_a_crash(build: Path, tmp_path: Pa
     shutil.copytree(build, copy, symlinks=True)
     key = cells(copy)["qwen3_8b.rebel100.b0.3"]["compile_key"]
     (copy / "cache" / "compile" / key / "entry.json").write_text("{not json", encoding="utf-8")
-    proc = rbln(["report", f"build_dir={copy}"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc = rbln(["report", str(copy)], cwd=tmp_path)  # the build directory as a positional path
+    assert proc.returncode == 1, proc.stderr  # written, but a compile has no figures: the command says so
+    assert "1 compile(s) have no figures" in proc.stderr and "Traceback" not in proc.stderr
     html = (copy / "report" / "index.html").read_text()
     assert "No figures: the compile entry" in html and "unreadable" in html and "run rbln-build to rebuild it" in html
     assert len(PNG_SRC.findall(html)) == 6
     assert (copy / "cache" / "compile" / key / "entry.json").read_text() == "{not json"  # read-only
+    shutil.rmtree(copy / "cache" / "compile" / key)  # as gc removes an entry nothing references
+    proc = rbln(["report", f"build_dir={copy}"], cwd=tmp_path)
+    assert proc.returncode == 1 and "no figures for qwen3_8b on rebel100" in proc.stderr, proc.stderr
+    html = (copy / "report" / "index.html").read_text()
+    assert "is not in the cache (gc removed it?)" in html and str(tmp_path) not in html  # no absolute path
 
 
 def test_no_manifest_is_a_clear_error(tmp_path: Path) -> None:
@@ -346,9 +353,13 @@ def test_the_page_renders_in_headless_chromium(build: Path, page: str, tmp_path:
     dark = sum(gray.histogram()[:128]) / (img.size[0] * img.size[1])
     assert dark > 0.005, f"the page looks blank ({dark:.2%} dark pixels)"  # text, tables and plot lines
     colors = img.getcolors(1 << 24) or []
-    grid = {(0xC8, 0xE6, 0xC9), (0xFF, 0xE0, 0xA3), (0xFF, 0xCD, 0xD2)}  # full pool, cut, failed squares
+    grid = {hex_rgb(GRID_COLORS[k]) for k in ("full_pool", "cut", "failed")}  # full pool, cut, failed squares
     assert grid <= {c for _, c in colors}, "the matrix grid's colors are not on the page"
     assert len(colors) > 200  # anti-aliased text and the embedded figures, not a flat page
+
+
+def hex_rgb(color: str) -> tuple[int, int, int]:
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
 
 def synthetic(n_budgets: int) -> list[dict[str, Any]]:
@@ -435,3 +446,48 @@ def test_explain_works_without_matplotlib_until_asked_to_plot(warm_cache: Path) 
     )
     assert plot.returncode == 2 and "Traceback" not in plot.stderr
     assert "pip install 'rbln-build[report]'" in plot.stderr and not (warm_cache / "q.png").exists()
+
+
+def chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium); .ci/run installs it")
+    return subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_a_thousand_cell_sweep_with_compare_renders_in_headless_chromium(build: Path, tmp_path: Path) -> None:
+    """A real 1,000-cell sweep (matrix=plans x 125 budgets) reported with --compare against the
+    module's 12-cell build: Chromium draws the grid pictures (their status colors are on screen) and
+    its DOM holds the contents, the comparison section and a link from every grid square."""
+    sweep = tmp_path / "sweep"
+    budgets = ",".join(str(round(i / 125, 4)) for i in range(1, 126))
+    proc = rbln(
+        ["matrix=plans", f"matrix.budgets=[{budgets}]", f"build_dir={sweep}"],
+        cwd=tmp_path,
+        extra_env={"RBLN_BUILD_CACHE": str(build.parent / "inventories")},
+    )
+    assert proc.returncode == 1 and len(cells(sweep)) == 1000, proc.stderr[-3000:]  # the low budgets fail
+    report = rbln(["report", str(sweep), "--compare", str(build / "manifest.json")], cwd=tmp_path)
+    assert report.returncode == 0 and "(1000 cells)" in report.stdout, report.stderr
+    url = (sweep / "report" / "index.html").resolve().as_uri()
+    shot = tmp_path / "page.png"
+    chromium(["--window-size=1280,2400", f"--screenshot={shot}", url], tmp_path)
+    assert shot.is_file()
+    img = PIL.open(shot).convert("RGB")
+    on_screen = {c for _, c in img.getcolors(1 << 24) or []}
+    from rbln_build.reporting._figures import OUTCOME_COLORS
+
+    for status in ("full_pool", "cut", "failed"):  # the grid pictures, 500 cells each
+        assert hex_rgb(OUTCOME_COLORS[status]) in on_screen, f"no {status} squares on screen"
+    dom = chromium(["--dump-dom", url], tmp_path).stdout
+    assert "<nav><strong>Contents</strong>" in dom and 'id="changes"' in dom
+    assert "1000 cells: " in dom and "grid of atom_max_x4" in dom
+    assert dom.count("cells added, ") == 1 and "Resolved block counts changed" in dom
+    page = (sweep / "report" / "index.html").read_text(encoding="utf-8")
+    assert page.count('<a href="#') >= 1000  # every square of the folded tables links to its figures

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -153,7 +154,7 @@ def _entry(blocks: int | None, **kw: Any) -> dict[str, Any]:
 
 def test_diff_reports_and_exits_on_count_changes(project: Path, tmp_path: Path) -> None:
     same = diff_manifests({"a": _entry(21)}, {"a": _entry(21)})
-    assert same == {"added": [], "removed": [], "changed": {}, "counts_changed": False}
+    assert same == {"added": [], "removed": [], "budget_edits": {}, "changed": {}, "counts_changed": False}
     d = diff_manifests(
         {"a": _entry(21), "b": _entry(5)},
         {"a": _entry(21, compile_key="j" * 64, inputs={"toolchain": {"torch": "2"}}), "c": _entry(7)},
@@ -166,16 +167,26 @@ def test_diff_reports_and_exits_on_count_changes(project: Path, tmp_path: Path) 
         "memory_budget": [0.3, 0.5],
         "budget_bytes": [10, 20],
     }
+    who = {"model": "m", "device": "d", "toolchain": {"torch": "1"}}
+    edit = diff_manifests(
+        {"m.d.b0.3": _entry(21, inputs=who)}, {"m.d.b0.5": _entry(40, memory_budget=0.5, budget_bytes=20, inputs=who)}
+    )
+    assert edit["budget_edits"] == {"m.d.b0.5": "m.d.b0.3"} and edit["added"] == edit["removed"] == []
+    assert edit["changed"]["m.d.b0.5"]["kvcache_num_blocks"] == [21, 40] and edit["counts_changed"]
     old = tmp_path / "old.json"
     shutil.copyfile(project / "build" / "manifest.json", old)
     assert "no differences" in check(rbln(["diff", str(old), str(project / "build" / "manifest.json")], cwd=tmp_path))
     check(rbln(["progress=false", "matrix.budgets=[0.3,0.4]"], cwd=project))
     new = project / "build" / "manifest.json"
-    text = check(rbln(["diff", str(old), str(new)], cwd=tmp_path), 1)
-    assert "llama3_2_1b.rebel100.b0.4" in text and "added" in text and "removed" in text
-    assert json.loads(check(rbln(["diff", "--json", str(old), str(new)], cwd=tmp_path), 1))["removed"] == [
-        "llama3_2_1b.rebel100.b0.5"
-    ]
+    # the budget edit 0.5 -> 0.4 pairs each cell with its old self: a change, not an added and a removed
+    # cell; its resolved count stays (the full pool at both), so the exit status says no count changed
+    text = check(rbln(["diff", str(old), str(new)], cwd=tmp_path), 0)
+    assert re.search(r"llama3_2_1b\.rebel100\.b0\.5 -> llama3_2_1b\.rebel100\.b0\.4 +budget +0\.5 +0\.4", text), text
+    assert text.splitlines()[-1] == "0 added, 0 removed, 1 changed (1 by a budget edit); no resolved count changed."
+    diffed = json.loads(check(rbln(["diff", "--json", str(old), str(new)], cwd=tmp_path), 0))
+    assert diffed["removed"] == diffed["added"] == []
+    assert diffed["budget_edits"]["llama3_2_1b.rebel100.b0.4"] == "llama3_2_1b.rebel100.b0.5"
+    assert diffed["changed"]["llama3_2_1b.rebel100.b0.4"]["memory_budget"] == [0.5, 0.4]
     proc = rbln(["diff", str(old), str(tmp_path / "missing.json")], cwd=tmp_path)
     assert proc.returncode == 2 and "missing.json: cannot read it" in proc.stderr and "Traceback" not in proc.stderr
 

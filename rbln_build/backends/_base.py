@@ -80,9 +80,11 @@ def compile_plan(spec: CompileSpec, out_dir: Path, **baseline: Any) -> CompileRe
     Writes ``config.json``, ``report.json`` and ``baseline.json`` (``produced: plan`` + ``baseline``).
     """
     from .. import memory  # lazily: the memory model pulls in the inventory machinery
+    from ..memory._companions import copy_companions
 
     report = memory.build_report(spec)
     write_json(out_dir / "config.json", spec.recipe.hf_config)
+    copy_companions(spec.recipe, out_dir)  # a recipe's own tokenizer: serve-command hands it to vllm
     write_json(out_dir / "report.json", report.to_json())
     write_json(out_dir / "baseline.json", {**baseline, "produced": "plan"})
     return CompileResult(report, "plan")
@@ -90,9 +92,13 @@ def compile_plan(spec: CompileSpec, out_dir: Path, **baseline: Any) -> CompileRe
 
 def finalize_plan(spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
     """The cell of a plan: ``rbln-build.json`` with ``"artifact": "plan"`` and the HF config, no program
-    (and no ``rbln_config.json``, so no loader takes it for a compiled model)."""
-    write_record(out_dir, record_for(spec, num_blocks, "plan", programs={}))
+    (and no ``rbln_config.json``, so no loader takes it for a compiled model), with the recipe's
+    tokenizer and generation config when it has them."""
+    from ..memory._companions import copy_from
+
     shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
+    copy_from(baseline_dir, out_dir)
+    write_record(out_dir, record_for(spec, num_blocks, "plan", programs={}, directory=out_dir))
 
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*")

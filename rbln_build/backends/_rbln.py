@@ -29,6 +29,20 @@ models saved, and ``rbln_config.json`` written by optimum-rbln's own config clas
 exactly what optimum-rbln writes). rbln-build's record (target NPU, programs' sha256, ``"artifact":
 "rbln"``) goes to ``rbln-build.json``.
 
+A checkpoint's tokenizer and ``generation_config.json`` (the recipe's companion files,
+``memory._companions``) are linked into the folder optimum-rbln compiles from, so its model and its
+preprocessor step see the real ones; after the compile, whatever tokenizer or processor files that step
+wrote are replaced by the recipe's own, byte for byte, at the top of the compiled folder (where
+optimum-rbln saves them), and the recipe's generation config replaces the one optimum-rbln re-serialized
+(a checkpoint's file, not a re-serialization, is what the cell must carry). A recipe without a tokenizer gets none: optimum-rbln's step can make
+one up from the config alone (a Qwen3 config gives a one-token tokenizer), and that is removed.
+
+``quantization.weight_bits`` 8 or 4 becomes optimum-rbln's ``rbln_config["quantization"]``
+(``{"format": "rbln", "weights": "int8" | "int4", "activations": "fp16"}``, RBLNQuantizationConfig). optimum-rbln
+0.12.0 loads such a model from a checkpoint that is already quantized in its format (integer weights with
+``*.weight_scale`` tensors); it casts float weights into integer parameters without scales, so a float
+checkpoint is refused (``InputFailure``, kind ``quantization_unsupported``) rather than compiled wrong.
+
 Recipes without weights resolve a plan from the memory model, as with the ``torch`` backend.
 """
 
@@ -47,6 +61,7 @@ from typing import Any
 
 from ..errors import BackendUnavailable, BuildError, InputFailure, RecipeError
 from ..estimator._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
+from ..memory._companions import GENERATION_CONFIG, copy_companions, remove_preprocessor_files
 from ._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
 from ._record import record_for, sha256_file, verify_programs, write_json, write_record
 
@@ -154,9 +169,38 @@ def report_from_compiled(compiled: dict[str, Any], rbln_config: Any) -> Allocati
     )
 
 
+_QUANTIZED_WEIGHTS = {8: "int8", 4: "int4"}
+
+
+def quantization_option(spec: CompileSpec) -> dict[str, str] | None:
+    """optimum-rbln 0.12.0's ``rbln_config["quantization"]`` for the recipe's ``quantization.weight_bits``
+    (None at 16 bits), or InputFailure when its weights are not quantized in optimum-rbln's format."""
+    recipe = spec.recipe
+    bits = recipe.weight_bits
+    if bits == 16:
+        return None
+    where = f"{recipe.directory / 'recipe.yaml'}: quantization.weight_bits is {bits}"
+    scales: list[str] = []
+    if recipe.weights_path is not None:
+        from ..memory._checkpoint import inspect_checkpoint
+
+        scales = [n for n in inspect_checkpoint(recipe.weights_path).tensors if n.endswith("weight_scale")]
+    if not scales:
+        held = f"weights.path {recipe.weights_path} holds" if recipe.weights_path is not None else "seeded weights are"
+        raise InputFailure(
+            f"{where}, but optimum-rbln 0.12.0 compiles {_QUANTIZED_WEIGHTS[bits]} weights only from a checkpoint "
+            f"already quantized in its 'rbln' format ({_QUANTIZED_WEIGHTS[bits]} linear weights with *.weight_scale "
+            f"tensors), and {held} unquantized {recipe.dtype} (no weight_scale tensor); it would cast them without "
+            "scales. Point weights.path at a quantized checkpoint, or set quantization.weight_bits: 16.",
+            "quantization_unsupported",
+        )
+    return {"format": "rbln", "weights": _QUANTIZED_WEIGHTS[bits], "activations": "fp16"}
+
+
 def _compile_options(spec: CompileSpec) -> dict[str, Any]:
     """The rbln_config optimum-rbln compiles from: our resolved options under its names, blocks auto."""
     att = spec.attention
+    quantization = quantization_option(spec)
     return {
         "npu": spec.npu.name,
         "num_devices": spec.num_devices,
@@ -167,6 +211,7 @@ def _compile_options(spec: CompileSpec) -> dict[str, Any]:
         "kvcache_block_size": att.kvcache_block_size,
         "prefill_chunk_size": att.prefill_chunk_size,
         "create_runtimes": False,  # compile only: this host needs no NPU
+        **({"quantization": quantization} if quantization is not None else {}),
     }
 
 
@@ -188,6 +233,10 @@ def _checkpoint_dir(spec: CompileSpec, folder: Path) -> Path:
 
         build_model(recipe).save_pretrained(str(folder))
     shutil.copyfile(recipe.directory / "config.json", folder / "config.json")  # the keyed config wins
+    for name in recipe.tokenizer_files or ():  # its preprocessor step and generation config see the real ones
+        os.symlink((recipe.directory / name).resolve(), folder / name)
+    if recipe.generation_config:
+        os.symlink((recipe.directory / recipe.generation_config).resolve(), folder / GENERATION_CONFIG)
     return folder
 
 
@@ -210,6 +259,7 @@ class RblnBackend(Backend):
         out_dir = Path(out_dir)
         if not spec.recipe.has_weights:
             return compile_plan(spec, out_dir)
+        options = _compile_options(spec)  # an unusable quantization is refused before anything runs
         rebel, optimum_rbln = _import_sdk()
         import torch
 
@@ -219,7 +269,7 @@ class RblnBackend(Backend):
                 optimum_rbln.RBLNAutoModelForCausalLM.from_pretrained(
                     str(model_dir),
                     export=True,
-                    rbln_config=_compile_options(spec),
+                    rbln_config=options,
                     dtype=getattr(torch, spec.recipe.dtype),
                     model_save_dir=str(out_dir),
                 )
@@ -227,6 +277,8 @@ class RblnBackend(Backend):
                 if _INSUFFICIENT.fullmatch(str(exc)):  # the model does not fit 100% of the target NPU
                     raise InputFailure(str(exc), "insufficient_memory") from None
                 raise
+        remove_preprocessor_files(out_dir)  # what its preprocessor step wrote (possibly made up) ...
+        copy_companions(spec.recipe, out_dir)  # ... becomes the recipe's own files, byte for byte
         programs = {p.name: sha256_file(p) for p in sorted(out_dir.glob("*.rbln"))}
         report = report_from_compiled(_compiled_models(rebel, out_dir, programs), _load_rbln_config(out_dir))
         write_json(out_dir / REPORT_FILE, report.to_json())
@@ -270,7 +322,7 @@ class RblnBackend(Backend):
         config.kvcache_num_blocks = num_blocks
         config.save(str(out_dir))  # optimum-rbln's own writer: exactly what it writes, nothing it rejects
         programs = {f"{name}.rbln": sha256_file(out_dir / f"{name}.rbln") for name in compiled}
-        write_record(out_dir, record_for(spec, num_blocks, "rbln", programs))
+        write_record(out_dir, record_for(spec, num_blocks, "rbln", programs, directory=out_dir))
 
 
 def _check_count(spec: CompileSpec, config: Any, num_blocks: int, current: int) -> None:

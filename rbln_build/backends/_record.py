@@ -12,6 +12,10 @@ any folder holding one for a compiled model). The same optimum-rbln key names, a
      "kvcache_num_blocks": N, "batch_size": ..., "max_seq_len": ..., "attn_impl": ...,
      "kvcache_partition_len": ..., "kvcache_block_size": ..., "prefill_chunk_size": ..., "num_devices": ...,
      "programs": {"<file>": "<sha256 hex>", ...},  # every file that is code; {} for a plan
+     "quantization": {"weight_bits": 16 | 8 | 4},  # the recipe's (a backend that cannot honour it refuses)
+     "tokenizer": null | {"files": [...]},        # the checkpoint's tokenizer files in the cell (memory._companions)
+     "generation_config": null | "generation_config.json",
+     "data_files": {"<file>": "<sha256 hex>"},    # the tokenizer files and generation config, checked before use
      ...backend extras (the torch program's "kv_pool")}
 
 The budget is not here: one artifact serves every budget that resolves to its count (the manifest
@@ -61,10 +65,18 @@ def sha256_file(path: Path) -> str:
 
 
 def record_for(
-    spec: CompileSpec, num_blocks: int, artifact: str, programs: dict[str, str], **extra: Any
+    spec: CompileSpec,
+    num_blocks: int,
+    artifact: str,
+    programs: dict[str, str],
+    directory: Path | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     """The cell's record: optimum-rbln 0.12.0 key names for the compiled shape, plus the target NPU,
-    what the artifact is, and the sha256 of every program file."""
+    what the artifact is, the sha256 of every program file, and the companion files (tokenizer,
+    generation config) that ``directory``, the cell folder, holds (call after copying them in)."""
+    from ..memory._companions import companions_record
+
     assert artifact in ARTIFACT_KINDS, artifact
     att = spec.attention
     archs = spec.recipe.hf_config.get("architectures") or []
@@ -84,6 +96,12 @@ def record_for(
         "dtype": spec.recipe.dtype,
         "recipe": spec.recipe.name,
         "programs": dict(sorted(programs.items())),
+        "quantization": {"weight_bits": spec.recipe.weight_bits},
+        **(
+            companions_record(directory)
+            if directory is not None
+            else {"tokenizer": None, "generation_config": None, "data_files": {}}
+        ),
         **extra,
     }
 

@@ -161,6 +161,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     from ..config import expand_all
     from ..pipeline import BuildRun
 
+    if any(j.deployment is not None for j in jobs):  # rbln: plan from the compiled reports, in this build
+        from ..pipeline import compile_for_planning
+
+        compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
     shard_line = None
     if jobs[0].scale.shard is not None:  # CI without Ray: 1/N of the compile keys (rbln_build.config._shard)
@@ -172,6 +176,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         cells, total = select(cells, jobs[0].scale.shard)
         mine = len({c.compile_key for c in cells if c.compile_key is not None})
         shard_line = f"shard {index}/{count}: {mine} of {total} compile keys, {len(cells)} cells"
+    kept = _declared(jobs, cells)  # a narrowed run keeps the declared matrix's other cells in the manifest
     records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
     if any(j.deployment is not None for j in jobs):
         from ..config import DeploymentRecords
@@ -183,7 +188,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     state["build_dir"] = build_dir
     try:
         sweep.publish(build_dir)
-        build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale)
+        build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale, kept=kept)
         code = build.run()
         from ..pipeline import _sweep
 
@@ -195,6 +200,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     finally:
         lock.release()
     print(_table(entries, build.redone))
+    from ..pipeline import warning_summary
+
+    for line in warning_summary(entries):  # each distinct cell warning once, with the cells it concerns
+        print(line, file=sys.stderr)
     took = time.perf_counter() - started
     counts = (
         f"{summary['cells']} cells: {summary['compiled']} compiled, {summary['finalized']} finalized, "
@@ -225,6 +234,23 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
     return 1 if code or (records is not None and records.problems) else 0
+
+
+def _declared(jobs: list[Any], cells: list[Any]) -> list[Any]:
+    """The declared matrix's cells this narrowed run does not build (_matrix.declared_cells). When
+    the declared matrix does not expand (another model's recipe is broken), a warning, and none."""
+    from ..config import declared_cells
+    from ..errors import RblnBuildError
+
+    try:
+        return declared_cells(jobs, cells)
+    except RblnBuildError as exc:
+        print(
+            f"rbln-build: warning: the declared matrix does not expand ({exc}); the manifest keeps only this "
+            "run's cells.",
+            file=sys.stderr,
+        )
+        return []
 
 
 def compose(args: list[str], prog: str = "rbln-build") -> list[Any] | None:

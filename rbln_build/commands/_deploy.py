@@ -18,20 +18,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RblnBuildError, UserError
+from .._documents import load_json
+from ..errors import ConfigError, InputError, RblnBuildError, UserError
 
 __all__ = ["main", "USAGE"]
 
 USAGE = """\
 usage: rbln-build plan deployment=<name> [--json] [OVERRIDE ...]
        rbln-build serve-command deployment=<name> [--json] [OVERRIDE ...]
+       rbln-build serve-command CELL_DIR [--port N] [--devices IDS] [--json]
        rbln-build explain deployment=<name> [--json] [OVERRIDE ...]
 
 plan           the budgets and block counts that let the deployment's models share its device,
                exactly optimal for the objective it prints; when they cannot, which models conflict
                and the smallest changes that fit (each verified by planning again)
 serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
-               pinned to the deployment's devices, on its own port, with flags that agree with the artifact
+               pinned to the deployment's devices, on its own port, with flags that agree with the artifact;
+               or the command of one built or released cell folder (its tokenizer, its compiled model)
 explain        the deployment's plan as a table per chiplet, one column per model
 
 Deployments are conf/deployment/<name>.yaml ({deployments}); docs/colocation.md walks through one.
@@ -111,28 +114,35 @@ def _explain(settings: Any, as_json: bool) -> int:
 
 
 def _serve(settings: Any, as_json: bool) -> int:
-    from ..pipeline import command_for
+    from ..estimator import resolve_npu
+    from ..pipeline import command_for, with_budget
 
     d = settings.deployment
     path = settings.build_dir / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {}
-    record = (manifest.get("deployments") or {}).get(d.name)
+    manifest = load_json(path, hint="rebuild the deployment") if path.exists() else {}
+    deployments = manifest.get("deployments") if isinstance(manifest, dict) else None
+    record = deployments.get(d.name) if isinstance(deployments, dict) else None
     if not isinstance(record, dict):
         sys.stderr.write(
             f"serve-command: {path} holds no build of deployment {d.name}; build it first: "
             f"rbln-build deployment={d.name}\n"
         )
         return 1
+    npu = resolve_npu(d.device.npu)
     commands = []
     for dm in d.models:
-        entry_id = record["models"][dm.name]["cell"]
-        serving = manifest["cells"][entry_id].get("serving")
+        try:
+            entry_id = record["models"][dm.name]["cell"]
+            serving = manifest["cells"][entry_id].get("serving")
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(
+                f"serve-command: {path} does not describe deployment {d.name} as this rbln-build writes it "
+                f"(no {exc}); rebuild it: rbln-build deployment={d.name}"
+            ) from None
         if serving is None:
             sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
             return 1
+        serving = with_budget(serving, record["models"][dm.name].get("serve_budget_bytes"), npu)
         command = command_for(serving, dm.port, d.device_ids, str(_display(settings.build_dir)))
         commands.append(
             {
@@ -172,6 +182,14 @@ def _display(path: Path) -> Path:
 def main(argv: list[str]) -> int:
     """``argv``: the subcommand and its arguments (``plan deployment=x --json``)."""
     command, rest = argv[0], argv[1:]
+    if command == "serve-command" and any(not a.startswith("-") and "=" not in a for a in rest):
+        from ._serve_cell import main as serve_cell  # a cell folder instead of a deployment
+
+        try:
+            return serve_cell(rest)
+        except UserError as exc:
+            sys.stderr.write(f"rbln-build {command}: {exc}\n")
+            return 2
     if any(a in ("-h", "--help", "help") for a in rest):
         from ..config import list_group_options
 

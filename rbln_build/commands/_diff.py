@@ -2,9 +2,11 @@
 
 Reports cells added and removed, and for every cell in both: a changed ``kvcache_num_blocks``,
 budget (as configured, and in bytes), floor (``num_min_blocks``), full pool (``num_full_blocks``),
-status, compile key, and toolchain. Exit status: 1 when a resolved count changed (a cell's
-``kvcache_num_blocks`` differs, or a cell with a count was added or removed), so CI can demand a
-review; 0 otherwise; 2 when a file is not a manifest.
+status, compile key, and toolchain; a cell whose budget was edited is paired with its old self and
+shown as a change of budget (``rbln_build.reporting._changes``, shared with ``report --compare``).
+Exit status: 1 when a resolved count changed (a cell's ``kvcache_num_blocks`` differs, or a cell
+with a count was added or removed), so CI can demand a review; 0 otherwise; 2 when a file is not a
+manifest.
 """
 
 from __future__ import annotations
@@ -14,54 +16,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from .._documents import load_json
+from ..errors import InputError
+from ..reporting._changes import FIELDS, diff_manifests
 
 __all__ = ["diff_manifests", "main"]
 
-FIELDS = (
-    ("kvcache_num_blocks", "blocks"),
-    ("memory_budget", "budget"),
-    ("budget_bytes", "budget bytes"),
-    ("num_min_blocks", "floor"),
-    ("num_full_blocks", "full pool"),
-    ("status", "status"),
-    ("compile_key", "compile key"),
-)
-
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); give the path of a manifest.json.") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not JSON ({exc}); give the path of a manifest.json.") from None
+    """The ``cells`` of the manifest at ``path``, read with a size cap and checked for shape; anything
+    else is an InputError naming the file (exit 2)."""
+    hint = "give the path of a manifest.json"
+    data = load_json(path, hint=hint)
     if not isinstance(data, dict) or not isinstance(data.get("cells"), dict):
-        raise ConfigError(f"{path}: not an rbln-build manifest (no 'cells' mapping).")
+        raise InputError(f"{path}: not an rbln-build manifest (no 'cells' mapping); {hint}.")
+    for cid, entry in data["cells"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("inputs") or {}, dict):
+            raise InputError(
+                f"{path}: cells.{cid[:80]} is not a manifest entry (expected a mapping with an 'inputs' mapping, "
+                f"got {json.dumps(entry)[:60]}); {hint}."
+            )
     return data["cells"]  # type: ignore[no-any-return]
-
-
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b  # a budget of 1 (one byte) is not 1.0 (100%)
-
-
-def diff_manifests(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """{"added": [...], "removed": [...], "changed": {cell: {field: [old, new]}}, "counts_changed": bool}"""
-    added = sorted(set(new) - set(old))
-    removed = sorted(set(old) - set(new))
-    changed: dict[str, dict[str, list[Any]]] = {}
-    for cid in sorted(set(old) & set(new)):
-        a, b = old[cid], new[cid]
-        fields = {name: [a.get(name), b.get(name)] for name, _ in FIELDS if not _same(a.get(name), b.get(name))}
-        ta, tb = (a.get("inputs") or {}).get("toolchain"), (b.get("inputs") or {}).get("toolchain")
-        if ta != tb:
-            fields["toolchain"] = [ta, tb]
-        if fields:
-            changed[cid] = fields
-    counts = any("kvcache_num_blocks" in f for f in changed.values()) or any(
-        (old if cid in removed else new)[cid].get("kvcache_num_blocks") is not None for cid in added + removed
-    )
-    return {"added": added, "removed": removed, "changed": changed, "counts_changed": counts}
 
 
 def _show(value: Any) -> str:
@@ -91,16 +66,19 @@ def render(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
         rows.append(
             (cid, "removed", f"{_show(old[cid].get('kvcache_num_blocks'))} blocks ({old[cid].get('status')})", "")
         )
+    edits = d.get("budget_edits") or {}
     for cid, fields in d["changed"].items():
+        shown = f"{edits[cid]} -> {cid}" if cid in edits else cid
         for name, (a, b) in fields.items():
-            rows.append((cid, labels[name], _show(a), _show(b)))
+            rows.append((shown, labels[name], _show(a), _show(b)))
     if len(rows) == 1:
         return "no differences: the same cells with the same counts, budgets, keys and toolchain."
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    by_edit = f" ({len(edits)} by a budget edit)" if edits else ""
     lines.append(
-        f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed; "
+        f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed{by_edit}; "
         + ("resolved counts changed: review before release." if d["counts_changed"] else "no resolved count changed.")
     )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import load_json
 from ..errors import ConfigError
 from ..store import RECORD_KINDS, CellResult, Store, is_key
 
@@ -67,18 +68,16 @@ def _size(path: Path) -> int:
 
 
 def _manifest_cells(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-        cells = data["cells"]
-        if not isinstance(cells, dict):
-            raise TypeError
-        return cells
-    except FileNotFoundError:
+    """The cells of the manifest at ``path`` ({} when there is none); gc removes nothing on the word
+    of a manifest it cannot read, so anything else is an error naming the file."""
+    if not path.exists() and not path.is_symlink():
         return {}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"{path}: not a readable rbln-build manifest ({exc}); gc removes nothing without it."
-        ) from None
+    hint = "gc removes nothing without it; rebuild it with rbln-build or drop the --keep"
+    data = load_json(path, error=ConfigError, hint=hint)
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if not isinstance(cells, dict) or not all(isinstance(e, dict) for e in cells.values()):
+        raise ConfigError(f"{path}: not an rbln-build manifest (its 'cells' is not a mapping of entries); {hint}.")
+    return cells
 
 
 def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[tuple[str, Path, int]], list[str]]:
@@ -86,7 +85,7 @@ def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[t
     store = Store(build_dir / "cache", warn=lambda message: None)
     kept = Kept()
     for manifest in [build_dir / "manifest.json", *keep]:
-        if manifest != build_dir / "manifest.json" and not manifest.is_file():
+        if manifest != build_dir / "manifest.json" and not manifest.exists():
             raise ConfigError(f"--keep {manifest}: no such manifest.")
         for cid, entry in _manifest_cells(manifest).items():
             kept.add_cell(store, cid, entry.get("compile_key"), entry.get("cell_key"))

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ..config import MARKER
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..memory._shipped import shipped_dir
 
 __all__ = ["scaffold", "main"]
@@ -39,6 +39,8 @@ defaults:
   - matrix: main                 # conf/matrix/main.yaml
   - model: null                  # `model=<name>` narrows the matrix to one model
   - device: null                 # `device=<name>` narrows the matrix to one device
+  - deployment: null             # `deployment=<name>`: models sharing one target (conf/deployment/)
+  - executor: local              # where compile keys run: local processes, or executor=ray
   - override hydra/job_logging: none
   - override hydra/hydra_logging: none
   - _self_
@@ -46,6 +48,10 @@ defaults:
 build_dir: build                 # relative to this project's root (rbln-build.yaml's folder)
 recipes_dir: null                # null: this project's recipes/, then the shipped ones
 progress: true
+jobs: null                       # compile worker processes (null: the cores, capped by the compiles)
+cache:
+  remote: null                   # a shared cache behind build_dir/cache: file:///path or s3://bucket/prefix
+  require_remote: false          # true: an unreachable remote fails the build (else warn, build locally)
 
 hydra:
   job:
@@ -135,13 +141,21 @@ def scaffold(root: Path) -> list[Path]:
             f"{root}: {', '.join(existing)} already exist(s); `rbln-build init` never overwrites anything. "
             "Choose an empty or new folder."
         )
-    written = []
-    for rel, data in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "xb") as f:  # exclusive: a file that appeared meanwhile is not overwritten
-            f.write(data)
-        written.append(path)
+    written: list[Path] = []
+    try:
+        for rel, data in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "xb") as f:  # exclusive: a file that appeared meanwhile is not overwritten
+                written.append(path)
+                f.write(data)
+    except OSError as exc:  # a folder that cannot be written, a file where a folder belongs, a loop
+        for path in written:  # only what this call created
+            path.unlink(missing_ok=True)
+        where = exc.filename or root
+        raise InputError(
+            f"{root}: cannot write the project ({exc.strerror or exc}: {where}); choose a new or empty, writable folder."
+        ) from None
     return written
 
 
@@ -153,6 +167,8 @@ def main(argv: list[str]) -> int:
         )
         return 0 if len(argv) <= 1 else 2
     root = Path(argv[0] if argv else ".")
+    if "\0" in str(root):
+        raise InputError(f"{root!r}: not a usable folder name; give a new or existing folder.")
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} exists and is not a folder; give a new or existing folder.")
     written = scaffold(root)

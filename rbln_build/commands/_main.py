@@ -39,7 +39,9 @@ COMMANDS: dict[str, Command] = {
         "rbln_build.commands._deploy:plan_main", "the co-location plan of a deployment, or what to change", ""
     ),
     "serve-command": Command(
-        "rbln_build.commands._deploy:serve_main", "one vllm-rbln command per model of a built deployment", ""
+        "rbln_build.commands._deploy:serve_main",
+        "one vllm-rbln command per model of a built deployment, or of one built or released cell folder",
+        "",
     ),
     "report": Command("rbln_build.reporting:main", "build/report/index.html: grid, curves, DRAM, failures", ""),
     "status": Command(
@@ -73,6 +75,16 @@ COMMANDS: dict[str, Command] = {
     "recipe": Command(
         "rbln_build.commands._recipe:main",
         "recipe add NAME --from DIR: a recipe from a local checkpoint",
+        "",
+    ),
+    "release": Command(
+        "rbln_build.commands._release:release_main",
+        "built cells as self-contained folders + release.json, to a folder or URL (--sign)",
+        "",
+    ),
+    "verify": Command(
+        "rbln_build.commands._release:verify_main",
+        "check a release (folder or URL) against its release.json, without the build dir (--key)",
         "",
     ),
 }
@@ -141,7 +153,7 @@ def run_command(name: str, fn: Any, argv: list[str]) -> int:
     """The one error boundary: the project's errors become one line and exit 2 (1 for a failure the
     command reports as its result), Ctrl-C 130, a closed pipe ends quietly, anything else is a bug:
     one line naming the file that holds the traceback, exit 3."""
-    from ..errors import RblnBuildError, UserError
+    from ..errors import RblnBuildError
     from ._guard import report_internal
 
     prefix = "rbln-build" if name == "build" else f"rbln-build {name}"
@@ -152,11 +164,8 @@ def run_command(name: str, fn: Any, argv: list[str]) -> int:
         return int(fn(argv))
     except BrokenPipeError:
         return _closed_pipe()
-    except UserError as exc:
-        print(f"{prefix}: {exc}", file=sys.stderr)
-        return 2
-    except RblnBuildError as exc:
-        print(f"{prefix}: {exc}", file=sys.stderr)
+    except RblnBuildError as exc:  # UserError (ConfigError, RecipeError, InputError: a file they named), ...
+        print(f"{prefix}: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever a value held
         return 2
     except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
         print(f"{prefix}: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)
@@ -246,10 +255,39 @@ def _only_project(before: list[str]) -> bool:
     return True
 
 
+class _StdoutUntilClosed:
+    """sys.stdout that stops writing, quietly, once the reader went away (``| head``): the command
+    runs to its end and keeps its exit status (a build's failed cells still exit 1)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.closed_pipe = False
+
+    def write(self, text: str) -> int:
+        if not self.closed_pipe:
+            try:
+                return int(self._real.write(text))
+            except BrokenPipeError:
+                self._close()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_pipe:
+            try:
+                self._real.flush()
+            except BrokenPipeError:
+                self._close()
+
+    def _close(self) -> None:
+        self.closed_pipe = True
+        _closed_pipe()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
 def main() -> None:
+    sys.stdout = _StdoutUntilClosed(sys.stdout)
     code = dispatch(sys.argv[1:])
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = _closed_pipe() if code == 0 else code
+    sys.stdout.flush()
     sys.exit(code)

@@ -3,6 +3,8 @@
 Reads the checkpoint (``config.json`` and the safetensors headers; no hub, no torch) and writes
 
     <project>/recipes/NAME/config.json   the checkpoint's config.json, byte for byte
+    <project>/recipes/NAME/<tokenizer files, generation_config.json>   the checkpoint's, byte for byte
+                                         (``memory._companions``: every cell carries them)
     <project>/recipes/NAME/recipe.yaml   weights: {path: ...} (relative to the recipe when the
                                          checkpoint is inside the project), dtype from the weights,
                                          build defaults (batch 1, max_seq_len from the config)
@@ -15,18 +17,19 @@ is overwritten. Without a project (``rbln-build init``) give ``--to`` for the re
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 from pathlib import Path
+from typing import Any, NoReturn
 
 import yaml
 
-from ..errors import ConfigError, RecipeError
+from .._documents import MAX_CONFIG_BYTES, parse_json, read_document
+from ..errors import ConfigError, InputError, RecipeError
+from ..estimator._limits import count_problem, name_problem
+from ..memory._recipes import _geometry
 
 __all__ = ["main", "add_recipe"]
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _MAX_DEFAULT_SEQ = 8192
 
 
@@ -39,23 +42,37 @@ def add_recipe(
     batch_size: int = 1,
 ) -> list[Path]:
     from ..memory._checkpoint import inspect_checkpoint
+    from ..memory._companions import checkpoint_companions
 
-    if not _NAME.fullmatch(name):
-        raise ConfigError(f"recipe name {name!r}: use letters, digits, '_', '.', '-' (it is a folder name).")
-    source = source.resolve()
+    # what the build would refuse is refused here, by the build's own checks, before anything is written
+    problem = name_problem(name)
+    if problem is not None:
+        raise ConfigError(f"recipe name: {problem} (it is a folder name and part of cell ids).")
+    for option, value in (("--max-seq-len", max_seq_len), ("--batch-size", batch_size)):
+        problem = None if value is None else count_problem(option[2:].replace("-", "_"), value)
+        if problem is not None:
+            raise ConfigError(f"{option}: {problem}.")
+    try:
+        source = source.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise RecipeError(f"{source}: cannot be resolved ({exc}); give a checkpoint folder.") from None
     config_file = source / "config.json"
     if not config_file.is_file():
         raise RecipeError(
             f"{config_file}: missing; a Hugging Face checkpoint folder has config.json beside its weights."
         )
-    config_bytes = config_file.read_bytes()
-    try:
-        config = json.loads(config_bytes)
-    except ValueError as exc:
-        raise RecipeError(f"{config_file}: not valid JSON ({exc}).") from None
+    config_bytes = read_document(config_file, limit=MAX_CONFIG_BYTES, error=RecipeError)
+    config = parse_json(config_bytes, str(config_file), error=RecipeError)
+    if not isinstance(config, dict):
+        raise RecipeError(
+            f"{config_file}: expected a JSON object (the model's HF config), got {type(config).__name__}."
+        )
+    _geometry(config, config_file)  # the geometry the build reads, checked as the build checks it
     checkpoint = inspect_checkpoint(source, config)
+    tokenizer, generation = checkpoint_companions(source)
     directory = recipes_dir / name
-    targets = [directory / "recipe.yaml", directory / "config.json"]
+    companions = [*tokenizer, *([generation] if generation else [])]
+    targets = [directory / "recipe.yaml", directory / "config.json", *(directory / n for n in companions)]
     if conf_dir is not None:
         targets.append(conf_dir / "model" / f"{name}.yaml")
     existing = [str(t) for t in targets if t.exists()]
@@ -63,8 +80,11 @@ def add_recipe(
         raise ConfigError(
             f"{', '.join(existing)} already exist(s); rbln-build never overwrites a recipe. Choose another NAME."
         )
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    seq = max_seq_len or min(int(text.get("max_position_embeddings") or _MAX_DEFAULT_SEQ), _MAX_DEFAULT_SEQ)
+    text: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
+    positions = text.get("max_position_embeddings")
+    if isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
+        positions = _MAX_DEFAULT_SEQ
+    seq = max_seq_len or min(positions, _MAX_DEFAULT_SEQ)
     project_root = recipes_dir.resolve().parent
     inside = source.is_relative_to(project_root)  # then the project can move as a whole
     weights_path = os.path.relpath(source, project_root / recipes_dir.name / name) if inside else str(source)
@@ -76,34 +96,55 @@ def add_recipe(
         "dtype": checkpoint.dtype,
         "quantization": {"weight_bits": 16},
         "build": {"batch_size": batch_size, "max_seq_len": seq},
+        "tokenizer": {"files": tokenizer} if tokenizer else None,
+        "generation_config": generation,
     }
     header = (
         f"# Written by `rbln-build recipe add {name} --from {source.name}` from the checkpoint's config.json and\n"
         "# safetensors headers. weights.path: the checkpoint (a relative path is relative to this folder). The weights' content is part of the\n"
         "# compile key (a changed file recompiles). build: default options; a model config or the matrix\n"
         "# may override them (attn_impl, kvcache_partition_len, prefill_chunk_size, ...).\n"
+        "# tokenizer, generation_config: copied from the checkpoint byte for byte; every cell carries them\n"
+        "# (null: the checkpoint has none, and the cells say so).\n"
     )
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    with open(directory / "config.json", "xb") as f:
-        f.write(config_bytes)
-    written.append(directory / "config.json")
-    with open(directory / "recipe.yaml", "x", encoding="utf-8") as g:
-        g.write(header + yaml.safe_dump(recipe, sort_keys=False))
-    written.append(directory / "recipe.yaml")
+    files = [
+        (directory / "config.json", config_bytes),
+        *((directory / c, read_document(source / c, error=RecipeError)) for c in companions),
+        (directory / "recipe.yaml", (header + yaml.safe_dump(recipe, sort_keys=False)).encode()),
+    ]
     if conf_dir is not None:
-        (conf_dir / "model").mkdir(parents=True, exist_ok=True)
-        with open(conf_dir / "model" / f"{name}.yaml", "x", encoding="utf-8") as h:
-            h.write(f"# The model config of recipes/{name} (written by `rbln-build recipe add`).\nrecipe: {name}\n")
-        written.append(conf_dir / "model" / f"{name}.yaml")
+        model = f"# The model config of recipes/{name} (written by `rbln-build recipe add`).\nrecipe: {name}\n"
+        files.append((conf_dir / "model" / f"{name}.yaml", model.encode()))
+    written: list[Path] = []
+    try:
+        for path, data in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "xb") as f:  # exclusive: never overwrite
+                written.append(path)
+                f.write(data)
+    except OSError as exc:  # a recipes folder that is a file, cannot be written, a loop
+        for path in written:  # only what this call created
+            path.unlink(missing_ok=True)
+        raise InputError(
+            f"{exc.filename or directory}: cannot write the recipe ({exc.strerror or exc}); "
+            "give a writable recipes folder (--to) or fix the project's."
+        ) from None
     return written
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors raised as one-line ConfigErrors (the CLI's boundary prints them)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message}; see `rbln-build recipe add --help`.")
 
 
 def main(argv: list[str]) -> int:
     from ..config import find_project, split_project_arg
+    from ..memory._companions import TOKENIZER_FILE_NAMES
 
     chosen, rest = split_project_arg(argv)
-    parser = argparse.ArgumentParser(prog="rbln-build recipe", description="Manage recipes of a project.")
+    parser = _Parser(prog="rbln-build recipe", description="Manage recipes of a project.")
     sub = parser.add_subparsers(dest="command", required=True)
     add = sub.add_parser("add", help="write a recipe for a local HF checkpoint (no hub access)")
     add.add_argument("name", metavar="NAME", help="the recipe's name (its folder under recipes/)")
@@ -137,7 +178,14 @@ def main(argv: list[str]) -> int:
             "no rbln-build project here (no rbln-build.yaml in this folder or above); run "
             "`rbln-build init` first, or give --to RECIPES_DIR."
         )
-    for path in add_recipe(opts.name, opts.source, recipes_dir, conf_dir, opts.max_seq_len, opts.batch_size):
+    written = add_recipe(opts.name, opts.source, recipes_dir, conf_dir, opts.max_seq_len, opts.batch_size)
+    for path in written:
         print(f"created {path}")
+    if not any(p.name in TOKENIZER_FILE_NAMES for p in written):
+        print(
+            f"note: {opts.source} has no tokenizer files ({', '.join(TOKENIZER_FILE_NAMES[:3])}, ...); the cells "
+            'will carry none (rbln-build.json says "tokenizer": null). Copy them into the recipe and list them '
+            "under tokenizer.files to ship one."
+        )
     print(f"Build it: rbln-build model={opts.name}   (or add {opts.name} to matrix.models)")
     return 0

@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import load_json
 from ..config import Cell
+from ..errors import UserError
 from ..store import ENTRY_FILE, FILES_DIR, CellResult, Store, content_hash, file_stats, is_key, meta_hash, result_hash
 
 __all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main"]
@@ -145,14 +147,26 @@ def _predecessor(inputs: dict[str, Any], old_entries: dict[str, Any], ids: set[s
     return None
 
 
+def _readable_entry(cid: str, entry: Any) -> bool:
+    """Whether a manifest entry has the shape status reads (a damaged one counts as absent)."""
+    if not isinstance(entry, dict) or entry.get("cell", cid) != cid:
+        return False
+    inputs = entry.get("inputs") or {}
+    return isinstance(inputs, dict) and all(isinstance(inputs.get(k) or {}, dict) for k in ("toolchain", "code"))
+
+
 def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus], list[str]]:
     """Every cell's state and reasons, and the ids the manifest has but the matrix no longer does."""
     from ..pipeline import entry_for
 
     store = Store(build_dir / "cache", warn=lambda message: None)
-    try:
-        old_entries: dict[str, Any] = json.loads((build_dir / "manifest.json").read_bytes())["cells"]
-    except (OSError, ValueError, KeyError, TypeError):
+    try:  # a manifest that is missing or not one this version reads: every cell is new to it
+        manifest = load_json(build_dir / "manifest.json")
+        old_entries: dict[str, Any] = manifest["cells"]
+        if not isinstance(old_entries, dict):
+            raise TypeError
+        old_entries = {k: v for k, v in old_entries.items() if _readable_entry(k, v)}
+    except (UserError, KeyError, TypeError):
         old_entries = {}
     compiles: dict[str, str] = {}
     ids = {c.id for c in cells}
@@ -167,7 +181,7 @@ def cell_statuses(build_dir: Path, cells: list[Cell]) -> tuple[list[CellStatus],
                 reasons.append("new cell (not in the manifest)")
             else:
                 reasons.extend(changed_inputs(pred.get("inputs") or {}, inputs))
-                reasons.append(f"new cell id (the manifest has {pred['cell']})")
+                reasons.append(f"new cell id (the manifest has {pred.get('cell')})")
         else:
             reasons.extend(changed_inputs(old.get("inputs") or {}, inputs))
         state, extra = _state(store, cell, compiles, old, entry_for)
@@ -233,7 +247,7 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path) -> s
 
 
 def main(argv: list[str]) -> int:
-    from ..config import expand_all
+    from ..config import declared_cells, expand_all
     from ._build import compose
 
     as_json = "--json" in argv
@@ -243,6 +257,8 @@ def main(argv: list[str]) -> int:
         return 0
     build_dir, cells = expand_all(jobs)
     statuses, removed = cell_statuses(build_dir, cells)
+    declared = {c.id for c in declared_cells(jobs, cells)}  # narrowed: the declared matrix's others stay
+    removed = [cid for cid in removed if cid not in declared]
     clean = not removed and all(s.state == UP_TO_DATE for s in statuses)
     if as_json:
         print(

@@ -13,7 +13,7 @@ _colocation  a deployment's plan (from the compile cache's reports or the memory
 
 from __future__ import annotations
 
-from ._cells import expand_all
+from ._cells import declared_cells, expand_all
 from ._colocation import DeploymentRecords, plan_for
 from ._config import compose_settings, register_configs, settings_from_config
 from ._deploy_overrides import overrides_for
@@ -32,6 +32,7 @@ __all__ = [
     "Scale",
     "compose_settings",
     "device_from_node",
+    "declared_cells",
     "expand_all",
     "find_project",
     "list_group_options",

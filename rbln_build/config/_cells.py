@@ -10,7 +10,7 @@ from ._colocation import deployment_cells
 from ._matrix import Cell, expand
 from ._settings import BuildSettings
 
-__all__ = ["expand_all"]
+__all__ = ["expand_all", "declared_cells"]
 
 
 def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
@@ -43,3 +43,16 @@ def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
             elif other.cell_key != cell.cell_key:
                 raise ConfigError(f"cell {cell.id}: two jobs of the sweep define it with different inputs.")
     return build_dir, list(cells.values())
+
+
+def declared_cells(jobs: list[BuildSettings], cells: list[Cell]) -> list[Cell]:
+    """The cells of the declared (un-narrowed) matrices of narrowed jobs (``model=``, ``device=``,
+    ``budget=``) that are not among ``cells``: a narrowed run keeps their manifest entries, and
+    ``status`` does not call them removed. Empty when no job was narrowed."""
+    from dataclasses import replace
+
+    declared = [replace(j, matrix=j.declared, declared=None) for j in jobs if j.declared is not None]
+    if not declared:
+        return []
+    ids = {c.id for c in cells}
+    return [c for c in expand_all(declared)[1] if c.id not in ids]

@@ -7,6 +7,7 @@ Each raises ``ConfigError`` naming the key, so that a bad value stops the run at
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,11 @@ __all__ = [
     "PSEUDO_FILESYSTEMS",
 ]
 
+# Paths under build_dir reach about 400 bytes (cache/<kind>/<64-hex key>/files/..., artifacts/<200-byte
+# cell id> and its temporary sibling), so build_dir keeps that much room below PATH_MAX.
+PATH_MAX_BYTES = 4096
+MAX_BUILD_DIR_BYTES = PATH_MAX_BYTES - 1024
+MAX_COMPONENT_BYTES = 255
 PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))  # never a place for a build directory
 _COUNT_OPTIONS = ("batch_size", "max_seq_len", "kvcache_partition_len", "kvcache_block_size", "prefill_chunk_size")
 _ATTN_IMPLS = ("eager", "flash_attn")
@@ -61,15 +67,32 @@ def check_build_dir(value: object, cwd: Path) -> Path:
     text = "" if value is None else str(value)
     if not text.strip():
         raise ConfigError("build_dir: is empty; give a directory (the default is build, relative to the current one).")
+    if "\0" in text:
+        raise ConfigError(f"build_dir: {text!r} holds a NUL character; give a directory.")
     path = Path(text)
     path = path if path.is_absolute() else cwd / path
-    existing = path
-    while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        where = "is" if existing == path else f"is under {existing}, which is"
-        raise ConfigError(f"build_dir: {path} {where} a file, not a directory; choose another build_dir.")
-    real = existing.resolve()
+    too_long = [part for part in path.parts if len(os.fsencode(part)) > MAX_COMPONENT_BYTES]
+    if too_long:
+        raise ConfigError(
+            f"build_dir: the folder name {too_long[0][:40]!r}... is {len(os.fsencode(too_long[0]))} bytes, over the "
+            f"file-system limit of {MAX_COMPONENT_BYTES}; choose a shorter build_dir."
+        )
+    if len(os.fsencode(str(path))) > MAX_BUILD_DIR_BYTES:
+        raise ConfigError(
+            f"build_dir: {str(path)[:60]!r}... is {len(os.fsencode(str(path)))} bytes long, over the limit of "
+            f"{MAX_BUILD_DIR_BYTES} (the paths the build writes under it must fit the system's {PATH_MAX_BYTES}); "
+            "choose a shorter build_dir."
+        )
+    try:
+        existing = path
+        while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            where = "is" if existing == path else f"is under {existing}, which is"
+            raise ConfigError(f"build_dir: {path} {where} a file, not a directory; choose another build_dir.")
+        real = existing.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11's resolve)
+        raise ConfigError(f"build_dir: {path} cannot be used ({exc}); choose another build_dir.") from None
     for pseudo in PSEUDO_FILESYSTEMS:
         if real == pseudo or pseudo in real.parents:
             raise ConfigError(f"build_dir: {path} is in {pseudo}, a pseudo file system; choose another build_dir.")

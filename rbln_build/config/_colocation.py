@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,15 +35,49 @@ __all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRe
 
 
 class Reports:
-    """Where a model's AllocationReport comes from: the compile cache, else the memory model."""
+    """Where a model's AllocationReport comes from: the compile cache, else the memory model.
 
-    def __init__(self, settings: BuildSettings) -> None:
+    ``stage``: a parameter inventory the build directory does not hold yet is computed into a
+    temporary folder, and moved into ``cache/inventory`` only by ``commit`` (a build whose plan fits);
+    ``discard`` removes it, so planning an infeasible build writes nothing."""
+
+    def __init__(self, settings: BuildSettings, stage: bool = False) -> None:
         self.backend = settings.matrix.backend
         self.store = Store(settings.build_dir / "cache")  # a corrupt entry: a warning and a miss
         self.inventory_dir: Path | None = None
         if not os.environ.get("RBLN_BUILD_CACHE"):  # as a build does: inventories live in the build dir
             self.inventory_dir = settings.build_dir / "cache" / "inventory"
         self._toolchain: dict[str, str] | None | bool = False
+        self.stage = stage
+        self._staged: Path | None = None
+
+    def _inventories(self, spec: CompileSpec) -> Path | None:
+        if not self.stage or self.inventory_dir is None:
+            return self.inventory_dir
+        from ..memory._inventory import cache_key
+
+        config = Path(spec.recipe.directory) / "config.json"
+        try:
+            if (self.inventory_dir / f"{cache_key(config.read_bytes())}.json").is_file():
+                return self.inventory_dir
+        except OSError:
+            pass  # the recipe's error is for the memory model to report
+        if self._staged is None:
+            self._staged = Path(tempfile.mkdtemp(prefix="rbln-build-plan-"))
+        return self._staged
+
+    def commit(self) -> None:
+        """Move the staged inventories into the build directory's cache."""
+        if self._staged is not None and self.inventory_dir is not None:
+            self.inventory_dir.mkdir(parents=True, exist_ok=True)
+            for path in sorted(self._staged.glob("*.json")):
+                shutil.move(str(path), str(self.inventory_dir / path.name))
+        self.discard()
+
+    def discard(self) -> None:
+        if self._staged is not None:
+            shutil.rmtree(self._staged, ignore_errors=True)
+            self._staged = None
 
     def toolchain(self) -> dict[str, str] | None:
         if self._toolchain is False:
@@ -62,7 +98,7 @@ class Reports:
                 return report, f"cache ({entry.meta.get('produced', '?')}, {self.backend})"
         from ..memory import build_report
 
-        return build_report(spec, cache_dir=self.inventory_dir), "memory model"
+        return build_report(spec, cache_dir=self._inventories(spec)), "memory model"
 
 
 def target_of(deployment: Deployment) -> Target:
@@ -87,23 +123,30 @@ def _options(dm: DeploymentModel, recipe: Recipe) -> dict[str, Any]:
 class _Tenants:
     """The deployment's models as planner tenants, on its target or (for suggestions) another one."""
 
-    def __init__(self, settings: BuildSettings) -> None:
+    def __init__(self, settings: BuildSettings, stage: bool = False) -> None:
         assert settings.deployment is not None
         self.deployment: Deployment = settings.deployment
         self.target = target_of(self.deployment)
-        self.reports = Reports(settings)
+        self.reports = Reports(settings, stage)
         self.recipes = {
             m.name: load_recipe(m.model.recipe, settings.recipe_dirs or settings.recipes_dir)
             for m in self.deployment.models
         }
 
-    def make(self, dm: DeploymentModel, options: dict[str, Any], target: Target | None = None) -> Tenant:
+    def spec(
+        self, dm: DeploymentModel, options: dict[str, Any] | None = None, target: Target | None = None
+    ) -> CompileSpec:
+        """What the model compiles as, with its configured options (or ``options``), on the target."""
         where = f"deployment.models[{self.deployment.models.index(dm)}] ({dm.name})"
         target = target or self.target
+        options = _options(dm, self.recipes[dm.name]) if options is None else options
         try:
-            spec = CompileSpec.for_recipe(self.recipes[dm.name], target.npu, target.num_devices, **options)
+            return CompileSpec.for_recipe(self.recipes[dm.name], target.npu, target.num_devices, **options)
         except EstimateError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+
+    def make(self, dm: DeploymentModel, options: dict[str, Any], target: Target | None = None) -> Tenant:
+        spec = self.spec(dm, options, target)
         report, source = self.reports.report(spec)
         return Tenant(
             name=dm.name,
@@ -139,20 +182,30 @@ def shipped_targets() -> list[Target]:
     return out
 
 
-def plan_for(settings: BuildSettings) -> DeploymentPlan:
-    """Plan the configured deployment (both modes; suggestions when its mode has no plan)."""
-    tenants = _Tenants(settings)
-    d = tenants.deployment
-    built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
-    return plan_deployment(
-        tenants.target,
-        built,
-        d.reservations,
-        d.mode,
-        reshape=tenants.reshape,
-        retarget=tenants.retarget,
-        targets=shipped_targets(),
-    )
+def plan_for(settings: BuildSettings, stage: bool = False) -> DeploymentPlan:
+    """Plan the configured deployment (both modes; suggestions when its mode has no plan).
+    ``stage``: write into the build directory only when the plan fits (a build's planning)."""
+    tenants = _Tenants(settings, stage)
+    try:
+        d = tenants.deployment
+        built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
+        plan = plan_deployment(
+            tenants.target,
+            built,
+            d.reservations,
+            d.mode,
+            reshape=tenants.reshape,
+            retarget=tenants.retarget,
+            targets=shipped_targets(),
+        )
+    except BaseException:
+        tenants.reports.discard()
+        raise
+    if plan.feasible:
+        tenants.reports.commit()
+    else:
+        tenants.reports.discard()
+    return plan
 
 
 def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tuple[DeploymentPlan, list[Cell]]:
@@ -169,7 +222,7 @@ def _deployment_cells(
     toolchain = dict(toolchain_items)
     d = settings.deployment
     assert d is not None
-    plan = plan_for(settings)
+    plan = plan_for(settings, stage=True)
     if not plan.feasible:
         raise ConfigError(
             f"deployment {d.name}: the {d.mode} plan does not fit, so nothing was built.\n"
@@ -266,6 +319,7 @@ def _record(
         result = results.get(cell.cell_key)
         entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
         usage: tuple[int, ...] | None = None
+        serve_budget: int | None = None  # a budget that makes optimum-rbln compile the built count
         if result is None or not result.ok or entry is None or result.kvcache_num_blocks is None:
             problems.append(f"cell {cell.id} did not build" + (f": {result.error}" if result and result.error else ""))
         else:
@@ -274,6 +328,7 @@ def _record(
             count = result.kvcache_num_blocks
             usage = demand.need(count)
             used = [u + x for u, x in zip(used, usage, strict=True)]
+            serve_budget = result.budget_bytes if not cell.kvcache_num_blocks else demand.budget_for(count)
             if count != a.kvcache_num_blocks:
                 problems.append(
                     f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "
@@ -293,6 +348,7 @@ def _record(
             "kvcache_num_blocks": None if result is None else result.kvcache_num_blocks,
             "num_full_blocks": a.num_full_blocks,
             "usage": None if usage is None else [list(r) for r in grid(usage)],
+            "serve_budget_bytes": serve_budget,
         }
     available = target.available_per_chiplet
     headroom = [available - u for u in used]

@@ -245,6 +245,24 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
     )
 
 
+def _axes_overridden(cfg: Any) -> bool:
+    """Whether the command line changed the matrix's own keys (``matrix.batch_sizes=[...]``, ...):
+    then the cell ids differ from the configured matrix's, and its ``expect_failure`` entries are not
+    checked against them (``_matrix.expand``)."""
+    task: list[str] = []
+    try:
+        if "hydra" in cfg:  # the compose API with return_hydra_config
+            task = list(cfg.hydra.overrides.task)
+        else:
+            from hydra.core.hydra_config import HydraConfig
+
+            task = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    except (OmegaConfBaseException, ValueError, AttributeError):
+        task = []
+    keys = (o.lstrip("+~").split("=", 1)[0] for o in task)
+    return any(k.startswith("matrix.") and not k.startswith("matrix.expect_failure") for k in keys)
+
+
 def settings_from_config(
     cfg: Any,
     choices: dict[str, Any],
@@ -260,31 +278,13 @@ def settings_from_config(
     _reject_unknown_keys(cfg)
     m = cfg.matrix
     axes = _Axes(cfg, choices, conf_dirs)
-    if axes.device is not None:
-        devices: tuple[Device, ...] = (axes.device,)
-    else:
-        devices = axes.device_list("matrix.devices", _names("matrix.devices", _plain(m.devices)))
-    if axes.model is not None:
-        models: tuple[Model, ...] = (axes.model,)
-    else:
-        models = axes.model_list("matrix.models", _names("matrix.models", _plain(m.models)))
-    budgets = axes.budgets if axes.budgets is not None else _budgets("matrix.budgets", _plain(m.budgets))
-    matrix = Matrix(
-        models=models,
-        devices=devices,
-        budgets=budgets,
-        batch_sizes=_positive_ints("matrix.batch_sizes", m.batch_sizes),
-        max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
-        kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
-        attn_impl=_plain(m.attn_impl),
-        kvcache_partition_len=_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
-        backend=_backend(str(m.backend)),
-        expect_failure=tuple(
-            ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))
-            for i, e in enumerate(m.expect_failure)
-        ),
-        include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
-    )
+    overridden = _axes_overridden(cfg)
+    matrix = _matrix(m, axes, overridden)
+    declared = None
+    if cfg.deployment is None and (axes.model is not None or axes.device is not None or axes.budgets is not None):
+        axes.model = axes.device = None  # the same config without the narrowing overrides
+        axes.budgets = None
+        declared = _matrix(m, axes, overridden)
     deployment = None
     if cfg.deployment is not None:
         from ._deployment import deployment_from_config
@@ -307,6 +307,38 @@ def settings_from_config(
         deployment=deployment,
         recipe_dirs=recipe_dirs,
         scale=scale_from_config(cfg),
+        declared=declared,
+    )
+
+
+def _matrix(m: Any, axes: _Axes, overridden: bool = False) -> Matrix:
+    """The matrix of ``cfg.matrix``, narrowed by ``axes`` (a chosen model, device or budgets);
+    ``overridden``: the command line changed its keys (``_axes_overridden``)."""
+    if axes.device is not None:
+        devices: tuple[Device, ...] = (axes.device,)
+    else:
+        devices = axes.device_list("matrix.devices", _names("matrix.devices", _plain(m.devices)))
+    if axes.model is not None:
+        models: tuple[Model, ...] = (axes.model,)
+    else:
+        models = axes.model_list("matrix.models", _names("matrix.models", _plain(m.models)))
+    budgets = axes.budgets if axes.budgets is not None else _budgets("matrix.budgets", _plain(m.budgets))
+    return Matrix(
+        models=models,
+        devices=devices,
+        budgets=budgets,
+        batch_sizes=_positive_ints("matrix.batch_sizes", m.batch_sizes),
+        max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
+        kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
+        attn_impl=_plain(m.attn_impl),
+        kvcache_partition_len=_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
+        backend=_backend(str(m.backend)),
+        expect_failure=tuple(
+            ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))
+            for i, e in enumerate(m.expect_failure)
+        ),
+        include=tuple(_include(axes, m, i, e) for i, e in enumerate(m.include)),
+        narrowed=axes.model is not None or axes.device is not None or axes.budgets is not None or overridden,
     )
 
 

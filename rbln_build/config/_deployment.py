@@ -37,6 +37,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ..deploy import Reservation
 from ..errors import ConfigError, EstimateError
 from ..estimator import BYTE_UNITS, check_budget
+from ..estimator._limits import LIMITS
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
 from ._settings import Device, Model
 
@@ -171,9 +172,14 @@ def _reservation_bytes(where: str, value: Any) -> int:
     return nbytes
 
 
-def _positive(where: str, value: Any, minimum: int = 1) -> int | None:
+def _positive(where: str, value: Any, minimum: int = 1, limit: str | int | None = None) -> int | None:
+    """``value`` (an int or null) if it is at least ``minimum`` and within ``limit``: a key of the
+    matrix limits (``estimator._limits.LIMITS``, the same bounds as the matrix) or a number."""
     if value is not None and value < minimum:
         raise ConfigError(f"{where}: expected an integer >= {minimum} or null, got {value}.")
+    bound = LIMITS[limit] if isinstance(limit, str) else limit
+    if value is not None and bound is not None and value > bound:
+        raise ConfigError(f"{where}: {value} is over the limit of {bound:,} (docs/security.md lists the limits).")
     return value  # type: ignore[no-any-return]
 
 
@@ -187,7 +193,7 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
     )
     if not cfg.models:
         raise ConfigError(f"deployment.models ({name}): an empty list deploys nothing; list at least one model.")
-    port = cfg.serve.port
+    port = _positive("deployment.serve.port", cfg.serve.port, limit=65535 - len(cfg.models)) or 0
     models: list[DeploymentModel] = []
     for i, m in enumerate(cfg.models):
         where = f"deployment.models[{i}]"
@@ -216,12 +222,12 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
             DeploymentModel(
                 name=label,
                 model=model,
-                batch_size=_positive(f"{where}.batch_size", m.batch_size),
-                max_seq_len=_positive(f"{where}.max_seq_len", m.max_seq_len),
-                min_blocks=_positive(f"{where}.min_blocks", m.min_blocks),
+                batch_size=_positive(f"{where}.batch_size", m.batch_size, limit="batch_size"),
+                max_seq_len=_positive(f"{where}.max_seq_len", m.max_seq_len, limit="max_seq_len"),
+                min_blocks=_positive(f"{where}.min_blocks", m.min_blocks, limit="kvcache_num_blocks"),
                 weight=Fraction(weight),
                 memory_budget=budget,
-                port=_positive(f"{where}.port", m.port) or port + i,
+                port=_positive(f"{where}.port", m.port, limit=65535 - len(cfg.models)) or port + i,
             )
         )
     ports = [m.port for m in models]
@@ -232,7 +238,7 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
         where = f"deployment.reservations[{i}]"
         if any(str(r.name) == other.name for other in reservations):
             raise ConfigError(f"{where}.name: {r.name!r} is used twice.")
-        chiplet = _positive(f"{where}.chiplet", r.chiplet, minimum=0)
+        chiplet = _positive(f"{where}.chiplet", r.chiplet, minimum=0, limit=LIMITS["num_devices"])
         reservations.append(Reservation(str(r.name), _reservation_bytes(f"{where}.bytes", _plain(r.bytes)), chiplet))
     ids = _plain(cfg.serve.device_ids)
     if ids is None:

@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .._documents import MAX_CONFIG_BYTES, read_document, yaml_problem
 from ..errors import ConfigError
 from ..memory._shipped import shipped_dir
 from ._checks import check_count, check_name, check_options
@@ -50,6 +51,9 @@ def load_group_option(group: str, name: str, where: str, conf_dir: Path | Sequen
         known = ", ".join(list_group_options(group, dirs))
         places = ", ".join(str(d / group) for d in dirs)
         raise ConfigError(f"{where}: unknown {group} {name!r}; known: {known} (files in {places}).")
+    problem = yaml_problem(read_document(path, limit=MAX_CONFIG_BYTES, error=ConfigError))
+    if problem is not None:
+        raise ConfigError(f"{where}: {path}: {problem}.")
     try:
         return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))  # type: ignore[return-value]
     except OmegaConfBaseException as exc:

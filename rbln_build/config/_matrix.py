@@ -163,6 +163,14 @@ def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
                     f"(budgets {first.memory_budget!r} and {cell.memory_budget!r}); change one of them."
                 )
             # else: the same cell again (an include entry repeating a cell): the first one stands.
+    if not m.narrowed:  # a narrowed run holds a part of the matrix: the whole one is checked when built
+        for i, e in enumerate(m.expect_failure):
+            if e.cell not in cells:
+                some = ", ".join(list(cells)[:3]) or "none"
+                raise ConfigError(
+                    f"matrix.expect_failure[{i}].cell: {e.cell!r} names no cell of the matrix ({len(cells)} cells, "
+                    f"e.g. {some}); fix the cell id or remove the entry."
+                )
     return list(cells.values())
 
 
@@ -183,6 +191,12 @@ def _expand_part(
             for batch in m.batch_sizes or (None,):
                 for seq in m.max_seq_lens or (None,):
                     options = _options(model, recipe, m, batch, seq)
+                    if "max_seq_len" not in options:  # set nowhere: a configuration gap, not a cell's failure
+                        raise ConfigError(
+                            f"{m.where}: model {model.name}: max_seq_len is set nowhere; set it in "
+                            f"{recipe.directory / 'recipe.yaml'} (build: {{max_seq_len: N}}), in conf/model/"
+                            f"{model.name}.yaml, or with matrix.max_seq_lens=[N]."
+                        )
                     spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain)
                     for blocks in m.kvcache_num_blocks:
                         for budget in m.budgets:

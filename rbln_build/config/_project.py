@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._documents import MAX_CONFIG_BYTES, parse_yaml, read_document, yaml_problem
 from ..errors import ConfigError
 from ..memory._shipped import shipped_dir
 
@@ -97,12 +98,16 @@ def shipped_project(cwd: Path | None = None) -> Project:
 
 
 def _read_marker(marker: Path) -> dict[str, str]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(marker.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{marker}: cannot read the project file ({exc}); fix it or remove it.") from None
+    hint = "fix the project file or remove it"
+    data = (
+        parse_yaml(
+            read_document(marker, limit=MAX_CONFIG_BYTES, error=ConfigError, hint=hint),
+            str(marker),
+            error=ConfigError,
+            hint=hint,
+        )
+        or {}
+    )
     if not isinstance(data, dict):
         raise ConfigError(f"{marker}: expected a mapping with the optional keys conf, recipes; got {data!r}.")
     unknown = set(data) - set(_KEYS)
@@ -116,8 +121,34 @@ def _read_marker(marker: Path) -> dict[str, str]:
     return out
 
 
+MAX_CONFIG_FILES = 10_000  # YAML files in a project's conf/ (a real one has tens)
+
+
+def check_config_files(conf: Path) -> None:
+    """Every YAML file of a project's config folder, checked before Hydra composes any of them: a
+    size cap, and no alias bomb or runaway nesting (``_documents.yaml_problem``). Hydra and OmegaConf
+    expand aliases without a bound, so a file of nested aliases would hang composition."""
+    count = 0
+    for folder, _dirs, files in os.walk(conf):
+        for file in sorted(files):
+            if not file.endswith((".yaml", ".yml")):
+                continue
+            count += 1
+            if count > MAX_CONFIG_FILES:
+                raise ConfigError(
+                    f"{conf}: over {MAX_CONFIG_FILES:,} YAML files; is conf pointing at the right folder?"
+                )
+            path = Path(folder) / file
+            problem = yaml_problem(read_document(path, limit=MAX_CONFIG_BYTES, error=ConfigError))
+            if problem is not None:
+                raise ConfigError(f"{path}: {problem}.")
+
+
 def load_project(root: Path) -> Project:
-    root = root.resolve()
+    try:
+        root = root.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise ConfigError(f"--project {root}: cannot be resolved ({exc}); give the project's folder.") from None
     marker = root / MARKER
     if not marker.is_file():
         raise ConfigError(
@@ -127,6 +158,8 @@ def load_project(root: Path) -> Project:
     keys = _read_marker(marker)
     shipped_conf, shipped_recipes = shipped_dir("conf").resolve(), shipped_dir("recipes").resolve()
     conf, recipes = (root / keys["conf"]).resolve(), (root / keys["recipes"]).resolve()
+    if conf.is_dir() and conf != shipped_conf:
+        check_config_files(conf)
     conf_dirs = tuple(dict.fromkeys(p for p in (conf, shipped_conf) if p.is_dir() or p == shipped_conf))
     recipe_dirs = tuple(dict.fromkeys(p for p in (recipes, shipped_recipes) if p.is_dir() or p == shipped_recipes))
     return Project(root=root, conf_dirs=conf_dirs, recipe_dirs=recipe_dirs, marker=marker)

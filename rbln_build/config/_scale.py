@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..estimator._limits import count_problem
 from ..store._remote_io import REMOTE_MODES, RemoteOptions
 
 __all__ = ["ExecutorKind", "ExecutorConf", "CacheConf", "Scale", "scale_from_config", "REMOTE_SCHEMES"]
@@ -108,9 +109,9 @@ def _installed(module: str) -> bool:
 def scale_from_config(cfg: Any) -> Scale:
     """``jobs``, ``executor.*`` and ``cache.*`` of the composed config, checked. Raises ConfigError."""
     jobs = cfg.get("jobs")
-    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+    if jobs is not None and count_problem("jobs", jobs) is not None:
         raise ConfigError(
-            f"jobs: expected a positive number of worker processes (or null for the cores), got {jobs!r}."
+            f"jobs: expected a positive number of worker processes (or null for the cores): {count_problem('jobs', jobs)}."
         )
     ex = cfg.executor
     num_cpus = ex.num_cpus
@@ -120,8 +121,9 @@ def scale_from_config(cfg: Any) -> Scale:
     for name, amount in resources.items():
         if not isinstance(amount, (int, float)) or amount <= 0:
             raise ConfigError(f"executor.resources.{name}: expected a positive amount, got {amount!r}.")
-    if ex.max_retries < 0:
-        raise ConfigError(f"executor.max_retries: expected 0 or more, got {ex.max_retries!r}.")
+    retries = count_problem("max_retries", ex.max_retries, zero_ok=True)
+    if retries is not None:
+        raise ConfigError(f"executor.max_retries: expected 0 or more: {retries}.")
     address = str(ex.address).strip()
     if not address:
         raise ConfigError("executor.address: empty; use local, auto or a cluster address such as 10.0.0.5:6379.")

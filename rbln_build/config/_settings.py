@@ -70,6 +70,7 @@ class Matrix:
     backend: str
     expect_failure: tuple[ExpectedFailure, ...]
     include: tuple[SubMatrix, ...] = ()
+    narrowed: bool = False  # model=, device=, budget= or a matrix.<key>= override changed it: expect_failure unchecked
 
     def parts(self) -> tuple[SubMatrix, ...]:
         """The main product, then each include entry, in expansion order."""
@@ -96,3 +97,6 @@ class BuildSettings:
     deployment: Any = None  # a _deployment.Deployment: build its planned cells instead of the matrix
     recipe_dirs: tuple[Path, ...] = ()  # searched in order (a project's recipes/, then the shipped); () = recipes_dir
     scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.config._scale)
+    # The matrix as declared, when model=/device=/budget= narrowed ``matrix`` (else None): a narrowed
+    # run keeps the manifest entries of the declared matrix's other cells (_cells.declared_cells).
+    declared: Matrix | None = None

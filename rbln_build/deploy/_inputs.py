@@ -146,6 +146,23 @@ class Demand:
                 break
         return best
 
+    def budget_for(self, num_blocks: int) -> int | None:
+        """The smallest ``memory_budget`` (bytes per device) that the estimator resolves to exactly
+        ``num_blocks``, checked through the estimator; None when none does (the tightest chiplet does not
+        grow at the next count, so a budget that holds this count holds the next one too)."""
+        nbytes = max(self.slice(num_blocks), 1) * self.target.num_chiplets
+        if nbytes > self.target.npu.available_bytes:
+            return None
+        t = self.tenant
+        request = Request.for_attention(
+            self.target.npu.name,
+            self.target.num_devices,
+            t.attention,
+            memory_budget=nbytes,
+            current_blocks=t.report.current_blocks,
+        )
+        return nbytes if estimate(request, t.report).kvcache_num_blocks == num_blocks else None
+
     def fixed_budget_bytes(self) -> int:
         """The fixed ``memory_budget`` in bytes per device (raises EstimateError for a bad one)."""
         return resolve_budget(self.tenant.memory_budget, self.target.npu)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from ..errors import EstimateError, UserError
+from ..errors import BuildError, EstimateError, UserError
 from ._inputs import Reservation, Target, Tenant
 from ._planner import BLOCKS, BUDGET, ModePlan, Problem, budget_value
 
@@ -163,32 +163,35 @@ def suggestions(
 def _smaller_reservation(
     problem: Problem, mode: str, tenants: list[Tenant], reservations: list[Reservation], index: int
 ) -> Suggestion | None:
-    """The largest whole number of MiB below the reservation's size at which the plan fits; else,
-    when dropping it fits, that."""
+    """The largest whole number of MiB below the reservation's size at which the plan fits (else,
+    when dropping it fits, that), verified by planning again. The plan fits exactly when the lower
+    bounds fit, so the size is the room the lower bounds and the other reservations leave: on its
+    chiplet of every device, or (spread) ``num_chiplets`` times the least room of any chiplet."""
     r = reservations[index]
-
-    def plan_at(nbytes: int) -> ModePlan | None:
-        changed = list(reservations)
-        changed[index] = replace(r, nbytes=nbytes)
-        return _variant(problem.target, mode, tenants, changed)
-
-    lo, hi = 0, (r.nbytes - 1) // MiB  # candidates k * MiB < r.nbytes, k >= 1; k = 0 means none fits
-    best: tuple[int, ModePlan] | None = None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        variant = plan_at(mid * MiB)
-        if variant is not None:
-            lo, best = mid, (mid, variant)
-        else:
-            hi = mid - 1
-    if lo >= 1:
-        if best is None or best[0] != lo:
-            variant = plan_at(lo * MiB)
-            assert variant is not None
-            best = (lo, variant)
-        nbytes = lo * MiB
-        return Suggestion("reservation", r.name, r.nbytes, nbytes, Fraction(r.nbytes - nbytes, r.nbytes), best[1])
-    variant = _variant(problem.target, mode, tenants, reservations[:index] + reservations[index + 1 :])
+    target = problem.target
+    rest = reservations[:index] + reservations[index + 1 :]
+    floors = problem.at_floors(mode, with_reserved=False)
+    if floors is None:
+        return None  # a fixed budget fails: no reservation is to blame
+    C = target.num_chiplets
+    others = [0] * C
+    for x in rest:
+        others = [a + b for a, b in zip(others, x.per_chiplet(C), strict=True)]
+    room = [target.available_per_chiplet - f - others[c] for f, (_, c) in zip(floors, target.buckets(), strict=True)]
+    if min(room) < 0:
+        return None  # not even dropping it fits
+    if r.chiplet is None:
+        largest = min(room) * C  # each chiplet holds ceil(nbytes / C) <= min(room)
+    else:
+        largest = min(x for x, (_, c) in zip(room, target.buckets(), strict=True) if c == r.chiplet)
+    k = min(largest // MiB, (r.nbytes - 1) // MiB)
+    if k >= 1:
+        nbytes = k * MiB
+        variant = _variant(target, mode, tenants, [*reservations[:index], replace(r, nbytes=nbytes), *rest[index:]])
+        if variant is None:
+            raise BuildError(f"planner: reservation {r.name} at {nbytes} bytes should fit and does not; a bug.")
+        return Suggestion("reservation", r.name, r.nbytes, nbytes, Fraction(r.nbytes - nbytes, r.nbytes), variant)
+    variant = _variant(target, mode, tenants, rest)
     if variant is None:
         return None
     return Suggestion("drop_reservation", r.name, r.nbytes, None, Fraction(1), variant)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from ..errors import EstimateError
@@ -62,9 +63,10 @@ ACCEPTED_FORMS = (
 FORMS_SYNOPSIS = 'null, 0.3, "30%", 10737418240 or "10GB"'  # the same forms, as JSON values
 WORDS_SYNOPSIS = "a fraction (0.3), a percentage (30%), or bytes (10GB, 1073741824)"  # as budget_from_text reads them
 
-# ASCII digits only ('١٠GB' is not a byte budget), and a bounded length: no budget needs more than
-# MAX_BUDGET_CHARS characters, and int() of a longer digit string is slow or refused.
-_BYTE_STRING = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE | re.ASCII)
+# 0.12.0's pattern, read as it reads it: Unicode digits and whitespace ('١٠GB' is 10 GiB, as int()
+# reads it), and a bounded length: no budget needs more than MAX_BUDGET_CHARS characters, and int()
+# of a longer digit string is slow or refused.
+_BYTE_STRING = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
 MAX_BUDGET_CHARS = 64
 
 
@@ -134,7 +136,10 @@ def _byte_count(memory_budget: int | str) -> int:
                 "suffixed with B, KB, MB, GB or TB (e.g. '10GB')."
             )
         unit = match.group(2)
-        nbytes = int(match.group(1)) * (BYTE_UNITS[unit.upper()] if unit else 1)
+        scale = BYTE_UNITS.get(unit.upper()) if unit else 1
+        if scale is None:  # a unit only Unicode case folding matches ('\u212aB', KELVIN SIGN): 0.12.0 raises KeyError
+            raise _invalid(f"memory_budget {memory_budget!r} has the unit {unit!r}; use B, KB, MB, GB or TB.")
+        nbytes = int(match.group(1)) * scale
     if nbytes <= 0:
         raise _invalid(f"memory_budget byte count must be positive, got {memory_budget!r}.")
     return nbytes
@@ -204,7 +209,8 @@ def fraction_for_bytes(nbytes: int, available: int) -> float | None:
 
 def format_budget(budget: object) -> str:
     """The budget's part of a cell id: ``none``, ``0.3``, ``1`` (an int), ``1.0`` (a float), ``10GB``,
-    ``50pct``; characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_``.
+    ``50pct``; a non-ASCII decimal digit is written as its ASCII digit (``'١٠GB'`` -> ``10GB``); other
+    characters than letters, digits, ``.``, ``_`` and ``-`` become ``_``.
 
     Cell ids are published (README.md lists the default matrix's), so this never changes.
     """
@@ -215,6 +221,9 @@ def format_budget(budget: object) -> str:
     if isinstance(budget, (int, float)):
         return repr(budget)
     text = str(budget).replace("%", "pct")
+    text = "".join(
+        str(unicodedata.decimal(c)) if not c.isascii() and unicodedata.decimal(c, None) is not None else c for c in text
+    )
     return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 

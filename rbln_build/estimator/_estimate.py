@@ -30,6 +30,7 @@ from ..errors import EstimateError
 from ._attention import AttentionConfig, resolve_attention
 from ._breakdown import Breakdown, explain
 from ._budget import ParsedBudget, budget_hints, parse_budget
+from ._limits import LIMITS
 from ._npu import NpuTarget, resolve_npu
 from ._pool import Pool, pool_for
 from ._report import AllocationReport
@@ -140,6 +141,14 @@ def _check_int(name: str, value: object, minimum: int, optional: bool = False) -
         raise _invalid(f"`{name}` must be {what}, got {value!r}.")
 
 
+def _check_bound(name: str, value: object, limit_key: str | None = None) -> None:
+    """An integer already known to be well-formed, against its upper bound (``_limits.LIMITS``): no
+    request makes the estimator compute or allocate in proportion to a number it typed."""
+    limit = LIMITS[limit_key or name]
+    if isinstance(value, int) and value > limit:
+        raise _invalid(f"`{name}` is {value}, over the limit of {limit:,} (docs/security.md lists the limits).")
+
+
 def _check_request(request: object) -> Request:
     if not isinstance(request, Request):
         raise _invalid(f"estimate() expects a Request, got {type(request).__name__}.")
@@ -149,6 +158,11 @@ def _check_request(request: object) -> Request:
     _check_int("current_blocks", request.current_blocks, 1)
     _check_int("kvcache_partition_len", request.kvcache_partition_len, 1, optional=True)
     _check_int("kvcache_block_size", request.kvcache_block_size, 1, optional=True)
+    for name in ("max_seq_len", "batch_size", "num_devices", "kvcache_partition_len", "kvcache_block_size"):
+        _check_bound(name, getattr(request, name))
+    _check_bound("current_blocks", request.current_blocks, "kvcache_num_blocks")
+    _check_bound("prefill_chunk_size", request.prefill_chunk_size)
+    _check_bound("kvcache_num_blocks", request.kvcache_num_blocks)
     chunk = request.prefill_chunk_size
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)):
         # range and divisibility are checked with the reference's wording by resolve_attention
@@ -296,6 +310,13 @@ def estimate(request: Request, report: AllocationReport) -> Resolution:
         # The DRAM is split over the report's chiplets, as the reference splits it (an empty report
         # says nothing about chiplets: the family's count stands; 0.12.0 would take 1).
         target = npu.split_over(pool.num_chiplets or npu.num_chiplets)
+        if target.available_per_chiplet <= 0:  # 0.12.0 would go on with negative DRAM
+            raise _bad_report(
+                f"The report covers {target.num_chiplets} chiplets per device; {npu.name}'s DRAM split over them "
+                f"leaves {target.available_per_chiplet} bytes per chiplet after the {npu.reserved_per_chiplet}-byte "
+                f"reserve, so the report cannot come from this NPU ({npu.num_chiplets} chiplet(s)). Check the report's "
+                "chiplet indices and the npu."
+            )
         warnings.extend(_shape_warnings(pool, request, npu, target))
         if parsed is not None:
             try:

@@ -134,11 +134,49 @@ def handle_line(text: str | bytes, line: int = 0) -> dict[str, Any] | None:
     return result
 
 
-def run(lines: Iterable[str | bytes]) -> Iterator[str]:
+MAX_LINE_BYTES = 4 << 20  # a request line; a compiler's report is a few kilobytes
+
+
+class OverlongLine:
+    """Stands for an input line longer than MAX_LINE_BYTES (its bytes were skipped, not kept)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def bounded_lines(source: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | OverlongLine]:
+    """The lines of ``source``, each read with at most ``limit`` + 1 bytes held: a longer line is
+    skipped to its end and yielded as an ``OverlongLine``, so it gets its error and the stream goes on."""
+    while True:
+        line = source.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n") and len(line) == limit + 1:
+            yield line
+            continue
+        size = len(line)
+        while not line.endswith(b"\n"):
+            line = source.readline(1 << 20)
+            if not line:
+                break
+            size += len(line)
+        yield OverlongLine(size)
+
+
+def run(lines: Iterable[str | bytes | OverlongLine]) -> Iterator[str]:
     """Results, one compact JSON text per non-blank input line (1-based line numbers)."""
     for number, text in enumerate(lines, start=1):
         try:
-            result = handle_line(text, number)
+            if isinstance(text, OverlongLine):
+                result: dict[str, Any] | None = _error_result(
+                    f"Line {number} is {text.size:,} bytes long, over the limit of {MAX_LINE_BYTES:,}; "
+                    "a request is a few kilobytes.",
+                    "invalid_request",
+                )
+                assert result is not None
+                result.update(line=number, id=None)
+            else:
+                result = handle_line(text, number)
             out = None if result is None else json.dumps(result, sort_keys=True, separators=(",", ":"))
         except (ValueError, RecursionError, TypeError, ArithmeticError, MemoryError) as error:
             # Whatever a line holds, it gets an answer and the stream goes on.
@@ -186,7 +224,7 @@ def main(argv: list[str] | None = None, stdin: BinaryIO | None = None, stdout: T
     source = stdin if stdin is not None else sys.stdin.buffer
     sink = stdout if stdout is not None else sys.stdout
     try:
-        for out in run(source):
+        for out in run(bounded_lines(source)):
             sink.write(out + "\n")
             sink.flush()
     except OSError as error:

@@ -44,6 +44,8 @@ LIMITS: dict[str, int] = {
     "kvcache_block_size": 1 << 21,  # tokens
     "prefill_chunk_size": 1 << 21,  # tokens
     "kvcache_num_blocks": 1 << 20,  # an explicit block count (0 = resolve from the budget)
+    "jobs": 1024,  # compile worker processes of one build
+    "max_retries": 100,  # retries of a compile task on a cluster
     # recipe geometry (config.json)
     "num_hidden_layers": 4096,
     "num_attention_heads": 4096,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._documents import parse_json, read_document
 from ..errors import RecipeError
 
 __all__ = ["Checkpoint", "inspect_checkpoint", "weights_digest", "INDEX_FILE", "DTYPES"]
@@ -62,14 +63,7 @@ def _header(path: Path) -> dict[str, Any]:
         raise RecipeError(f"{path}: the safetensors header is not valid JSON ({exc}).") from None
     if not isinstance(header, dict):
         raise RecipeError(f"{path}: the safetensors header is not a mapping.")
-    end = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            end = max(end, int(info["data_offsets"][1]))
-        except (KeyError, TypeError, ValueError, IndexError):
-            raise RecipeError(f"{path}: tensor {name!r} has no valid data_offsets in the header.") from None
+    end = _check_offsets(path, header)
     if 8 + n + end != size:
         raise RecipeError(
             f"{path}: the header describes {8 + n + end} bytes but the file has {size}; "
@@ -78,11 +72,66 @@ def _header(path: Path) -> dict[str, Any]:
     return header
 
 
+_ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}  # the dtypes a checkpoint may hold (DTYPES)
+
+
+def _check_offsets(path: Path, header: dict[str, Any]) -> int:
+    """The end of the data the header describes, once every tensor's ``data_offsets`` are as the
+    safetensors format demands (what its loader refuses, refused here with the file named): two
+    non-negative integers, the tensors' ranges contiguous from 0 without overlap or hole, and each
+    range exactly its shape times its dtype's size."""
+    spans: list[tuple[int, int, str]] = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+            or offsets[0] > offsets[1]
+        ):
+            raise RecipeError(
+                f"{path}: tensor {str(name)[:80]!r} has data_offsets {str(offsets)[:80]}; expected [begin, end] with "
+                "0 <= begin <= end. The file is damaged or not safetensors."
+            )
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise RecipeError(
+                f"{path}: tensor {str(name)[:80]!r} has shape {str(shape)[:80]}; expected a list of sizes."
+            )
+        item = _ITEM_BYTES.get(str(info.get("dtype")))
+        if item is not None:
+            want = item
+            for d in shape:
+                want *= d
+            if offsets[1] - offsets[0] != want:
+                raise RecipeError(
+                    f"{path}: tensor {str(name)[:80]!r} spans {offsets[1] - offsets[0]} bytes but its shape {shape} "
+                    f"of {info.get('dtype')} needs {want}. The file is damaged."
+                )
+        spans.append((offsets[0], offsets[1], str(name)))
+    spans.sort()
+    end = 0
+    for begin, stop, name in spans:
+        if begin != end:
+            what = "overlaps the previous tensor" if begin < end else f"leaves a hole of {begin - end} bytes before it"
+            raise RecipeError(
+                f"{path}: tensor {name[:80]!r} at data_offsets [{begin}, {stop}] {what}. The file is damaged."
+            )
+        end = stop
+    return end
+
+
 def _weight_files(directory: Path) -> list[Path]:
     index = directory / INDEX_FILE
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_bytes())["weight_map"]
+            weight_map = parse_json(read_document(index, error=RecipeError), str(index), error=RecipeError)[
+                "weight_map"
+            ]
             names = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RecipeError(f"{index}: not a valid safetensors index ({exc}); it needs a 'weight_map'.") from None

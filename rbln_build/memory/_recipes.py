@@ -12,23 +12,25 @@ no-op path can hash it cheaply. ``recipe.yaml`` fields::
     dtype: bfloat16                 # torch dtype name of the weights and KV cache
     quantization: {weight_bits: 16} # 16, 8 or 4 bits for linear weights (lm_head stays 16-bit)
     build: {batch_size: 8, max_seq_len: 40960, ...}   # our default build options
+    tokenizer: {files: [tokenizer.json, ...]}   # files beside recipe.yaml, carried by every cell (or null)
+    generation_config: generation_config.json   # likewise (or null); see _companions
 
-The content hash covers both files' bytes, so any edit to a recipe changes its compile key.
+The content hash covers both files' bytes (and the companion files'), so any edit to a recipe changes
+its compile key.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
 from ..estimator._limits import count_problem, name_problem
+from ._companions import companion_names, parse_companions
 from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
@@ -37,7 +39,17 @@ DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _WEIGHT_BITS = (16, 8, 4)
-_RECIPE_KEYS = {"name", "family", "source", "weights", "dtype", "quantization", "build"}
+_RECIPE_KEYS = {
+    "name",
+    "family",
+    "source",
+    "weights",
+    "dtype",
+    "quantization",
+    "build",
+    "tokenizer",
+    "generation_config",
+}
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,8 @@ class Recipe:
     build: dict[str, Any] = field(default_factory=dict)
     content_hash: str = ""
     weights_hash: str | None = None  # the checkpoint's content digest (weights: {path: ...}), else None
+    tokenizer_files: tuple[str, ...] | None = None  # files in the recipe's folder (_companions); None: none
+    generation_config: str | None = None  # a file in the recipe's folder; None: none
 
     @property
     def has_weights(self) -> bool:
@@ -228,16 +242,15 @@ def load_recipe(
         raise RecipeError(f"recipe '{name}': {where} does not exist. Known recipes: {known}.")
     if not config_file.is_file():
         raise RecipeError(f"recipe '{name}': {config_file} does not exist; put the model's HF config.json there.")
-    recipe_bytes = recipe_file.read_bytes()
-    config_bytes = config_file.read_bytes()
-    try:
-        meta = yaml.safe_load(recipe_bytes) or {}
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        raise RecipeError(f"{recipe_file}: not valid YAML ({exc}).") from None
-    try:
-        hf_config = json.loads(config_bytes)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, too deep, too many digits
-        raise RecipeError(f"{config_file}: not valid JSON ({exc}).") from None
+    recipe_bytes = read_document(recipe_file, limit=MAX_CONFIG_BYTES, error=RecipeError)
+    config_bytes = read_document(config_file, limit=MAX_CONFIG_BYTES, error=RecipeError)
+    meta = parse_yaml(recipe_bytes, str(recipe_file), error=RecipeError)
+    hf_config = parse_json(config_bytes, str(config_file), error=RecipeError)
+    if meta is None:
+        raise RecipeError(
+            f"{recipe_file}: is empty; a recipe needs at least its build options (build: {{batch_size: N, "
+            "max_seq_len: N}); `rbln-build recipe add` writes a complete one."
+        )
     if not isinstance(meta, dict):
         raise RecipeError(f"{recipe_file}: expected a mapping of recipe fields, got {type(meta).__name__}.")
     if not isinstance(hf_config, dict):
@@ -285,9 +298,12 @@ def load_recipe(
     build = meta.get("build") or {}
     if not isinstance(build, dict):
         raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
+    tokenizer_files, generation_config = parse_companions(recipe_file, meta)
     digest = hashlib.sha256()
     for part in (b"recipe.yaml\0", recipe_bytes, b"\0config.json\0", config_bytes):
         digest.update(part)
+    for companion in companion_names(tokenizer_files, generation_config):  # named in recipe.yaml, so hashed too
+        digest.update(b"\0" + companion.encode() + b"\0" + (directory / companion).read_bytes())
     recipe = Recipe(
         name=name,
         directory=directory,
@@ -301,6 +317,8 @@ def load_recipe(
         build=dict(build),
         content_hash=digest.hexdigest(),
         weights_hash=weights_hash,
+        tokenizer_files=tokenizer_files,
+        generation_config=generation_config,
     )
     _ = recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe

@@ -16,6 +16,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +177,31 @@ def explain_with_report(
     npu = resolve_npu(npu_name)
     opts = {k: recipe.build.get(k) for k in _BUILD_KEYS}
     opts.update({k: v for k, v in model_options.items() if k in _BUILD_KEYS and v is not None})
-    opts.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    opts.update(given)
     if opts["batch_size"] is None or opts["max_seq_len"] is None:
         raise _UsageError(f"explain: recipe '{model}' has no build.batch_size/max_seq_len; pass them as options.")
-    spec = CompileSpec.for_recipe(recipe, npu, num_devices, **opts)
+    said: list[str] = []  # why an option given is not used as the defaults would have it
+    if given.get("attn_impl") == "eager":
+        # The defaults' partition (and block) length are flash attention's: kept, they would switch the
+        # attention asked for back to flash_attn. A partition length given with it is the user's own.
+        for key in ("kvcache_partition_len", "kvcache_block_size"):
+            default = opts.get(key, recipe.build.get(key))
+            if key not in given and default is not None:
+                opts[key] = None
+                said.append(
+                    f"attn_impl=eager: the default {key}={default} (the model's build options) is for "
+                    "flash_attn and is not used."
+                )
+        kept = {k: v for k, v in recipe.build.items() if k not in ("kvcache_partition_len", "kvcache_block_size")}
+        recipe = replace(recipe, build={**kept, **{k: v for k, v in recipe.build.items() if k in given}})
+    try:
+        spec = CompileSpec.for_recipe(recipe, npu, num_devices, **opts)
+    except EstimateError as error:
+        asked = ", ".join(f"{k}={v}" for k, v in sorted(given.items()))
+        raise _UsageError(
+            f"explain: {model} on {device} cannot use these attention options ({asked or 'the defaults'}): {error}"
+        ) from None
     attention = spec.attention
     report = build_report(spec)
 
@@ -245,7 +267,7 @@ def explain_with_report(
         "budget_for_floor": bd.budget_for_floor.to_json(),
         "budget_for_full_pool": bd.budget_for_full_pool.to_json(),
         "budgets": rows,
-        "warnings": list(base.warnings),
+        "warnings": list(dict.fromkeys([*said, *attention.warnings, *base.warnings])),
         "estimate": "model-based (rbln_build.memory), calibrated to the specification's figures; not a compiler report",
     }, report
 
@@ -262,7 +284,8 @@ def _ceil4(fraction: float) -> str:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GiB:,.2f} GiB"
+    """Bytes in the unit that reads: GiB from 1 GiB on, MiB below (a tiny model's 200 MiB floor)."""
+    return f"{n / GiB:,.2f} GiB" if n >= GiB else f"{n / MiB:,.2f} MiB"
 
 
 def render(data: dict[str, Any]) -> str:

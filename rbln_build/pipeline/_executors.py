@@ -22,12 +22,8 @@ in the Store whole or not at all, and the next run resumes from what is there.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
-import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,10 +31,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..store import CellResult, CompileOutcome, Store
 from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job, worker_died
 from ._stages import compile_done, reusable
+from ._workers import InlineCells, LocalPool
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ..config import Cell, Scale
+
+_MAX_SUBMITS = 3  # an item whose pool broke under it this often fails (retryable), even if no worker is to blame
 
 __all__ = [
     "StoreRef",
@@ -66,97 +65,9 @@ class Compiler(Protocol):
     def close(self, cancel: bool) -> None: ...
 
 
-def _interrupt(*_: Any) -> None:
-    # Unwind once: a second signal (Ctrl-C reaches the worker, then the scheduler's SIGTERM) must not
-    # break into the `finally` blocks that are removing the Store's temporary folders.
-    signal.signal(signal.SIGINT, _ignore)  # not SIG_IGN: a signal already pending would raise OSError
-    signal.signal(signal.SIGTERM, _ignore)
-    raise KeyboardInterrupt
-
-
-def _ignore(*_: Any) -> None:
-    pass
-
-
-def _worker_init(parent: int, threads: int) -> None:
-    # N workers share the cores: torch's intra-op pool (sized from OMP_NUM_THREADS when it is first
-    # used) gets cores / N threads per worker, as Ray does for its tasks; a user's setting stands.
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    # SIGTERM (the scheduler stopping its workers) unwinds like Ctrl-C, so `finally` blocks remove
-    # the Store's temporary folders.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    # A build killed outright (SIGKILL) takes its workers with it, as a one-process build would die:
-    # what they leave is a .tmp-* folder that the next run removes. Linux: the kernel does it.
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        import threading
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(1.0)
-            os._exit(1)
-
-        threading.Thread(target=watch, daemon=True).start()
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-class LocalPool:
-    """``jobs`` worker processes on this machine (spawned), for compiles and cells alike."""
-
-    def __init__(self, ref: StoreRef, jobs: int) -> None:
-        self.ref = ref
-        self.jobs = jobs
-        self.description = f"{jobs} worker process(es)"
-        self._pool = ProcessPoolExecutor(
-            max_workers=jobs,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_worker_init,
-            initargs=(os.getpid(), max(1, (os.cpu_count() or 1) // jobs)),
-        )
-
-    def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
-        return self._pool.submit(compile_job, self.ref, key, spec, backend)
-
-    def submit_cell(self, cell: Cell) -> Future[CellDone]:
-        return self._pool.submit(cell_job, self.ref, cell)
-
-    def close(self, cancel: bool) -> None:
-        if not cancel:
-            self._pool.shutdown(wait=True)
-            return
-        processes = list(getattr(self._pool, "_processes", {}).values())  # no public handle on the workers
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for p in processes:
-            if p.is_alive():
-                p.terminate()
-        deadline = time.monotonic() + 5  # a worker stuck in C code for longer is killed outright
-        for p in processes:
-            p.join(max(0.1, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-
-
-class InlineCells:
-    """Cells in this process (a Ray build with ``jobs=1``): a finished future per call."""
-
-    def __init__(self, ref: StoreRef) -> None:
-        self.ref = ref
-        self.description = "this process"
-
-    def submit_cell(self, cell: Cell) -> Future[CellDone]:
-        fut: Future[CellDone] = Future()
-        fut.set_result(cell_job(self.ref, cell))
-        return fut
-
-    def close(self, cancel: bool) -> None:
-        pass
+def _broke(fut: Future[Any]) -> bool:
+    """Whether ``fut`` failed because its process pool broke (a worker was killed)."""
+    return fut.done() and not fut.cancelled() and isinstance(fut.exception(), BrokenProcessPool)
 
 
 # -- the scheduler ---------------------------------------------------------------------------------
@@ -187,18 +98,26 @@ class Parallel:
         compiler, cell_runner = self._runners(workers, bool(keys))
         waiting: dict[str, list[Cell]] = {k: [] for k in keys}
         pending: dict[Future[Any], tuple[str, Any]] = {}
+        self.display.use_workers(workers)
         try:
             for key in keys:
                 cell = self.compiles[key]
                 pending[compiler.submit_compile(key, cell.spec, cell.backend)] = ("compile", key)
-                self.display.compile_started(self.label(cell))  # queued on the workers
+                if not hasattr(compiler, "started"):  # Ray: queued counts as started
+                    self.display.compile_started(self.label(cell), key)
             for cell in todo:
                 if cell.compile_key in waiting:
                     waiting[cell.compile_key].append(cell)
                 else:
                     pending[cell_runner.submit_cell(cell)] = ("cell", cell)
+            tries: dict[str, int] = {}
             while pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                done, _ = wait(list(pending), timeout=0.1, return_when=FIRST_COMPLETED)
+                for key in getattr(compiler, "started", list)():  # before their results: starts come first
+                    if key in self.compiles and key not in self.compile_results:
+                        self.display.compile_started(self.label(self.compiles[key]), key)
+                if any(_broke(f) for f in done) and isinstance(cell_runner, LocalPool):  # compiles too, if local
+                    done = self._resubmit(cell_runner, pending, done, tries)
                 for fut in done:
                     what, item = pending.pop(fut)
                     if what == "compile":
@@ -218,6 +137,36 @@ class Parallel:
         compiler.close(cancel=False)
         if cell_runner is not compiler:
             cell_runner.close(cancel=False)
+
+    def _resubmit(
+        self,
+        pool: LocalPool,
+        pending: dict[Future[Any], tuple[str, Any]],
+        done: set[Future[Any]],
+        tries: dict[str, int],
+    ) -> set[Future[Any]]:
+        """The local pool broke (a worker was killed by the OS). What the killed worker ran fails as
+        a retryable failure (its future is returned with ``done``); everything else the broken pool
+        held (the other workers' jobs, the queued ones) is resubmitted to a fresh pool, at most
+        ``_MAX_SUBMITS`` times an item. Returns the futures to report now."""
+        dead = pool.dead_items()
+        pool.restart()
+        report = {f for f in done if not _broke(f)}
+        for fut in [f for f in pending if _broke(f)]:
+            what, item = pending[fut]
+            name = f"{what}:{item if what == 'compile' else item.id}"
+            tries[name] = tries.get(name, 1) + 1
+            if name in dead or tries[name] > _MAX_SUBMITS:
+                report.add(fut)
+                continue
+            del pending[fut]
+            if what == "compile":
+                cell = self.compiles[item]
+                assert cell.spec is not None
+                pending[pool.submit_compile(item, cell.spec, cell.backend)] = (what, item)
+            else:
+                pending[pool.submit_cell(item)] = (what, item)
+        return report
 
     def _runners(self, workers: int, compiles: bool) -> tuple[Any, Any]:
         if self.scale.executor == "ray" and compiles:  # cells alone never start or join a cluster
@@ -255,10 +204,10 @@ class Parallel:
         label = self.label(cell)
         self.shown.add(label)
         if done.error is not None:
-            self.display.compile_finished(label, done.elapsed_s, False, done.error)
+            self.display.compile_finished(label, done.elapsed_s, False, done.error, key)
         else:
-            where = f"({done.where})" if done.fresh else "from the cache"
-            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}")
+            where = f"(worker {done.where})" if done.fresh else "from the cache"
+            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}", key)
 
     def _finished(self, cell: Cell, fut: Future[CellDone]) -> None:
         try:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..store import CellResult, CompileOutcome, Entry, Store
 from ._stages import build_cell, compile_once
@@ -71,9 +71,22 @@ def _where() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+STARTED: Any = None  # in a LocalPool worker: the pipe on which it says which compile it starts (_executors)
+
+
+def _announce(key: str) -> None:
+    """Tell the scheduler that this worker starts compiling ``key`` (one small write: atomic on a pipe)."""
+    if STARTED is not None:
+        try:
+            STARTED.send_bytes(key.encode("ascii"))
+        except (OSError, ValueError):
+            pass  # the scheduler is gone or stopping: the display is all that misses it
+
+
 def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> CompileDone:
     """Compile one key into the Store at ``ref`` (any process). Failures are values, not raises."""
     started = time.perf_counter()
+    _announce(key)
     warnings: list[str] = []
     store = ref.open(warnings.append)
     cached = store.lookup("compile", key)

@@ -4,38 +4,45 @@ The build reports events; a ``Progress`` decides how they look::
 
     progress = make_progress(settings.progress, history=build_dir / HISTORY_FILE)
     progress.plan(compile_labels, len(cells))        # what this run will do
-    progress.compile_started(label)
-    progress.compile_finished(label, seconds, ok, detail)   # detail: "program" or the error
+    progress.use_workers(n)                           # how many compiles can run at once
+    progress.compile_started(label, key)              # when a worker starts it (not when it is queued)
+    progress.compile_finished(label, seconds, ok, detail, key)   # detail: "program" or the error
     progress.cell_finished(cell_id, text, ok)
     progress.compile_cached(label) / progress.cell_cached(cell_id)   # up to date: counted, not shown
     progress.warn(message)
     progress.close()                                  # always (try/finally)
 
-* ``LineProgress``: one plain line per event (``[compile 2/8] ...``, ``[cell 5/18] ...``,
-  ``warning: ...``). Used in CI (``CI`` set), when stderr is not a terminal, with ``TERM=dumb``, or
-  with ``progress=false``. Event text is stripped of control characters, so logs hold none.
-* ``LiveProgress``: permanent lines for finished compiles, failed cells and warnings; below them one
-  status line, redrawn in place (and every half second while a compile runs): compiles done/total,
-  cells done/total, failures, the running compile with its elapsed time, and the time left,
-  estimated from earlier compiles of similar labels recorded in ``<build_dir>/progress-history.json``.
+Each compile gets one number when it starts (``[compile 3/8]``), kept until it finishes. Up-to-date
+compiles and cells count as done, so the counters reach N/N.
 
-``failure_summary`` groups a run's failed cells by error kind (a count and one example each), for
-the end-of-run summary of a big sweep.
+* ``LineProgress`` (as Bazel's ``--curses=no``): one line per finished compile, per failed cell and
+  per warning, and a count line (``[progress 40%] compiles 3/8 ...``) at most every ``every_s``
+  seconds while work goes on, and when the last cell is done. Used in CI (``CI`` set), when stderr is
+  not a terminal, with ``TERM=dumb``, or with ``progress=false``. Event text is stripped of control
+  characters, so logs hold none.
+* ``LiveProgress``: the same permanent lines; below them one status line, redrawn in place (and
+  every half second while a compile runs). Counts, percentage and times come first, the running
+  compiles' labels last, so a narrow terminal cuts the labels, not the numbers.
+
+The percentage is of the compiles and cells of the plan, done or up to date. The time left is
+``_eta.TimeLeft``'s: the work still to do spread over the workers, from the durations of earlier
+compiles (``<build_dir>/progress-history.json``) corrected by this run's. ``failure_summary`` and
+``warning_summary`` condense a run's failed cells by kind and its cells' warnings by message.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+from ._eta import CompileHistory, TimeLeft, similar
 
 __all__ = [
     "HISTORY_FILE",
@@ -45,12 +52,13 @@ __all__ = [
     "CompileHistory",
     "make_progress",
     "failure_summary",
+    "warning_summary",
     "plain",
+    "similar",
 ]
 
 HISTORY_FILE = "progress-history.json"
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b.|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_HASH = re.compile(r"\b[0-9a-f]{8,}\b")
 
 
 def plain(text: str) -> str:
@@ -59,47 +67,9 @@ def plain(text: str) -> str:
     return _CONTROL.sub("", text.replace("\n", " ").replace("\t", " ").replace("\r", " "))
 
 
-def similar(label: str) -> str:
-    """What makes two compiles "similar" for the time estimate: the label without key hashes."""
-    return " ".join(_HASH.sub("", label).split())
-
-
-class CompileHistory:
-    """Recent compile durations by similar label, in a small JSON file; unreadable means empty."""
-
-    KEEP = 8
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.seconds: dict[str, list[float]] = {}
-        if path is not None:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                self.seconds = {str(k): [float(x) for x in v] for k, v in data["compiles"].items()}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                self.seconds = {}
-
-    def expected(self, label: str) -> float | None:
-        """Median of the recorded durations of this label's kind; else of the same model's; else None."""
-        times = self.seconds.get(similar(label))
-        if not times:
-            model = similar(label).split(" ")[0]
-            times = [t for k, v in self.seconds.items() if k.split(" ")[0] == model for t in v]
-        return statistics.median(times) if times else None
-
-    def record(self, label: str, seconds: float) -> None:
-        key = similar(label)
-        self.seconds[key] = (self.seconds.get(key, []) + [round(seconds, 3)])[-self.KEEP :]
-        if self.path is None:
-            return
-        body = json.dumps({"schema": 1, "compiles": dict(sorted(self.seconds.items()))}, indent=1) + "\n"
-        tmp = self.path.with_name(f".tmp-{self.path.name}-{os.getpid()}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(body, encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a lost estimate is not worth failing a build for
+def duration(seconds: float) -> str:
+    seconds = int(seconds)  # truncated: a shown time never runs ahead of the real one
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 class Progress:
@@ -108,11 +78,16 @@ class Progress:
     def __init__(self, history: CompileHistory | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.history = history or CompileHistory(None)
+        self.eta = TimeLeft(self.history)
+        self.workers = 1
         self.pending: list[str] = []  # planned compile labels not started yet
         self.compiles_total = self.cells_total = 0
         self.compiles_done = self.cells_done = self.failed = 0
         self.compiles_started = 0
-        self.running: list[tuple[str, float]] = []  # (label, start time on self.clock)
+        self.running: dict[str, tuple[int, str, float]] = {}  # key -> (number, label, start on self.clock)
+        self.early: dict[str, str] = {}  # key -> label: started while every worker looked busy
+        self.started = self.clock()
+        self.last_cell: float | None = None
 
     def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
         """Announce this run's work: the compiles it will run (labels, or just how many) and its cells."""
@@ -120,22 +95,50 @@ class Progress:
         self.compiles_total = compiles if isinstance(compiles, int) else len(compiles)
         self.cells_total = cells
 
-    def compile_started(self, label: str) -> None:
+    def use_workers(self, workers: int) -> None:
+        self.workers = max(1, workers)
+
+    def compile_started(self, label: str, key: str | None = None, spent: float = 0.0) -> int:
+        """A compile began (``spent`` seconds ago); returns its number (0 while it waits for a slot:
+        with every worker busy, a start can only be reported before the finish that freed its
+        worker, so it is shown from that finish on)."""
+        key = key or label
+        if key in self.running:
+            return self.running[key][0]
+        if spent == 0.0 and len(self.running) >= self.workers:
+            self.early.setdefault(key, label)
+            return 0
+        self.early.pop(key, None)
         self.compiles_started += 1
         if label in self.pending:
             self.pending.remove(label)
-        self.running.append((label, self.clock()))
+        self.running[key] = (self.compiles_started, label, self.clock() - spent)
+        return self.compiles_started
 
-    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "") -> None:
+    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
+        """A compile ended after ``seconds``; returns its number (given now if its start was not seen)."""
+        key = key or label
+        if key in self.running:
+            number = self.running.pop(key)[0]
+        else:  # its start was not seen (or waits in self.early): numbered now
+            self.early.pop(key, None)
+            self.compiles_started += 1
+            number = self.compiles_started
+            if label in self.pending:
+                self.pending.remove(label)
         self.compiles_done += 1
-        for i, (name, _) in enumerate(self.running):
-            if name == label:
-                del self.running[i]
-                break
         if ok:
+            self.eta.compile_took(label, seconds)
             self.history.record(label, seconds)
+        for waiting, waiting_label in list(self.early.items())[: max(0, self.workers - len(self.running))]:
+            self.compile_started(waiting_label, waiting)
+        return number
 
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
+        now = self.clock()
+        if self.last_cell is not None and not self.running and not self.pending:
+            self.eta.cell_took(now - self.last_cell)
+        self.last_cell = now
         self.cells_done += 1
         self.failed += 0 if ok else 1
 
@@ -154,59 +157,116 @@ class Progress:
     def close(self) -> None:
         pass
 
+    # -- what the displays show -----------------------------------------------------------------
+
     def seconds_left(self) -> float | None:
-        """Estimated seconds until the planned compiles are done: each pending or running compile takes
-        what its similar label took before (unknown labels: the mean of the known ones), less the time
-        a running one has already spent. None with nothing to go on."""
+        """The estimated seconds until the plan is done (``_eta.TimeLeft``); None with nothing to go on."""
         now = self.clock()
-        work = [(label, None) for label in self.pending] + [(label, start) for label, start in self.running]
-        expected = {label: self.history.expected(label) for label, _ in work}
-        guesses = [v for v in expected.values() if v is not None]
-        if not guesses:
-            return None
-        fill = statistics.mean(guesses)
-        left = 0.0
-        for label, start in work:
-            took = expected[label]
-            took = fill if took is None else took
-            left += took if start is None else max(0.0, took - (now - start))
-        return left
+        running = [(label, now - start) for _, label, start in self.running.values()]
+        return self.eta.seconds(self.pending, running, self.cells_total - self.cells_done, self.workers)
+
+    def percent(self) -> int:
+        total = self.compiles_total + self.cells_total
+        done = self.compiles_done + self.cells_done
+        return 100 if not total else min(100, int(100 * done / total))
+
+    def counts(self) -> list[str]:
+        """The numbers, most important first: counts, failures, times (no labels)."""
+        now = self.clock()
+        parts = [f"compiles {self.compiles_done}/{self.compiles_total}", f"cells {self.cells_done}/{self.cells_total}"]
+        if self.failed:
+            parts.append(f"{self.failed} failed")
+        parts.append(f"{duration(now - self.started)} elapsed")
+        if self.compiles_done < self.compiles_total or self.cells_done < self.cells_total:
+            left = self.seconds_left()
+            if left is not None:
+                parts.append(f"~{duration(max(left, 1.0))} left")
+        return parts
+
+    def running_parts(self) -> list[str]:
+        """The running compiles, oldest first: number, time spent, then the label."""
+        now = self.clock()
+        return [
+            f"#{n} {duration(now - start)} {label}"
+            for n, label, start in sorted(self.running.values(), key=lambda r: r[2])
+        ]
+
+    def compile_line(self, number: int, label: str, seconds: float, ok: bool, detail: str) -> str:
+        what = f"{detail or 'done'} in {seconds:.1f}s" if ok else f"FAILED after {seconds:.1f}s: {detail}"
+        return f"[compile {number}/{self.compiles_total or number}] {label}: {what}"
 
 
 class LineProgress(Progress):
-    """One plain line per event: CI logs, pipes, ``progress=false``."""
+    """Plain lines: CI logs, pipes, ``progress=false`` (see the module docstring)."""
 
-    def __init__(self, out: TextIO, history: CompileHistory | None = None) -> None:
-        super().__init__(history)
+    def __init__(
+        self,
+        out: TextIO,
+        history: CompileHistory | None = None,
+        every_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(history, clock)
         self.out = out
+        self.every_s = every_s
+        self.lock = threading.RLock()
+        self.stop = threading.Event()
+        self.ticker: threading.Thread | None = None
+        self.said_at = self.clock()
+        self.said: tuple[Any, ...] = ()
 
     def _line(self, text: str) -> None:
-        print(plain(text), file=self.out, flush=True)
+        with self.lock:
+            print(plain(text), file=self.out, flush=True)
 
-    def _of(self, n: int, total: int) -> str:
-        return f"{n}/{total}" if total else str(n)
+    def _counts(self, force: bool = False) -> None:
+        """The count line, rate-limited: at most every ``every_s``, and only when a count changed."""
+        with self.lock:
+            now = (self.compiles_done, self.cells_done, self.failed, tuple(self.running))
+            quiet = self.clock() - self.said_at
+            if not force and (
+                quiet < self.every_s or (now == self.said and not (self.running and quiet >= 6 * self.every_s))
+            ):
+                return  # a running compile's time is repeated at most every 6 x every_s
+            self.said, self.said_at = now, self.clock()
+            self._line(f"[progress {self.percent()}%] " + " | ".join(self.counts()) + _join(self.running_parts()))
 
-    def compile_started(self, label: str) -> None:
-        super().compile_started(label)
-        place = self.compiles_done + len(self.running)  # its place in the plan, up-to-date ones counted
-        self._line(f"[compile {self._of(place, self.compiles_total)}] {label} ...")
+    def _tick(self) -> None:
+        while not self.stop.wait(min(1.0, self.every_s)):
+            self._counts()
 
-    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "") -> None:
-        super().compile_finished(label, seconds, ok, detail)
-        what = f"{detail or 'done'} in {seconds:.1f}s" if ok else f"FAILED after {seconds:.1f}s: {detail}"
-        self._line(f"[compile {self._of(self.compiles_done, self.compiles_total)}] {label}: {what}")
+    def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
+        super().plan(compiles, cells)
+        if self.ticker is None and (self.compiles_total or self.cells_total):
+            self.ticker = threading.Thread(target=self._tick, name="rbln-build-progress", daemon=True)
+            self.ticker.start()
+
+    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
+        with self.lock:
+            number = super().compile_finished(label, seconds, ok, detail, key)
+            self._line(self.compile_line(number, label, seconds, ok, detail))
+        return number
 
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
-        super().cell_finished(cell_id, text, ok)
-        self._line(f"[cell {self._of(self.cells_done, self.cells_total)}] {cell_id}: {text}")
+        with self.lock:
+            super().cell_finished(cell_id, text, ok)
+            if not ok:
+                self._line(f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
+            self._counts(force=self.cells_done == self.cells_total)
 
     def warn(self, message: str) -> None:
         self._line(f"warning: {message}")
 
+    def close(self) -> None:
+        self.stop.set()
+        if self.ticker is not None:
+            self.ticker.join()
+            if self.cells_done < self.cells_total or self.compiles_done < self.compiles_total:
+                self._counts(force=True)  # stopped early: where it stopped
 
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+def _join(parts: list[str]) -> str:
+    return (" | running " + ", ".join(parts)) if parts else ""
 
 
 class LiveProgress(Progress):
@@ -227,21 +287,11 @@ class LiveProgress(Progress):
         self.stop = threading.Event()
         self.ticker: threading.Thread | None = None
         self.tick_s = tick_s
-        self.started = self.clock()
 
     def status(self) -> str:
-        parts = [f"compiles {self.compiles_done}/{self.compiles_total}", f"cells {self.cells_done}/{self.cells_total}"]
-        if self.failed:
-            parts.append(f"{self.failed} failed")
-        now = self.clock()
-        for label, start in self.running[:2]:
-            parts.append(f"compiling {label} {_duration(now - start)}")
-        left = self.seconds_left()
-        if left is not None and (self.running or self.pending):
-            parts.append(f"~{_duration(left)} left")
-        parts.append(f"elapsed {_duration(now - self.started)}")
+        line = f"[{_bar(self.percent())}] {self.percent():>3}% | " + " | ".join(self.counts())
+        line += _join(self.running_parts())
         width = shutil.get_terminal_size((100, 24)).columns - 1
-        line = " | ".join(parts)
         return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
     def _draw(self, permanent: str | None = None) -> None:
@@ -264,30 +314,33 @@ class LiveProgress(Progress):
             self.ticker.start()
         self._draw()
 
-    def compile_started(self, label: str) -> None:
-        super().compile_started(label)
-        self._draw()
+    def compile_started(self, label: str, key: str | None = None, spent: float = 0.0) -> int:
+        with self.lock:
+            number = super().compile_started(label, key, spent)
+            self._draw()
+        return number
 
-    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "") -> None:
-        super().compile_finished(label, seconds, ok, detail)
-        self._draw(
-            f"compiled {label}: {detail or 'done'} in {seconds:.1f}s"
-            if ok
-            else f"compile FAILED {label} after {seconds:.1f}s: {detail}"
-        )
+    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
+        with self.lock:
+            number = super().compile_finished(label, seconds, ok, detail, key)
+            self._draw(self.compile_line(number, label, seconds, ok, detail))
+        return number
 
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
-        super().cell_finished(cell_id, text, ok)
-        self._draw(None if ok else f"cell {cell_id}: {text}")
+        with self.lock:
+            super().cell_finished(cell_id, text, ok)
+            self._draw(None if ok else f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
 
     def compile_cached(self, label: str) -> None:
-        super().compile_cached(label)
-        self._draw()
+        with self.lock:
+            super().compile_cached(label)
+            self._draw()
 
     def cell_cached(self, cell_id: str) -> None:
-        super().cell_cached(cell_id)
-        if self.cells_done % 50 == 0 or self.cells_done == self.cells_total:  # a no-op rebuild stays cheap
-            self._draw()
+        with self.lock:
+            super().cell_cached(cell_id)
+            if self.cells_done % 50 == 0 or self.cells_done == self.cells_total:  # a no-op rebuild stays cheap
+                self._draw()
 
     def warn(self, message: str) -> None:
         self._draw(f"warning: {message}")
@@ -299,6 +352,11 @@ class LiveProgress(Progress):
         with self.lock:
             self.out.write(self.CLEAR)
             self.out.flush()
+
+
+def _bar(percent: int, width: int = 10) -> str:
+    full = percent * width // 100
+    return "#" * full + "-" * (width - full)
 
 
 def make_progress(
@@ -335,4 +393,20 @@ def failure_summary(
         lines.append(
             f"  {kind:<{width}}  {len(group):>6,}  e.g. {first['cell']}: {plain(str(first.get('error') or '-'))}"
         )
+    return lines
+
+
+def warning_summary(entries: Sequence[Mapping[str, Any]], show: int = 3) -> list[str]:
+    """One line per distinct cell warning (manifest entries' ``warnings``), most cells first, naming
+    the first ``show`` cells it concerns and how many more. Empty when no cell warned."""
+    cells: dict[str, list[str]] = {}
+    for e in entries:
+        for message in e.get("warnings") or ():
+            cells.setdefault(str(message), []).append(str(e["cell"]))
+    lines = []
+    for message, ids in sorted(cells.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        ids = sorted(ids)
+        more = f" and {len(ids) - show:,} more" if len(ids) > show else ""
+        which = ", ".join(ids[:show]) + more
+        lines.append(f"warning ({len(ids):,} cell{'' if len(ids) == 1 else 's'}: {which}): {plain(message)}")
     return lines

@@ -32,6 +32,7 @@ __all__ = [
     "SUMMARY_FILE",
     "collect",
     "publish",
+    "OutputError",
     "write_summary",
     "inside",
     "recover",
@@ -90,25 +91,60 @@ def publish(
         write_atomic(build_dir / PUBLISHING_FILE, b"")  # until the links match: the next run rolls forward
         write_atomic(path, data)
     links = build_dir / ARTIFACTS_DIR
-    inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
+    problems: dict[str, str] = {}  # cell id -> why its link could not be made or removed
     for (cell, result), entry in zip(rows, entries, strict=True):
         link = links / cell.id
-        inside(links, link.parent)
-        if entry["artifact"] is None or result is None or result.artifact_key is None:
-            if ours(link):
-                link.unlink()
-            elif link.exists() or link.is_symlink():
+        try:
+            inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
+            inside(links, link.parent)
+            if entry["artifact"] is None or result is None or result.artifact_key is None:
+                if ours(link):
+                    link.unlink()
+                elif link.exists() or link.is_symlink():
+                    raise BuildError(
+                        f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
+                    )
+                continue
+            if link.is_symlink() and not ours(link):
                 raise BuildError(
-                    f"{link} is not a link rbln-build made; move it out of {links} (rbln-build never deletes it)."
+                    f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
                 )
-            continue
-        if link.is_symlink() and not ours(link):
-            raise BuildError(
-                f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
-            )
-        link_atomic(link, f"../cache/artifacts/{result.artifact_key}/files")
+            link_atomic(link, f"../cache/artifacts/{result.artifact_key}/files")
+        except (OSError, BuildError) as exc:
+            problems[cell.id] = str(exc)
+    if problems:  # the manifest names only links that exist: a cell whose link failed is a failed cell
+        entries = [_unlinked(e, problems[e["cell"]]) if e["cell"] in problems else e for e in entries]
+        write_atomic(path, render_manifest(entries, sections))
     (build_dir / PUBLISHING_FILE).unlink(missing_ok=True)
+    if problems:
+        first = next(iter(problems.values()))
+        more = (
+            f" (and {len(problems) - 1} more cell(s); summary.json counts them as failed)" if len(problems) > 1 else ""
+        )
+        raise OutputError(first + more, entries)
     return entries
+
+
+class OutputError(BuildError):
+    """Some links could not be written; ``entries`` are the manifest's, as written (those cells failed)."""
+
+    def __init__(self, message: str, entries: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.entries = entries
+
+
+def _unlinked(entry: dict[str, Any], why: str) -> dict[str, Any]:
+    """A manifest entry whose artifact link could not be written: failed, naming no artifact."""
+    if entry["artifact"] is None:
+        return entry  # it names no link; the problem is reported, the entry stands
+    return {
+        **entry,
+        "artifact": None,
+        "serving": None,
+        "status": "failed",
+        "error": f"its artifact was built but its link could not be written: {why}",
+        "error_kind": "output_failed",
+    }
 
 
 def ours(link: Path) -> bool:

@@ -23,6 +23,11 @@ Only a real ``rbln`` cell is a compiled model for vllm-rbln (its artifact holds 
 A ``torch`` program runs on CPU only and a plan holds no program: for those the record says how to
 have vllm-rbln compile the same configuration at start-up (from the recipe's source model), with the
 cell's budget as the fraction, which the estimator resolves to the same count from the same report.
+A recipe without a hub model id (a local checkpoint) has nothing vllm-rbln could compile at start-up:
+its torch and plan cells are refused (``refused``: the reason), never ``vllm serve None``.
+
+``--tokenizer`` is the cell itself when it carries the checkpoint's tokenizer files (rbln-build.json
+``"tokenizer"``), else the source model's hub id; a cell with neither is refused with the reason.
 """
 
 from __future__ import annotations
@@ -32,13 +37,15 @@ import shlex
 from typing import Any
 
 from ..config import Cell
+from ..errors import UserError
 from ..estimator import fraction_for_bytes
 from ..store import CellResult
 
-__all__ = ["ENGINE", "serving_for", "command_for", "FLAG_ORDER"]
+__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "FLAG_ORDER"]
 
 ENGINE = "vllm-rbln==0.12.0"
 DEVICE_ENV = "RBLN_VISIBLE_DEVICES"
+CELL_PREFIX = "artifacts/"  # a serving record's path into the cell, relative to the build directory
 FLAG_ORDER = (
     "max_num_seqs",
     "max_model_len",
@@ -66,13 +73,22 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
     }
     notes: list[str] = []
     exact = True
+    refused: str | None = None
+    model_id = cell.recipe.source.get("model_id") or None
     model: str | None
     if precompiled:
-        model = f"artifacts/{cell.id}"
+        model = f"{CELL_PREFIX}{cell.id}"
     else:
-        model = cell.recipe.source.get("model_id")
+        model = model_id
         what = "a torch program (CPU only)" if result.produced == "program" else "a plan (no program)"
-        notes.append(f"the artifact is {what}: vllm-rbln compiles this configuration from {model} at start-up")
+        if model is None:
+            refused = (
+                f"cell {cell.id} is {what} of recipe {cell.recipe.name}, which has no hub model id (source.model_id: "
+                "null, as for a local checkpoint): vllm-rbln has no model to compile at start-up; build the recipe "
+                "with matrix.backend=rbln and serve that cell (a compiled model), or set source.model_id in its recipe"
+            )
+        else:
+            notes.append(f"the artifact is {what}: vllm-rbln compiles this configuration from {model} at start-up")
         if cell.recipe.seed is not None:
             notes.append(f"{cell.recipe.name} is a synthetic recipe (seeded weights): no hub model to serve")
         budget = result.budget_bytes
@@ -90,26 +106,85 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         else:
             exact = False
             notes.append(f"no memory_budget fraction of {cell.npu.name} gives this cell's {budget} bytes per device")
+    # The tokenizer: the cell's own (the checkpoint's files it carries), else the source model's.
+    tokenizer = f"{CELL_PREFIX}{cell.id}" if cell.recipe.tokenizer_files else model_id
+    if tokenizer is None and refused is None:
+        refused = (
+            f"cell {cell.id} carries no tokenizer (recipe {cell.recipe.name} names none) and the recipe has no hub "
+            "model id to take one from; add the checkpoint's tokenizer files to the recipe (tokenizer: {files: "
+            "[...]}, as `rbln-build recipe add` does) and rebuild, or set source.model_id"
+        )
+    elif precompiled and not cell.recipe.tokenizer_files:
+        notes.append(f"the cell carries no tokenizer: vllm-rbln takes {tokenizer}'s")
     return {
         "engine": ENGINE,
         "model": model,
         "precompiled": precompiled,
+        "tokenizer": tokenizer,  # "artifacts/<cell id>" (the cell's own files), a hub id, or None (refused)
         "kvcache_num_blocks": result.kvcache_num_blocks,
-        "exact": exact,  # the flags reproduce the cell's block count
+        "exact": exact and refused is None,  # the flags reproduce the cell's block count
+        "refused": refused,  # why no command can serve this cell, or None
         "flags": flags,
         "notes": notes,
     }
 
 
-def command_for(serving: dict[str, Any], port: int, device_ids: tuple[int, ...], build_dir: str) -> dict[str, Any]:
+def with_budget(serving: dict[str, Any], budget: int | None, npu: Any) -> dict[str, Any]:
+    """A serving record of a cell built with an explicit count, completed with the budget that
+    reproduces that count (``budget``: the smallest that resolves to it, from the built report; None
+    when no budget resolves to exactly it). vllm-rbln 0.12.0 compiles at start-up with
+    ``memory_budget = --gpu-memory-utilization``, so this fraction is what pins the count there."""
+    if serving["precompiled"] or "gpu_memory_utilization" in serving["flags"]:
+        return serving
+    count = serving["kvcache_num_blocks"]
+    notes = [n for n in serving["notes"] if "cannot be passed" not in n]
+    fraction = None if budget is None else fraction_for_bytes(budget, npu.available_bytes)
+    if budget is None or fraction is None:
+        notes.append(
+            f"no memory_budget resolves to exactly {count} blocks (a budget that holds them holds one more): "
+            "serve an rbln-backend artifact for this count"
+        )
+        return {**serving, "exact": False, "notes": notes}
+    chiplets = npu.num_chiplets
+    exact = int(npu.available_bytes * fraction) // chiplets == budget // chiplets and not serving.get("refused")
+    notes.append(
+        f"the explicit count {count} is what memory_budget {budget} bytes per device resolves to (the smallest "
+        "such budget, from the built report): --gpu-memory-utilization passes it"
+    )
+    return {
+        **serving,
+        "flags": {**serving["flags"], "gpu_memory_utilization": fraction},
+        "exact": exact,
+        "notes": notes,
+    }
+
+
+def command_for(
+    serving: dict[str, Any],
+    port: int,
+    device_ids: tuple[int, ...],
+    build_dir: str,
+    cell_dir: str | None = None,
+) -> dict[str, Any]:
     """One ``vllm serve`` command: the environment that pins the devices, and the argument list.
 
-    A compiled model's path is ``build_dir``/its artifact; the runtime's device override names the
-    first ``len(device_ids)`` visible devices (all of them: the process sees only those)."""
+    A path into the cell (``artifacts/<cell id>``: a compiled model, the cell's tokenizer) is
+    ``cell_dir`` when given (a built or released cell folder), else under ``build_dir``. The runtime's
+    device override names the first ``len(device_ids)`` visible devices (all of them: the process sees
+    only those). A record that says ``refused`` raises UserError with its reason."""
+    if serving.get("refused"):
+        raise UserError(f"no serve command: {serving['refused']}.")
+
+    def place(path: str) -> str:
+        if not path.startswith(CELL_PREFIX):
+            return path  # a hub model id
+        return cell_dir if cell_dir is not None else f"{build_dir.rstrip('/')}/{path}"
+
     model = serving["model"]
-    if serving["precompiled"]:
-        model = f"{build_dir.rstrip('/')}/{model}"
-    argv = ["vllm", "serve", str(model), "--port", str(port)]
+    tokenizer = serving.get("tokenizer")
+    argv = ["vllm", "serve", place(str(model)), "--port", str(port)]
+    if tokenizer is not None and (tokenizer != model or str(tokenizer).startswith(CELL_PREFIX)):
+        argv += ["--tokenizer", place(str(tokenizer))]  # a hub model's own tokenizer is vllm's default
     flags = serving["flags"]
     for name in FLAG_ORDER:
         if name in flags:

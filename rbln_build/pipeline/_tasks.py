@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from ..config import Cell, Scale
 from ..errors import BuildError
-from ..store import LOCK_FILE, CellResult, CompileOutcome, Store
+from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, is_key
 from ..store._remote_io import DOWN_MARKER, once_key
 from ._executors import Parallel, StoreRef
 from ._manifest import entry_for, summarize
@@ -41,6 +41,7 @@ from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
     SUMMARY_FILE,
+    OutputError,
     collect,
     publish,
     write_summary,
@@ -79,8 +80,12 @@ class BuildRun:
         sections: Callable[[Store, list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
         scale: Scale | None = None,
         publish: bool = True,
+        kept: list[Cell] | None = None,
     ) -> None:
         self.build_dir = Path(build_dir)
+        # cells of the declared matrix this (narrowed) run does not build: their entries stay in the
+        # manifest while their stored results and artifacts are there (_matrix.declared_cells)
+        self.kept = list(kept or [])
         self.sections = sections  # more top-level manifest keys, from the Store and the cells' results
         self.cells = cells
         self.progress = progress
@@ -164,20 +169,21 @@ class BuildRun:
             if done.fresh:
                 self.compiled.append(key)
             return
-        if compile_done(self.store, key):  # in the Store already (doit's state did not know): nothing to do
-            return
         cell = self.compiles[key]
         assert cell.spec is not None
         label = _label(cell)
-        self.display.compile_started(label)
+        if compile_done(self.store, key):  # in the Store already (doit's state did not know): counted as done
+            self.display.compile_cached(label)
+            return
+        self.display.compile_started(label, key)
         started = time.perf_counter()
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
         took = time.perf_counter() - started
         if isinstance(outcome, CompileOutcome):
-            self.display.compile_finished(label, took, False, outcome.error or "")
+            self.display.compile_finished(label, took, False, outcome.error or "", key)
             return
         self.compiled.append(key)
-        self.display.compile_finished(label, took, True, outcome.meta["produced"])
+        self.display.compile_finished(label, took, True, outcome.meta["produced"], key)
 
     def _cell(self, cell: Cell) -> None:
         self.redone.add(cell.id)
@@ -201,9 +207,16 @@ class BuildRun:
         try:
             rows = collect(self.store, self.cells)
             self.entries = [entry_for(cell, result) for cell, result in rows]
-            self.entries = publish(
-                self.build_dir, rows, None if self.sections is None else self.sections(self.store, rows)
+            others: list[tuple[Cell, CellResult | None]] = [
+                r for r in collect(self.store, self.kept) if r[1] is not None
+            ]
+            entries = publish(
+                self.build_dir, rows + others, None if self.sections is None else self.sections(self.store, rows)
             )
+            self.entries = entries[: len(rows)]  # this run's cells (its table and summary)
+        except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
+            self.entries = exc.entries[: len(rows)]
+            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
         except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
             message = (
                 str(exc)
@@ -242,7 +255,27 @@ class BuildRun:
             self.display.close()
         for text in stream.trapped:
             self._doit_said(text)
+        self._upload_missing()
         return code
+
+    def _upload_missing(self) -> None:
+        """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
+        if getattr(self.store, "url", None) is None or getattr(self.store, "down", True):
+            return
+        from ..store._remote_sync import upload_missing
+
+        keys = [("compile", key) for key in self.compiles]
+        for cell in self.cells:
+            body = self.store.load_record("results", cell.cell_key)
+            try:
+                artifact = None if body is None else CellResult.from_json(body).artifact_key
+            except (TypeError, ValueError):
+                artifact = None
+            if artifact is not None and is_key(artifact):
+                keys.append(("artifacts", artifact))
+        count = upload_missing(self.store, keys)  # type: ignore[arg-type]
+        if count:
+            self.display.warn(f"uploaded {count} cache entr{'y' if count == 1 else 'ies'} the remote cache lacked")
 
     def _doit_said(self, text: str) -> None:
         """A traceback doit printed: to ``logs/``, and one warning naming the file."""

@@ -11,8 +11,9 @@ from matplotlib.figure import Figure
 
 from ._curve import STACK_PARTS, ChipletStack
 from ._figures import (
-    GRID_COLORS,
+    DPI,
     OUTCOME_COLORS,
+    OUTCOME_GLYPHS,
     PART_COLORS,
     PART_LABELS,
     bytes_axis,
@@ -46,6 +47,7 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
         + ([per_chiplet_available] if per_chiplet_available <= 4 * top else [])
     )
     x, ticks, tick_labels, group_mid = 0.0, [], [], []
+    off_scale: dict[int, str] = {}  # case index -> its budget, above the axis (said in its label)
     seen: set[str] = set()
     for case in cases:
         first = x
@@ -92,9 +94,7 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
             )
             seen.add("budget")
             if line != shown:
-                ax.annotate(
-                    f"budget {size_label(line)} ↑", ((first + x - 1) / 2, shown), ha="center", va="bottom", fontsize=6.5
-                )
+                off_scale[len(group_mid) - 1] = f"\nbudget {size_label(line)} ↑"
         x += 0.8
     if per_chiplet_available <= scale_top * 1.12:
         ax.axhline(
@@ -109,9 +109,9 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
         title = f"{title}; {note}" if title else note
     ax.set_ylim(0, scale_top * 1.22)
     ax.set_xticks(ticks, tick_labels, fontsize=6.5)
-    for mid, case in group_mid:
+    for i, (mid, case) in enumerate(group_mid):
         ax.annotate(
-            case.label,
+            case.label + off_scale.get(i, ""),
             (mid, 0),
             xycoords=("data", "axes fraction"),
             xytext=(0, -22),
@@ -129,7 +129,9 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
 def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> Figure:
     bars = sum(len(c.stacks) for c in cases)
     with style():
-        fig = new_figure(min(12.0, max(7.0, 3.6 + 0.3 * bars + 0.25 * len(cases))), 3.6)
+        # wide enough that each case's label (about 1.1 in at 7 pt) has its own room under its bars
+        room = max(0.3 * bars + 0.25 * len(cases), 1.15 * len(cases))
+        fig = new_figure(min(14.0, max(7.0, 3.6 + room)), 3.8)
         ax = fig.subplots()
         draw_dram(ax, cases, num_chiplets, available_bytes, "")
         fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
@@ -140,28 +142,45 @@ def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: i
 def grid_figure(
     rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[Sequence[str | None]], title: str
 ) -> Figure:
-    """The matrix grid as a picture, for budget axes too long for a table: one colored square per
-    cell (white: no such cell), rows top to bottom, columns in budget order."""
+    """The matrix grid as a picture, for budget axes too long for a table: one square per cell in
+    its status color (white: no such cell), with the status glyph on it when the squares are large
+    enough, rows top to bottom, columns in budget order, and a legend of colors and glyphs."""
     from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
 
-    names = list(GRID_COLORS)
+    names = list(OUTCOME_COLORS)
     codes = [[0 if o is None else 1 + names.index(o) for o in row] for row in outcomes]
+    width, height = 10.0, 1.6 + 0.28 * len(rows)
     with style():
-        fig = new_figure(10.0, 1.2 + 0.28 * len(rows))
+        fig = new_figure(width, height)
         ax = fig.subplots()
-        cmap = ListedColormap(["#ffffff"] + [GRID_COLORS[n] for n in names])
+        cmap = ListedColormap(["#ffffff"] + [OUTCOME_COLORS[n] for n in names])
         ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(names), aspect="auto", interpolation="nearest")
+        # a glyph per square when a square is at least ~9 px wide (the axes take about 75% of the width)
+        if len(columns) <= width * 0.75 * DPI / 9:
+            for r, row in enumerate(outcomes):
+                for c, o in enumerate(row):
+                    if o is not None:
+                        ink = "white" if o in ("full_pool", "failed", "unexpected_success") else "black"
+                        ax.text(c, r, OUTCOME_GLYPHS[o], ha="center", va="center", fontsize=6, color=ink)
         ax.set_yticks(range(len(rows)), rows, fontsize=7)
-        step = max(1, len(columns) // 12)
-        ax.set_xticks(
-            range(0, len(columns), step),
-            [columns[i] for i in range(0, len(columns), step)],
-            fontsize=7,
-            rotation=45,
-            ha="right",
-        )
-        ax.set_xlabel("memory_budget (in budget order)")
+        ticks = _even(len(columns), 12)
+        ax.set_xticks(ticks, [columns[i] for i in ticks], fontsize=7, rotation=30, ha="right", rotation_mode="anchor")
+        ax.set_xlabel("memory_budget (columns in budget order, by bytes per device)")
         for spine in ax.spines.values():
             spine.set_visible(False)
+        shown = [n for n in names if any(n in row for row in outcomes)]
+        handles = [
+            Patch(facecolor=OUTCOME_COLORS[n], edgecolor="#555555", label=f"{OUTCOME_GLYPHS[n]} {n.replace('_', ' ')}")
+            for n in shown
+        ]
+        fig.legend(handles=handles, loc="outside upper right", ncols=len(handles), fontsize=7, frameon=False)
         fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
     return fig
+
+
+def _even(n: int, most: int) -> list[int]:
+    """At most ``most`` indexes of ``range(n)`` spread evenly, the first and the last included."""
+    if n <= most:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (most - 1)) for i in range(most)})

@@ -13,7 +13,7 @@ from ._curve import BlocksCurve, blocks_curve, dram_stacks
 from ._data import Group, budget_label, outcome
 from ._figures import Point, curve_figure, draw_curve, new_figure, render, size_label, style, zoom_limit
 
-__all__ = ["MAX_DRAM_CASES", "explain_figure", "group_figures"]
+__all__ = ["MAX_DRAM_CASES", "dram_cells", "explain_figure", "group_figures"]
 
 MAX_DRAM_CASES = 8  # bar groups per DRAM figure; a long budget axis shows an even spread of its cells
 
@@ -21,8 +21,27 @@ MAX_DRAM_CASES = 8  # bar groups per DRAM figure; a long budget axis shows an ev
 def _spread(items: list[Any], limit: int) -> list[Any]:
     if len(items) <= limit:
         return items
+    if limit <= 1:
+        return items[:limit]
     picks = sorted({round(i * (len(items) - 1) / (limit - 1)) for i in range(limit)})
     return [items[i] for i in picks]
+
+
+def dram_cells(cells: list[dict[str, Any]], limit: int = MAX_DRAM_CASES) -> list[dict[str, Any]]:
+    """The cells a DRAM figure shows (budget order), the ones that matter first: the last one below
+    the floor (drawn at the floor: the shortfall), the first at the full pool, and the cut ones (an
+    even spread when there are more than fit); the rest of ``limit`` is an even spread of the others."""
+    cells = [e for e in cells if e["budget_bytes"] is not None]
+    if len(cells) <= limit:
+        return cells
+    failed = [e for e in cells if e["kvcache_num_blocks"] is None]
+    full = [e for e in cells if e["kvcache_num_blocks"] is not None and e["kvcache_num_blocks"] == e["num_full_blocks"]]
+    cut = [e for e in cells if e["kvcache_num_blocks"] is not None and e not in full]
+    must = failed[-1:] + full[:1]
+    chosen = must + _spread(cut, limit - len(must))
+    others = [e for e in cells if e not in chosen]
+    chosen += _spread(others, limit - len(chosen))
+    return sorted(chosen, key=cells.index)
 
 
 def group_figures(group: Group) -> tuple[bytes, bytes]:
@@ -37,7 +56,7 @@ def group_figures(group: Group) -> tuple[bytes, bytes]:
     title = f"{group.model} on {group.device}: {group.num_devices} x {group.npu}"
     curve_png = render(curve_figure(curve, points, title))
     cases = []
-    for e in _spread([e for e in group.cells if e["budget_bytes"] is not None], MAX_DRAM_CASES):
+    for e in dram_cells(group.cells):
         blocks, short = e["kvcache_num_blocks"], False
         if blocks is None:
             blocks, short = curve.num_min_blocks, True
@@ -59,6 +78,9 @@ def group_figures(group: Group) -> tuple[bytes, bytes]:
 def explain_figure(curve: BlocksCurve, points: Sequence[Point], cases: Sequence[DramCase], title: str) -> Figure:
     """``explain --plot``: the curve (zoomed when the steps sit in a sliver of the device) and the stacks."""
     zoom = zoom_limit(curve)
+    if zoom is not None and points:  # the requested budgets are always on the picture
+        zoom = max(zoom, int(max(p.budget_bytes for p in points) * 1.08) + 1)
+        zoom = None if zoom >= 0.3 * curve.available_bytes else zoom
     with style():
         fig = new_figure(12.0, 4.0)
         left, right = fig.subplots(1, 2)

@@ -17,10 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import load_json, parse_json, read_document
 from ..errors import UserError
 from ..estimator import AllocationReport
 
-__all__ = ["BuildView", "Group", "load_build", "MANIFEST_SCHEMA", "FAILED_STATUSES", "budget_label", "outcome"]
+__all__ = [
+    "BuildView",
+    "Group",
+    "load_build",
+    "read_old_manifest",
+    "MANIFEST_SCHEMA",
+    "FAILED_STATUSES",
+    "budget_label",
+    "outcome",
+]
 
 MANIFEST_SCHEMA = 1
 FAILED_STATUSES = ("failed", "unexpected_success")
@@ -45,10 +55,17 @@ class Group:
     produced: str | None = None
     report: AllocationReport | None = None
     problem: str | None = None  # why there is no report (the figures are replaced by this note)
+    options: str = ""  # the build options that tell this compile from the model's others ("" if none)
 
     @property
     def slug(self) -> str:
         return f"{self.model}.{self.device}.{self.compile_key[:12]}"
+
+    @property
+    def title(self) -> str:
+        return f"{self.model} on {self.device}: {self.num_devices} x {self.npu}" + (
+            f" ({self.options})" if self.options else ""
+        )
 
 
 @dataclass
@@ -57,6 +74,31 @@ class BuildView:
     entries: list[dict[str, Any]]  # sorted by cell id
     groups: list[Group]
     compile_meta: dict[str, dict[str, Any]]  # compile key -> entry meta without the report
+    varying: dict[str, list[str]] = field(default_factory=dict)  # model -> build options that vary
+
+    def options(self, entry: dict[str, Any], blocks: bool = True) -> str:
+        """The short label of an entry's options: only those that vary among its model's cells,
+        ``key=value`` in key order, and an explicit block count (``n=12``)."""
+        inputs = entry["inputs"]
+        opts = inputs.get("build_options") or {}
+        parts = [f"{k}={_value(opts.get(k))}" for k in self.varying.get(inputs["model"], [])]
+        if blocks and inputs.get("kvcache_num_blocks"):
+            parts.append(f"n={inputs['kvcache_num_blocks']}")
+        return ", ".join(parts)
+
+
+def _value(value: Any) -> str:
+    return "-" if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _varying(entries: list[dict[str, Any]]) -> dict[str, list[str]]:
+    seen: dict[str, dict[str, set[str]]] = {}
+    for e in entries:
+        opts = e["inputs"].get("build_options") or {}
+        keys = seen.setdefault(e["inputs"]["model"], {})
+        for k in set(opts) | set(keys):
+            keys.setdefault(k, set()).add(json.dumps(opts.get(k), sort_keys=True))
+    return {m: sorted(k for k, values in keys.items() if len(values) > 1) for m, keys in seen.items()}
 
 
 def budget_label(value: Any) -> str:
@@ -76,16 +118,14 @@ def outcome(entry: dict[str, Any]) -> str:
 
 def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
     path = build_dir / "manifest.json"
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise ReportInputError(
             f"report: no manifest at {path}; build first (rbln-build build_dir={build_dir}) or pass build_dir=PATH."
-        ) from None
-    except OSError as exc:
-        raise ReportInputError(f"report: cannot read {path}: {exc}.") from None
+        )
+    hint = "rebuild it with rbln-build, or pass build_dir=PATH"
+    data = read_document(path, error=ReportInputError, hint=hint)
+    manifest = parse_json(data, str(path), error=ReportInputError, hint=hint)
     try:
-        manifest = json.loads(data)
         version, cells = manifest["schema_version"], manifest["cells"]
         if not isinstance(cells, dict):
             raise TypeError("'cells' is not an object")
@@ -103,18 +143,35 @@ def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
 
 def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, AllocationReport | None, str | None]:
     """(meta without the report, the report, None) or (.., None, why not)."""
+    if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+        return None, None, f"the compile key {str(key)[:70]!r} is not a sha256 digest; rebuild the manifest."
     path = build_dir / "cache" / "compile" / key / "entry.json"
+    where = f"cache/compile/{key[:12]}…/entry.json"  # relative: the page holds no absolute path
     try:
-        record = json.loads(path.read_bytes())
+        record = parse_json(read_document(path), str(path))
         if record.get("key") != key:
             raise ValueError(f"it names key {record.get('key')!r}")
         meta = dict(record["meta"])
         report = AllocationReport.from_json(meta.pop("report"))
-    except FileNotFoundError:
-        return None, None, f"the compile entry {key[:12]} is not in the cache ({path}); run rbln-build to rebuild it."
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return None, None, f"the compile entry {path} is unreadable ({exc}); run rbln-build to rebuild it."
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UserError) as exc:
+        if not path.exists():
+            return (
+                None,
+                None,
+                f"the compile entry {where} is not in the cache (gc removed it?); run rbln-build to rebuild it.",
+            )
+        why = str(exc).replace(str(build_dir), "<build_dir>")
+        return None, None, f"the compile entry {where} is unreadable ({why}); run rbln-build to rebuild it."
     return meta, report, None
+
+
+def read_old_manifest(path: Path) -> dict[str, Any]:
+    """The cells of an earlier manifest (``report --compare``)."""
+    hint = "give a manifest.json"
+    manifest = load_json(path, error=ReportInputError, hint=hint)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), dict):
+        raise ReportInputError(f"report: --compare {path}: not an rbln-build manifest (no 'cells' mapping).")
+    return manifest["cells"]  # type: ignore[no-any-return]
 
 
 def load_build(build_dir: Path) -> BuildView:
@@ -187,12 +244,15 @@ def _view(build_dir: Path, data: bytes, manifest: dict[str, Any]) -> BuildView:
             )
         groups[key].cells.append(e)
     compile_meta: dict[str, dict[str, Any]] = {}
+    view = BuildView(hashlib.sha256(data).hexdigest(), entries, [], compile_meta, _varying(entries))
     for g in groups.values():
+        g.options = view.options(g.cells[0], blocks=False)
         meta, report, problem = _read_compile(build_dir, g.compile_key)
         g.report, g.problem = report, problem
         if meta is not None:
             compile_meta[g.compile_key] = meta
             g.produced = meta.get("produced")
         g.cells.sort(key=lambda e: (e["budget_bytes"] is None, e["budget_bytes"] or 0, e["cell"]))
-    ordered = sorted(groups.values(), key=lambda g: (g.model, g.device, g.npu, g.compile_key))
-    return BuildView(hashlib.sha256(data).hexdigest(), entries, ordered, compile_meta)
+    # model -> device -> options: the order a reader looks for (the key breaks ties only)
+    view.groups = sorted(groups.values(), key=lambda g: (g.model, g.device, g.npu, g.options, g.compile_key))
+    return view

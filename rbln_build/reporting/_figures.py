@@ -23,6 +23,7 @@ from ._curve import BlocksCurve
 
 __all__ = [
     "GRID_COLORS",
+    "OUTCOME_GLYPHS",
     "MissingExtra",
     "OUTCOME_COLORS",
     "PART_COLORS",
@@ -75,19 +76,30 @@ FIXED_RC: dict[str, Any] = {
 }
 METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}}
 
-OUTCOME_COLORS = {
-    "full_pool": "#2e7d32",
-    "cut": "#e69f00",
-    "failed": "#c62828",
-    "unexpected_success": "#ad1457",
-    "expected_failure": "#7f7f7f",
+# Status colors, safe for color-blind readers: a blue / yellow / red / near-black / light-gray set
+# whose members stay apart under simulated deuteranopia and protanopia (tests/test_reporting.py
+# checks the pixels), and a glyph per status wherever a square is large enough to hold one.
+OUTCOME_COLORS = {  # points on the curves, squares of the grid picture
+    "full_pool": "#2166ac",
+    "cut": "#fdd870",
+    "failed": "#b2182b",
+    "unexpected_success": "#1b1b1b",
+    "expected_failure": "#d9d9d9",
 }
-GRID_COLORS = {  # the page's table colors (light, with black text on them)
-    "full_pool": "#c8e6c9",
-    "cut": "#ffe0a3",
-    "failed": "#ffcdd2",
-    "unexpected_success": "#f8bbd0",
-    "expected_failure": "#e0e0e0",
+OUTCOME_GLYPHS = {  # drawn on the grid picture's squares and written in the page's grid
+    "full_pool": "\u25cf",  # ● at the full pool
+    "cut": "\u25d0",  # ◐ part of the pool
+    "failed": "\u2717",  # ✗
+    "unexpected_success": "!",
+    "expected_failure": "\u2013",  # – failed, as declared
+}
+OUTCOME_MARKERS = {"full_pool": "o", "cut": "D", "failed": "X", "unexpected_success": "s", "expected_failure": "P"}
+GRID_COLORS = {  # the page's table colors: light tints of the same hues, black text on them
+    "full_pool": "#c6dbef",
+    "cut": "#fde9a9",
+    "failed": "#f4b6b6",
+    "unexpected_success": "#9e9e9e",
+    "expected_failure": "#eeeeee",
 }
 PART_COLORS = {
     "weights": "#4e79a7",
@@ -156,6 +168,7 @@ def bytes_axis(axis: Any, top: float) -> str:
 
 
 def size_label(n: int) -> str:
+    """Bytes in the unit that reads: GiB from 1 GiB on, MiB below (``0.20 GiB`` reads ``204.80 MiB``)."""
     unit, name = (GiB, "GiB") if n >= GiB else (MiB, "MiB")
     return f"{n / unit:,.2f} {name}"
 
@@ -192,14 +205,15 @@ def draw_curve(
         if not mine:
             continue
         py = [curve.fitting_at(p.budget_bytes) if p.blocks is None else p.blocks for p in mine]
-        marker = "x" if outcome in ("failed", "expected_failure") else "o"
         ax.scatter(
             [p.budget_bytes for p in mine],
             py,
-            marker=marker,
-            s=36,
+            marker=OUTCOME_MARKERS[outcome],
+            s=40,
             zorder=3,
             color=OUTCOME_COLORS[outcome],
+            edgecolors="black",
+            linewidths=0.6,
             label=f"{what}: {outcome.replace('_', ' ')}",
         )
         if len(points) <= 12:

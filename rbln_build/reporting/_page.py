@@ -8,38 +8,24 @@ machine or where the build directory is, so one manifest gives one page, byte fo
 
 from __future__ import annotations
 
-import base64
 import json
 import math
-import re
-from collections.abc import Iterable
 from html import escape
 from importlib import metadata
 from typing import Any
 
 from ..errors import EstimateError
-from ._bars import grid_figure
+from ._compare import compare_section
 from ._compose import group_figures
 from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
-from ._figures import render
+from ._figures import GRID_COLORS, OUTCOME_GLYPHS
+from ._grid import MAX_GRID_COLUMNS, device_anchor, grid_section
+from ._html import OUTCOME_TEXT, SHORT_TEXT, num, png, table
 
-__all__ = ["render_page"]
+_grid = grid_section  # the name tests and older callers use
 
-MAX_GRID_COLUMNS = 24  # wider grids are drawn as a picture (the table follows, folded)
-OUTCOME_TEXT = {
-    "full_pool": "at the full pool",
-    "cut": "cut below the full pool",
-    "failed": "failed",
-    "unexpected_success": "unexpected success",
-    "expected_failure": "expected failure",
-}
-SHORT_TEXT = {
-    "full_pool": "full pool",
-    "cut": "cut",
-    "failed": "failed",
-    "unexpected_success": "unexpected success",
-    "expected_failure": "expected failure",
-}
+__all__ = ["render_page", "MAX_GRID_COLUMNS"]
+
 CSS = """
 body{font:14px/1.45 "DejaVu Sans",Verdana,sans-serif;margin:24px auto;max-width:1280px;color:#1d1d1d;padding:0 16px}
 h1{font-size:24px;margin:0 0 4px} h2{font-size:19px;margin:30px 0 8px;border-bottom:1px solid #ddd}
@@ -47,8 +33,9 @@ h3{font-size:15px;margin:22px 0 4px} .muted{color:#666} code{font-size:12px}
 table{border-collapse:collapse;margin:6px 0 14px} th,td{border:1px solid #d0d0d0;padding:3px 7px;text-align:left}
 th{background:#f3f3f3;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
 table.grid td{text-align:center;min-width:64px;font-weight:600} table.grid td.none{background:#fafafa}
-.full_pool{background:#c8e6c9} .cut{background:#ffe0a3} .failed{background:#ffcdd2}
-.unexpected_success{background:#f8bbd0} .expected_failure{background:#e0e0e0;color:#555}
+table.grid a{color:inherit;text-decoration:none} table.grid a:hover{text-decoration:underline}
+%(status_css)s
+nav ol{margin:4px 0 10px;padding-left:22px} nav li{margin:1px 0}
 .swatch{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:-1px;border:1px solid #999}
 img{max-width:100%;display:block;margin:4px 0} .note{background:#fff8e1;padding:6px 10px;border-left:4px solid #e69f00}
 td.msg{max-width:640px;font-size:12px} table.cells{font-size:12px} table.cells td{white-space:nowrap}
@@ -62,28 +49,9 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _num(n: int | None) -> str:
-    return "-" if n is None else f"{n:,}"
-
-
-def _gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**30:,.2f} GiB"
-
-
 def _ceil4(fraction: float) -> str:
     """Rounded up: any budget at or above it still suffices."""
     return f"{min(1.0, math.ceil(fraction * 10_000) / 10_000):.4f}"
-
-
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") -> str:
-    """Cells are HTML already (escaped by the caller); a cell starting with '<td' is used as is."""
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in r) + "</tr>\n" for r in rows)
-    return f"<table{f' class={cls!r}' if cls else ''}><tr>{head}</tr>\n{body}</table>\n"
-
-
-def _png(data: bytes, alt: str) -> str:
-    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode("ascii")}">'
 
 
 def _fix(entry: dict[str, Any]) -> str:
@@ -96,7 +64,7 @@ def _fix(entry: dict[str, Any]) -> str:
     if floor.get("bytes") is None:
         return escape(floor.get("reason") or "no budget fits")
     return (
-        f"memory_budget &ge; {_ceil4(floor['fraction'])} ({_num(floor['bytes'])} B per device) "
+        f"memory_budget &ge; {_ceil4(floor['fraction'])} ({num(floor['bytes'])} B per device) "
         f"for the floor of {floor['blocks']} blocks"
     )
 
@@ -119,69 +87,13 @@ def _summary(view: BuildView) -> str:
         if toolchains
         else "not recorded in this build's manifest (the compile keys below hash the toolchain versions)"
     )
-    legend = "".join(f'<span class="swatch {k}"></span>{OUTCOME_TEXT[k]}' for k in OUTCOME_TEXT)
+    legend = "".join(f'<span class="swatch {k}"></span>{OUTCOME_GLYPHS[k]} {OUTCOME_TEXT[k]}' for k in OUTCOME_TEXT)
     return (
         f"<p>{len(view.entries)} cells: {parts or 'none'}.<br>"
         f"manifest.json sha256 <code>{view.manifest_sha256}</code><br>"
         f"rbln-build {escape(_version())}; backends: {escape(', '.join(backends) or '-')}; toolchain: {tool}</p>"
         f"<p class=muted>Legend:{legend}</p>"
     )
-
-
-def _grid(view: BuildView) -> str:
-    out = []
-    devices = sorted({(e["inputs"]["device"], e["inputs"]["npu"], e["inputs"]["num_devices"]) for e in view.entries})
-    for device, npu, n in devices:
-        cells = [e for e in view.entries if (e["inputs"]["device"], e["inputs"]["npu"]) == (device, npu)]
-        rows: dict[tuple[str, str, int], dict[Any, dict[str, Any]]] = {}
-        columns: dict[Any, tuple[bool, int, str]] = {}
-        for e in cells:
-            opts = json.dumps(e["inputs"]["build_options"], sort_keys=True)
-            rows.setdefault((e["inputs"]["model"], opts, e["inputs"]["kvcache_num_blocks"]), {})
-            col = (type(e["memory_budget"]).__name__, budget_label(e["memory_budget"]))
-            rows[(e["inputs"]["model"], opts, e["inputs"]["kvcache_num_blocks"])][col] = e
-            columns[col] = (e["budget_bytes"] is None, e["budget_bytes"] or 0, col[1])
-        order = sorted(columns, key=lambda c: columns[c])
-        header = ["model / options"] + [
-            escape(c[1] if c[0] != "str" or not c[1].isdigit() else json.dumps(c[1]))
-            + (f"<br><span class=muted>{_gib(columns[c][1])}</span>" if not columns[c][0] else "")
-            for c in order
-        ]
-        body = []
-        for (model, opts, explicit), by_col in sorted(rows.items()):
-            same = [k for k in rows if k[0] == model]
-            label = escape(model)
-            if len(same) > 1:
-                label += f" <span class=muted>{escape(opts)}" + (f" n={explicit}" if explicit else "") + "</span>"
-            row = [label]
-            for c in order:
-                if c not in by_col:
-                    row.append('<td class="none"></td>')
-                    continue
-                e = by_col[c]
-                o, blocks = outcome(e), e["kvcache_num_blocks"]
-                text = {"full_pool": f"{blocks}", "cut": f"{blocks} / {e['num_full_blocks']}"}.get(o, "&#10007;")
-                tip = f"{e['cell']}: {OUTCOME_TEXT[o]}" + (f" ({e['error_kind']})" if e.get("error_kind") else "")
-                row.append(f'<td class="{o}" title="{escape(tip)}">{text}</td>')
-            body.append(row)
-        title = f"{escape(device)}: {n} x {escape(npu)}"
-        table = _table(header, body, "grid")
-        if len(order) > MAX_GRID_COLUMNS:
-            picture = grid_figure(
-                [re.sub("<[^>]+>", "", r[0]) for r in body],
-                [c[1] for c in order],
-                [
-                    [None if c not in by_col else outcome(by_col[c]) for c in order]
-                    for _, by_col in sorted(rows.items())
-                ],
-                f"{device}: {n} x {npu}, {len(cells)} cells over {len(order)} budgets",
-            )
-            table = (
-                _png(render(picture), f"grid of {device}")
-                + f"<details><summary>the grid as a table ({len(order)} columns)</summary>{table}</details>"
-            )
-        out.append(f"<h3>{title}</h3>" + table)
-    return "".join(out)
 
 
 def _failures(view: BuildView) -> str:
@@ -226,7 +138,7 @@ def _failures(view: BuildView) -> str:
     ids = ", ".join(f"<code>{escape(e['cell'])}</code>" for e in bad)
     return (
         f"<p>{len(bad):,} cell{'' if len(bad) == 1 else 's'}: {summary}.</p>"
-        + _table(["cells", "status", "kind", "message (the first cell's)", "budget that would fix it"], rows)
+        + table(["cells", "status", "kind", "message (the first cell's)", "budget that would fix it"], rows)
         + f"<details><summary>every failed cell ({len(bad):,})</summary><p>{ids}</p></details>"
     )
 
@@ -243,7 +155,7 @@ def _groups(view: BuildView) -> str:
     for g in view.groups:
         a = g.attention
         out.append(
-            f'<h3 id="{escape(g.slug)}">{escape(g.model)} on {escape(g.device)}: {g.num_devices} x {escape(g.npu)}</h3>'
+            f'<h3 id="{escape(g.slug)}">{escape(g.title)}</h3>'
             f"<p class=muted>{escape(str(a.get('attn_impl')))}, batch_size {a.get('batch_size')}, max_seq_len "
             f"{a.get('max_seq_len')}, block {a.get('kvcache_block_size')}; compile <code>{g.compile_key[:12]}</code>"
             f" ({escape(g.backend)}, {escape(g.produced or '-')}); " + _members(g.cells) + "</p>"
@@ -255,9 +167,7 @@ def _groups(view: BuildView) -> str:
             except EstimateError as exc:
                 problem = f"the compile entry's report does not fit these cells: {exc}"
             else:
-                out.append(
-                    _png(curve_png, f"blocks vs budget, {g.slug}") + _png(dram_png, f"DRAM per chiplet, {g.slug}")
-                )
+                out.append(png(curve_png, f"blocks vs budget, {g.slug}") + png(dram_png, f"DRAM per chiplet, {g.slug}"))
         if problem is not None:
             out.append(f'<p class="note">No figures: {escape(problem)}</p>')
     return "".join(out)
@@ -273,20 +183,20 @@ def _cells(view: BuildView) -> str:
                 f"<code>{escape(e['cell'])}</code>",
                 f'<td class="{outcome(e)}">{SHORT_TEXT[outcome(e)]}</td>',
                 escape(budget_label(e["memory_budget"])),
-                f'<td class="num">{_num(e["budget_bytes"])}</td>',
+                f'<td class="num">{num(e["budget_bytes"])}</td>',
                 *(
-                    f'<td class="num">{_num(e[k])}</td>'
+                    f'<td class="num">{num(e[k])}</td>'
                     for k in ("kvcache_num_blocks", "num_full_blocks", "num_min_blocks")
                 ),
-                f'<td class="num">{_num(floor.get("bytes"))}</td>',
-                f'<td class="num">{_num(full.get("bytes"))}</td>',
+                f'<td class="num">{num(floor.get("bytes"))}</td>',
+                f'<td class="num">{num(full.get("bytes"))}</td>',
                 escape(e.get("produced") or "-"),
                 f"<code>{escape(str(e.get('compile_key'))[:12])}</code>",
                 f"<code>{escape(e['cell_key'][:12])}</code>",
                 f"<code>{escape(art[:19])}</code>",
             ]
         )
-    return _table(
+    return table(
         [
             "cell",
             "status",
@@ -325,29 +235,57 @@ def _inputs(view: BuildView) -> str:
                 f"<code>{escape(json.dumps(i['attention'], sort_keys=True))}</code>",
             ]
         )
-    return _table(["compile key", "recipe", "recipe hash", "devices", "backend", "attention"], rows)
+    return table(["compile key", "recipe", "recipe hash", "devices", "backend", "attention"], rows)
 
 
-def render_page(view: BuildView) -> bytes:
+def _contents(view: BuildView, compare: bool) -> str:
+    """The table of contents: every section, each device's grid and each compile's figures."""
+    devices = sorted({(e["inputs"]["device"], e["inputs"]["npu"], e["inputs"]["num_devices"]) for e in view.entries})
+    grids = "".join(
+        f'<li><a href="#{escape(device_anchor(d, npu))}">{escape(d)}: {n} x {escape(npu)}</a></li>'
+        for d, npu, n in devices
+    )
+    groups = "".join(f'<li><a href="#{escape(g.slug)}">{escape(g.title)}</a></li>' for g in view.groups)
+    return (
+        "<nav><strong>Contents</strong><ol>"
+        f'<li><a href="#glance">The matrix at a glance</a><ol>{grids}</ol></li>'
+        + ('<li><a href="#changes">What changed</a></li>' if compare else "")
+        + '<li><a href="#failures">Failures</a></li>'
+        f'<li><a href="#figures">Blocks vs budget, and where the DRAM goes</a><ol>{groups}</ol></li>'
+        '<li><a href="#cells">Cells</a></li><li><a href="#inputs">Compile keys and inputs</a></li></ol></nav>'
+    )
+
+
+def render_page(view: BuildView, old: dict[str, Any] | None = None) -> bytes:
+    """The page; with ``old`` (an earlier manifest's cells), a section of what changed since."""
     body = (
         "<h1>rbln-build report</h1>"
         + _summary(view)
-        + "<h2>The matrix at a glance</h2><p class=muted>Each cell shows its kvcache_num_blocks (cut cells: "
-        "blocks / full pool); hover for the cell id.</p>"
-        + _grid(view)
-        + "<h2>Failures</h2>"
+        + _contents(view, old is not None)
+        + '<h2 id="glance">The matrix at a glance</h2><p class=muted>Each square shows its status glyph and its '
+        "kvcache_num_blocks (cut cells: blocks / full pool) and links to its compile's figures; hover for the "
+        "cell id.</p>"
+        + grid_section(view)
+        + (
+            ""
+            if old is None
+            else '<h2 id="changes">What changed since the compared manifest</h2>' + compare_section(view, old)
+        )
+        + '<h2 id="failures">Failures</h2>'
         + _failures(view)
-        + "<h2>Blocks vs budget, and where the DRAM goes</h2><p class=muted>Budgets are bytes per device. The "
-        "curve is exact: each step is the smallest budget at which one more block fits (rbln_build.estimator). "
-        "Bars show each chiplet at the cell's resolved count (a failed cell: at the floor, hatched).</p>"
+        + '<h2 id="figures">Blocks vs budget, and where the DRAM goes</h2><p class=muted>Budgets are bytes per '
+        "device. The curve is exact: each step is the smallest budget at which one more block fits "
+        "(rbln_build.estimator). Bars show each chiplet at the cell's resolved count (a failed cell: at the floor, "
+        "hatched).</p>"
         + _groups(view)
-        + "<h2>Cells</h2>"
+        + '<h2 id="cells">Cells</h2>'
         + _cells(view)
-        + "<h2>Compile keys and inputs</h2>"
+        + '<h2 id="inputs">Compile keys and inputs</h2>'
         + _inputs(view)
     )
+    css = CSS.replace("%(status_css)s", " ".join(f".{k}{{background:{v}}}" for k, v in GRID_COLORS.items()))
     page = (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>rbln-build report</title>'
-        f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
+        f"<style>{css}</style></head><body>\n{body}\n</body></html>\n"
     )
     return page.encode("utf-8")

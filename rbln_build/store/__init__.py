@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
-from ._remote import RemoteStore, install_packed, pack_entry
+from ._remote import REMOTE_TIMEOUTS, RemoteStore, install_packed, pack_entry
 from ._result import CellResult, CompileOutcome
 from ._store import (
     ENTRY_FILE,
@@ -35,6 +35,7 @@ __all__ = [
     "FILES_DIR",
     "LOCK_FILE",
     "RECORD_KINDS",
+    "REMOTE_TIMEOUTS",
     "RemoteStore",
     "Store",
     "acquire_build_lock",

@@ -46,9 +46,13 @@ from ._keys import canonical_json
 from ._remote_io import DOWN_MARKER, TRANSFER_TIMEOUT_S, RemoteOptions, bounded, open_filesystem, publish_if_absent
 from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _tmp_name, content_hash
 
-__all__ = ["RemoteStore", "REMOTE_KINDS", "pack_entry", "install_packed"]
+__all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
 REMOTE_KINDS = ("compile", "artifacts")
+MAX_POINTER_BYTES = 4096  # a pointer is {"blob", "content_hash", "size"}: ~200 bytes
+MAX_MEMBERS = 100_000  # files in one entry's tar
+# fsspec options per URL scheme: every remote call has a timeout (the cache, and releases published to a URL)
+REMOTE_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
 
 
 class RemoteStore(Store):
@@ -140,12 +144,17 @@ class RemoteStore(Store):
         try:
             fs, base = self._filesystem()
             pointer_path = f"{base}/{kind}/{key}"
+            raw = b""
             try:
-                raw = self._call(fs.cat_file, pointer_path)
+                raw = self._call(fs.cat_file, pointer_path, start=0, end=MAX_POINTER_BYTES + 1)  # ~150 bytes
+                if len(raw) > MAX_POINTER_BYTES:
+                    raise ValueError(f"over {MAX_POINTER_BYTES} bytes")
                 pointer = json.loads(raw)
-                blob, recorded = pointer["blob"], pointer["content_hash"]
+                blob, recorded, size = pointer["blob"], pointer["content_hash"], pointer.get("size")
                 if not (isinstance(blob, str) and len(blob) == 64 and all(c in "0123456789abcdef" for c in blob)):
                     raise ValueError(f"bad blob name {blob!r}")
+                if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+                    raise ValueError(f"bad size {size!r}")
             except FileNotFoundError:
                 return None
             except (ValueError, KeyError, TypeError) as exc:
@@ -156,6 +165,11 @@ class RemoteStore(Store):
             try:
                 packed = tmp.with_name(tmp.name + ".tar")
                 try:
+                    if size is not None and self._call(fs.size, f"{base}/blobs/{blob}") != size:  # before fetching
+                        # the pointer and the blob disagree: the pointer is this key's problem; the blob
+                        # may be another key's, so it stays
+                        self._reject(kind, key, None, f"its blob is not the {size} bytes the pointer records", raw)
+                        return None
                     self._call(fs.get_file, f"{base}/blobs/{blob}", str(packed), transfer=True)
                 except FileNotFoundError:
                     self._reject(kind, key, None, f"its blob {blob} is missing", raw)
@@ -198,7 +212,7 @@ class RemoteStore(Store):
         fs, base = self._filesystem()
         try:
             pointer_path = f"{base}/{kind}/{key}"
-            if self._call(fs.cat_file, pointer_path) == pointer:
+            if self._call(fs.cat_file, pointer_path, start=0, end=MAX_POINTER_BYTES + 1) == pointer:
                 self._call(fs.rm_file, pointer_path)
             if bad_blob is not None:
                 self._call(fs.rm_file, f"{base}/blobs/{bad_blob}")
@@ -221,7 +235,7 @@ class RemoteStore(Store):
             new_blob = False
             try:
                 _pack(entry, packed)
-                blob = _sha256_file(packed)
+                blob, size = _sha256_file(packed), packed.stat().st_size
                 blob_path = f"{base}/blobs/{blob}"
                 if not self._call(fs.exists, blob_path):
                     staged = f"{base}/tmp/{uuid.uuid4().hex}"
@@ -230,7 +244,7 @@ class RemoteStore(Store):
                     new_blob = True
             finally:
                 packed.unlink(missing_ok=True)
-            pointer = canonical_json({"blob": blob, "content_hash": entry.content_hash}).encode("utf-8")
+            pointer = canonical_json({"blob": blob, "content_hash": entry.content_hash, "size": size}).encode("utf-8")
             if publish_if_absent(fs, pointer_path, pointer, self.options.call_timeout, f"{base}/tmp"):
                 self.uploaded.append(entry.key)
             elif new_blob:  # someone published this key meanwhile and theirs stands: ours is an orphan
@@ -327,10 +341,15 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def _unpack(packed: Path, dest: Path, key: str) -> dict[str, Any] | None:
     """Extract into ``dest`` (tarfile's ``data`` filter: nothing outside it, no devices, no absolute
-    links); the entry's metadata, or None when the tar is not an entry for ``key``."""
+    links; an uncompressed tar only, whose files add up to no more than the tar's own size); the
+    entry's metadata, or None when the tar is not an entry for ``key``."""
     try:
-        with tarfile.open(packed, "r") as tar:
-            tar.extractall(dest, filter="data")
+        with tarfile.open(packed, "r:") as tar:  # uncompressed only: a gzip/bz2/xz blob is refused unread
+            members = tar.getmembers()
+            unpacked = sum(m.size for m in members if m.isreg())
+            if len(members) > MAX_MEMBERS or unpacked > packed.stat().st_size or any(m.issparse() for m in members):
+                return None  # more than the tar holds (sparse members), or absurdly many files
+            tar.extractall(dest, members=members, filter="data")
         record = json.loads((dest / ENTRY_FILE).read_bytes())
         if record.get("key") != key or record.get("schema") != ENTRY_SCHEMA or not isinstance(record.get("meta"), dict):
             return None

@@ -18,6 +18,7 @@ from rbln_build.errors import BuildError, InputFailure
 
 SLEEP_ENV = "RBLN_TEST_BACKEND_SLEEP_S"
 SLEEP_FAMILY_ENV = "RBLN_TEST_SLEEP_FAMILY"  # only this NPU family lingers (unset: every compile)
+SLEEP_BY_ENV = "RBLN_TEST_SLEEP_BY"  # "recipe.FAMILY=seconds,..." (e.g. qwen3_8b.RBLN-CA=4): per compile
 SLEEP_ONCE_ENV = "RBLN_TEST_SLEEP_ONCE_FILE"  # linger only while this file does not exist; create it first
 FAIL_FAMILY_ENV = "RBLN_TEST_FAIL_FAMILY"
 FAIL_ERROR_ENV = "RBLN_TEST_FAIL_ERROR"  # build | runtime | input
@@ -32,6 +33,8 @@ class SlowBackend(TorchExportBackend):
         family = os.environ.get(SLEEP_FAMILY_ENV)
         if family and spec.npu.family != family:
             sleep_s = 0
+        by = dict(item.split("=") for item in (os.environ.get(SLEEP_BY_ENV) or "").split(",") if item)
+        sleep_s = float(by.get(f"{spec.recipe.name}.{spec.npu.family}", sleep_s))
         once = os.environ.get(SLEEP_ONCE_ENV)
         if once:
             if os.path.exists(once):

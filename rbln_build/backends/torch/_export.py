@@ -11,6 +11,7 @@ finalize (once per cell) writes the cell artifact, which is self-contained::
 
     program.pt2     a hard link to (or copy of) the baseline's program
     config.json     the HF config
+    tokenizer files, generation_config.json   the recipe's (a checkpoint's), byte for byte, if it has them
     rbln-build.json optimum-rbln key names; kvcache_num_blocks = the resolved count; npu; the KV pool
                     geometry; ``programs``: the program's sha256, checked before every load
 
@@ -36,7 +37,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ...errors import BuildError
+from ...errors import BuildError, InputFailure
+from ...memory._companions import copy_companions, copy_from
 from .._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
 from .._record import record_for, sha256_file, write_json, write_record
 
@@ -58,6 +60,13 @@ class TorchExportBackend(Backend):
         recipe, att = spec.recipe, spec.attention
         if not recipe.has_weights:
             return compile_plan(spec, out_dir, format=FORMAT, exports=0)
+        if recipe.weight_bits != 16:
+            raise InputFailure(
+                f"{recipe.directory / 'recipe.yaml'}: quantization.weight_bits is {recipe.weight_bits}, but the torch "
+                "backend exports unquantized CPU programs and never quantizes silently; set quantization.weight_bits: "
+                "16 for a CPU program, or build this recipe with matrix.backend=rbln (optimum-rbln quantizes on the NPU).",
+                "quantization_unsupported",
+            )
 
         import torch
 
@@ -79,6 +88,7 @@ class TorchExportBackend(Backend):
         paged.strip_source_paths(program)  # no absolute paths in artifacts
         torch.export.save(program, str(out_dir / PROGRAM_FILE))
         write_json(out_dir / "config.json", recipe.hf_config)
+        copy_companions(recipe, out_dir)
         write_json(out_dir / "report.json", report.to_json())
         write_json(
             out_dir / BASELINE_FILE,
@@ -123,15 +133,17 @@ class TorchExportBackend(Backend):
         if not src.is_file() or sha256_file(src) != baseline.get("program_sha256"):
             raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
         _link_or_copy(src, out_dir / PROGRAM_FILE)
+        shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
+        copy_from(baseline_dir, out_dir)
         record = record_for(
             spec,
             num_blocks,
             "program",
             programs={PROGRAM_FILE: baseline["program_sha256"]},
+            directory=out_dir,
             kv_pool=dict(baseline["pool"], num_blocks=num_blocks),
         )
         write_record(out_dir, record)
-        shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
 
 
 def _inventory_of(model: Any, recipe: Any) -> Any:

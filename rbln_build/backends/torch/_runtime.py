@@ -129,10 +129,14 @@ class Artifact:
 
     @torch.no_grad()
     def generate(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | None = None
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | Sequence[int] | None = None
     ) -> list[list[int]]:
-        """Greedy tokens for each prompt (at most ``max_new_tokens``; fewer if ``eos_token_id`` ends it)."""
+        """Greedy tokens for each prompt (at most ``max_new_tokens``; fewer if one of ``eos_token_id``
+        (an id or several, as a generation config has them) ends it)."""
         self.check_request(prompts, max_new_tokens)
+        stops = (
+            set() if eos_token_id is None else {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
+        )
         pages = PageTable(self.num_blocks, self.block_size, len(prompts))
         chunk = int(self.config["prefill_chunk_size"])
         out: list[list[int]] = [[] for _ in prompts]
@@ -148,7 +152,7 @@ class Artifact:
                     *self.pools,
                 )
             out[row].append(int(logits.argmax(-1)[0]))
-        active = [r for r in range(len(prompts)) if out[r][-1] != eos_token_id]
+        active = [r for r in range(len(prompts)) if out[r][-1] not in stops]
         for _ in range(max_new_tokens - 1):  # decode the active rows together
             if not active:
                 break
@@ -163,9 +167,9 @@ class Artifact:
             for i, r in enumerate(active):
                 lengths[r] += 1
                 out[r].append(int(logits[i].argmax()))
-            for r in [r for r in active if out[r][-1] == eos_token_id]:
+            for r in [r for r in active if out[r][-1] in stops]:
                 pages.release(r)
-            active = [r for r in active if out[r][-1] != eos_token_id]
+            active = [r for r in active if out[r][-1] not in stops]
         return out
 
 

@@ -1,0 +1,170 @@
+"""``rbln-build release NAME`` and ``rbln-build verify RELEASE``: arguments and messages; the work is
+in rbln_build.release. A user's mistake raises UserError (the boundary in _main: exit 2); a cell that
+fails its check or an upload that fails is reported here with exit 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import BuildError, UserError
+
+__all__ = ["release_main", "verify_main"]
+
+RELEASE_EPILOG = """\
+The release lands in <to>/<NAME>/ (default --to: <build dir>/releases): one folder per cell with real
+files and a README.md model card, and release.json (every file's sha256 and size, every cell's
+manifest record, provenance). Releasing the same content again under NAME is a no-op; other content
+under an existing NAME is refused. Exit status: 0 published or unchanged; 1 an artifact does not match
+its manifest record, or the upload failed; 2 a usage error or a name that holds another release.
+"""
+
+VERIFY_EPILOG = """\
+Exit status: 0 every file matches release.json (and its signature, with --key); 1 a file is missing,
+extra, changed or a symlink, or release.json or its signature does not check (each named); 2 a usage
+error. Needs neither the build directory nor torch.
+"""
+
+
+def _release_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rbln-build release",
+        description="Release built cells as self-contained folders with release.json (docs/releasing.md).",
+        epilog=RELEASE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "name", metavar="NAME", help="the release's name (letters, digits, . _ + -); immutable once published"
+    )
+    p.add_argument("--to", metavar="DIR|URL", default=None, help="parent folder or fsspec URL (file://, s3://)")
+    p.add_argument("--build-dir", metavar="DIR", default=None, help="the build directory (default: <project>/build)")
+    p.add_argument("--cells", metavar="GLOB", action="append", default=[], help="cell ids to release (repeatable)")
+    p.add_argument("--deployment", metavar="NAME", default=None, help="release the cells of this built deployment")
+    p.add_argument("--allow-failed", action="store_true", help="release the built cells even if selected cells failed")
+    p.add_argument("--sign", metavar="KEYFILE", default=None, help="Ed25519 private key (PEM): write release.json.sig")
+    p.add_argument("--project", metavar="DIR", default=None, help="the project root (holding rbln-build.yaml)")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    return p
+
+
+def release_main(argv: list[str]) -> int:
+    args = _release_parser().parse_args(argv)
+    from ..config import find_project
+    from ..release._bundle import Selection, check_name, stage_release
+    from ..release._dest import is_url, local_staging, publish
+    from ..release._format import SIGNATURE_FILE, redact
+
+    check_name(args.name, "release name")
+    project = find_project(args.project)
+    build_dir = Path(args.build_dir) if args.build_dir else project.root / "build"
+    to = args.to if args.to is not None else str(build_dir / "releases")
+    selection = Selection(tuple(args.cells), args.deployment, args.allow_failed)
+    if is_url(to):
+        parent = Path(tempfile.mkdtemp(prefix="rbln-release-"))
+        staging = parent / args.name
+        exclude: tuple[Path, ...] = (build_dir,)
+    else:
+        parent = Path(to)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(
+                f"--to {to}: cannot create the folder ({exc.strerror or exc}); choose a writable one."
+            ) from None
+        staging = local_staging(parent, args.name)
+        exclude = (build_dir, parent)
+    try:
+        staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude)
+        if args.sign:
+            from ..release._sign import sign
+
+            (staging / SIGNATURE_FILE).write_bytes(sign(staged.data, Path(args.sign)))
+        location, outcome = publish(staging, to, args.name)
+    except UserError:
+        raise
+    except BuildError as exc:  # a cell that fails its check, an upload that failed: nothing published
+        print(f"rbln-build release: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(parent if is_url(to) else staging, ignore_errors=True)
+    size = sum(f["size"] for f in staged.files.values())
+    if args.json:
+        out = {
+            "name": args.name,
+            "location": location,
+            "outcome": outcome,
+            "cells": staged.cells,
+            "not_released": staged.not_released,
+            "files": len(staged.files),
+            "bytes": size,
+            "signed": bool(args.sign),
+        }
+        sys.stdout.write(json.dumps(out, sort_keys=True, indent=2) + "\n")
+        return 0
+    what = f"{len(staged.cells)} cells, {len(staged.files)} files ({size:,} bytes)"
+    if outcome == "unchanged":
+        print(f"release {args.name}: unchanged, {location} already holds this release ({what}); nothing written.")
+    else:
+        signed = f", signed ({SIGNATURE_FILE})" if args.sign else ""
+        print(f"release {args.name}: {what}{signed} -> {location}")
+    for cid, status in sorted(staged.not_released.items()):
+        print(f"  not released: {cid} ({status})")
+    print(f"check it where it is used: rbln-build verify {redact(location)}")
+    return 0
+
+
+def _verify_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rbln-build verify",
+        description="Check a release folder or URL against its release.json, without the build directory.",
+        epilog=VERIFY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("release", metavar="RELEASE", help="the release folder, or its URL (file://, s3://)")
+    p.add_argument("--key", metavar="PUBFILE", default=None, help="Ed25519 public key (PEM): require a valid signature")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    return p
+
+
+def verify_main(argv: list[str]) -> int:
+    args = _verify_parser().parse_args(argv)
+    from ..release._format import redact
+    from ..release._verify import verify_release
+
+    verdict = verify_release(args.release, Path(args.key) if args.key else None)
+    where = redact(verdict.location).rstrip("/")
+    if args.json:
+        out = {
+            "release": where,
+            "name": verdict.name,
+            "ok": verdict.ok,
+            "cells": verdict.cells,
+            "files": verdict.files,
+            "bytes": verdict.total_bytes,
+            "signature": verdict.signature,
+            "problems": [{"file": f, "problem": p} for f, p in verdict.problems],
+        }
+        sys.stdout.write(json.dumps(out, sort_keys=True, indent=2) + "\n")
+        return 0 if verdict.ok else 1
+    for rel, problem in verdict.problems:
+        print(f"rbln-build verify: {where}/{rel}: {problem}", file=sys.stderr)
+    if not verdict.ok:
+        print(
+            f"rbln-build verify: {where}: FAILED, {len(verdict.problems)} problem(s); do not use this release.",
+            file=sys.stderr,
+        )
+        return 1
+    signature = {
+        "ok": f"signature ok ({args.key})",
+        "unchecked": "signed, signature not checked (pass --key PUBFILE)",
+        "absent": "not signed",
+    }[verdict.signature]
+    print(
+        f"release {verdict.name}: {verdict.cells} cells, {verdict.files} files ({verdict.total_bytes:,} bytes) "
+        f"match release.json; {signature}."
+    )
+    return 0

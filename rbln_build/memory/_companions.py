@@ -1,0 +1,187 @@
+"""A checkpoint's companion files: its tokenizer and ``generation_config.json``, carried byte for byte.
+
+A recipe names them in ``recipe.yaml``; they live in the recipe's folder (``rbln-build recipe add``
+copies them from the checkpoint, or a recipe ships its own)::
+
+    tokenizer: {files: [tokenizer.json, tokenizer_config.json, chat_template.jinja]}   # or null
+    generation_config: generation_config.json                                          # or null
+
+Each name is a plain file name in the recipe's folder (no folder part, no link leaving it). Their
+bytes are part of the recipe's content hash, so an edited tokenizer is a new compile key. Every
+backend copies them into the baseline at compile and into each cell at finalize, unchanged, at the
+top of the artifact (where optimum-rbln's own compile saves its preprocessors and generation config),
+and records what the cell has in ``rbln-build.json``::
+
+    "tokenizer": null | {"files": ["chat_template.jinja", "tokenizer.json", ...]},
+    "generation_config": null | "generation_config.json",
+    "data_files": {"<file>": "<sha256 hex>", ...}   # each of them, checked before run --prompt loads them
+
+``null`` says the cell has none (a serving host must then bring its own). Standard library only.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..errors import RecipeError
+
+__all__ = [
+    "TOKENIZER_FILE_NAMES",
+    "GENERATION_CONFIG",
+    "checkpoint_companions",
+    "parse_companions",
+    "copy_companions",
+    "copy_from",
+    "companion_names",
+    "remove_preprocessor_files",
+    "companions_record",
+    "verify_data_files",
+]
+
+# The files a Hugging Face tokenizer (or its processor) is saved as: what `recipe add` looks for in a
+# checkpoint, and what optimum-rbln's preprocessor step may write into a compiled folder.
+TOKENIZER_FILE_NAMES = (
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "spiece.model",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+)
+PROCESSOR_FILE_NAMES = ("preprocessor_config.json", "processor_config.json")
+GENERATION_CONFIG = "generation_config.json"
+_RESERVED = ("recipe.yaml", "config.json")
+
+
+def checkpoint_companions(directory: Path) -> tuple[list[str], str | None]:
+    """The tokenizer files and the generation config a checkpoint folder holds. A link to a file counts
+    (a Hugging Face cache snapshot links every file to a blob): ``recipe add`` copies the bytes."""
+    tokenizer = [n for n in TOKENIZER_FILE_NAMES if (directory / n).is_file()]
+    generation = GENERATION_CONFIG if (directory / GENERATION_CONFIG).is_file() else None
+    return tokenizer, generation
+
+
+def _regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _file(recipe_file: Path, key: str, name: Any) -> str:
+    """``name`` checked: a plain file name of a regular file in the recipe's folder."""
+    directory = recipe_file.parent
+    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", "..") or name in _RESERVED:
+        raise RecipeError(
+            f"{recipe_file}: {key}: {name!r} is not a file name in the recipe's folder; name a file beside "
+            "recipe.yaml (no folder part), such as tokenizer.json."
+        )
+    path = directory / name
+    if path.is_symlink() or not path.is_file():
+        what = "a link" if path.is_symlink() else "missing"
+        raise RecipeError(
+            f"{recipe_file}: {key}: {path} is {what}; put the file itself in the recipe's folder "
+            "(rbln-build recipe add copies a checkpoint's), or remove it from the list."
+        )
+    return name
+
+
+def parse_companions(recipe_file: Path, meta: dict[str, Any]) -> tuple[tuple[str, ...] | None, str | None]:
+    """``tokenizer`` and ``generation_config`` of a recipe.yaml mapping, checked (errors name the key)."""
+    tokenizer = meta.get("tokenizer")
+    files: tuple[str, ...] | None = None
+    if tokenizer is not None:
+        if not isinstance(tokenizer, dict) or set(tokenizer) != {"files"} or not isinstance(tokenizer["files"], list):
+            raise RecipeError(
+                f"{recipe_file}: tokenizer must be null or {{files: [tokenizer.json, ...]}}, got {tokenizer!r}."
+            )
+        names = [_file(recipe_file, f"tokenizer.files[{i}]", n) for i, n in enumerate(tokenizer["files"])]
+        if not names:
+            raise RecipeError(
+                f"{recipe_file}: tokenizer.files is empty; list the tokenizer's files or set tokenizer: null."
+            )
+        if len(set(names)) != len(names):
+            raise RecipeError(f"{recipe_file}: tokenizer.files lists a file twice: {names}.")
+        files = tuple(sorted(names))
+    generation = meta.get("generation_config")
+    if generation is not None:
+        generation = _file(recipe_file, "generation_config", generation)
+        if files is not None and generation in files:
+            raise RecipeError(
+                f"{recipe_file}: {generation} is listed both as generation_config and in tokenizer.files."
+            )
+    return files, generation
+
+
+def companion_names(tokenizer: tuple[str, ...] | None, generation: str | None) -> list[str]:
+    return [*(tokenizer or ()), *([generation] if generation else [])]
+
+
+def copy_companions(recipe: Any, out_dir: Path) -> None:
+    """Copy the recipe's tokenizer files and generation config into ``out_dir``, byte for byte. A
+    generation config is saved as ``generation_config.json`` (the name every loader reads)."""
+    for name in recipe.tokenizer_files or ():
+        shutil.copyfile(recipe.directory / name, out_dir / name)
+    if recipe.generation_config:
+        shutil.copyfile(recipe.directory / recipe.generation_config, out_dir / GENERATION_CONFIG)
+
+
+def copy_from(baseline_dir: Path, out_dir: Path) -> None:
+    """The companion files a baseline holds, into a cell (byte for byte)."""
+    for name in (*TOKENIZER_FILE_NAMES, GENERATION_CONFIG):
+        if _regular(baseline_dir / name):
+            shutil.copyfile(baseline_dir / name, out_dir / name)
+
+
+def remove_preprocessor_files(directory: Path) -> list[str]:
+    """Remove the tokenizer and processor files a library wrote into ``directory`` (ours replace them)."""
+    removed = []
+    for name in (*TOKENIZER_FILE_NAMES, *PROCESSOR_FILE_NAMES):
+        path = directory / name
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+            removed.append(name)
+    return removed
+
+
+def companions_record(directory: Path) -> dict[str, Any]:
+    """The record fields of what a cell folder holds: ``tokenizer``, ``generation_config`` and
+    ``data_files`` (the sha256 of each, checked before ``run --prompt`` loads them)."""
+    import hashlib
+
+    files = [n for n in TOKENIZER_FILE_NAMES if _regular(directory / n)]
+    generation = GENERATION_CONFIG if _regular(directory / GENERATION_CONFIG) else None
+    names = sorted([*files, *([generation] if generation else [])])
+    return {
+        "tokenizer": {"files": files} if files else None,
+        "generation_config": generation,
+        "data_files": {n: hashlib.sha256((directory / n).read_bytes()).hexdigest() for n in names},
+    }
+
+
+def verify_data_files(directory: Path, record: dict[str, Any]) -> None:
+    """Check each companion file against the sha256 ``record["data_files"]`` holds (IntegrityError)."""
+    import hashlib
+
+    from ..errors import IntegrityError
+
+    recorded = record.get("data_files")
+    if not isinstance(recorded, dict):
+        raise IntegrityError(f"{directory}/rbln-build.json: no data_files digests; rebuild the cell.")
+    for name, expected in sorted(recorded.items()):
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise IntegrityError(f"{directory}/rbln-build.json: data file {name!r} is not a file in the cell.")
+        path = directory / name
+        try:
+            actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise IntegrityError(f"{path}: cannot read it ({exc.strerror}); rebuild the cell or restore it.") from None
+        if actual != expected:
+            raise IntegrityError(
+                f"{path}: sha256 {actual} does not match {expected} recorded in rbln-build.json; the file was changed "
+                "after the build. Refusing to load it: rebuild the cell (rbln-build) or restore it."
+            )

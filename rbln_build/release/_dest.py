@@ -1,0 +1,222 @@
+"""Publish a staged release to its destination: a local folder, or an fsspec URL (``file://``, ``s3://``).
+
+A release becomes visible all at once or not at all, as the remote cache publishes its entries:
+
+* a local folder: the release is staged beside its final name (``<to>/.tmp-<name>-*``) and renamed
+  into place in one step;
+* a URL: every file is uploaded under ``<to>/.tmp-release/<name>-<random>/``, then moved to
+  ``<to>/<name>/``, the signature next and ``release.json`` last. Until ``release.json`` is there,
+  ``verify`` (and any consumer) sees no release; an interrupted publish leaves files that the next
+  ``release`` of the same content completes.
+
+A release name is immutable. If ``<to>/<name>/release.json`` exists: the same bytes are a no-op
+("unchanged"); other bytes are a ``ReleaseConflict`` naming the first file that differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..errors import BuildError, UserError
+from ..store import REMOTE_TIMEOUTS
+from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SIGNATURE_FILE, redact
+
+__all__ = ["ReleaseConflict", "filesystem", "is_url", "local_staging", "publish"]
+
+
+class ReleaseConflict(UserError):
+    """A release of other content already holds the name."""
+
+
+def is_url(to: str) -> bool:
+    return "://" in to
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    try:
+        import fsspec  # type: ignore[import-untyped]
+
+        fs, base = fsspec.url_to_fs(url, **REMOTE_TIMEOUTS.get(url.split("://", 1)[0], {}))
+    except ImportError as exc:
+        raise UserError(
+            f"{redact(url)}: needs a filesystem package that is not installed ({exc}); "
+            "install it with: pip install 'rbln-build[remote]'"
+        ) from None
+    except ValueError as exc:
+        raise UserError(f"{redact(url)}: not a usable fsspec URL ({exc}).") from None
+    return fs, base.rstrip("/")
+
+
+def local_staging(parent: Path, name: str) -> Path:
+    return parent / f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _first_difference(existing: bytes, new: bytes) -> str:
+    """The first file (in path order) whose entry differs, or release.json when only records differ."""
+    try:
+        old_files = json.loads(existing).get("files") or {}
+    except (ValueError, AttributeError):
+        return f"{RELEASE_FILE} (the existing one is not readable JSON)"
+    new_files = json.loads(new)["files"]
+    for rel in sorted(set(old_files) | set(new_files)):
+        old, cur = old_files.get(rel), new_files.get(rel)
+        if old == cur:
+            continue
+        if old is None:
+            return f"{rel} (only in this build)"
+        if cur is None:
+            return f"{rel} (only in the existing release)"
+        return f"{rel} (sha256 {str(old.get('sha256'))[:12]}... there, {str(cur.get('sha256'))[:12]}... here)"
+    return f"{RELEASE_FILE} (the cell records or provenance differ; every file is the same)"
+
+
+def _compare(where: str, existing: bytes, new: bytes, old_sig: bytes | None, new_sig: bytes | None) -> str:
+    if existing != new:
+        raise ReleaseConflict(
+            f"{where} already holds a release with different content; first difference: "
+            f"{_first_difference(existing, new)}. A release name is immutable: choose a new name."
+        )
+    if new_sig is not None and old_sig != new_sig:
+        raise ReleaseConflict(
+            f"{where} already holds this release, "
+            + ("unsigned" if old_sig is None else "signed by another key")
+            + f"; a release name is immutable: choose a new name to publish a signed {SIGNATURE_FILE}."
+        )
+    return "unchanged"
+
+
+def publish(staging: Path, to: str, name: str) -> tuple[str, str]:
+    """Publish ``staging`` (release.json and the cell folders, maybe a signature) as ``<to>/<name>``:
+    (its location, "published" | "unchanged")."""
+    data = (staging / RELEASE_FILE).read_bytes()
+    sig_path = staging / SIGNATURE_FILE
+    signature = sig_path.read_bytes() if sig_path.is_file() else None
+    if is_url(to) and not to.startswith("file://"):
+        return _publish_url(staging, to.rstrip("/"), name, data, signature)
+    if is_url(to):
+        fs_root = to[len("file://") :]
+        return _publish_url(staging, to.rstrip("/"), name, data, signature, local_check=Path(fs_root) / name)
+    dest = Path(to) / name
+    return str(dest), _publish_local(staging, dest, data, signature)
+
+
+def _existing_local(dest: Path) -> tuple[bytes, bytes | None] | None:
+    if not (dest.exists() or dest.is_symlink()):
+        return None
+    release = dest / RELEASE_FILE
+    if dest.is_symlink() or not release.is_file() or release.is_symlink():
+        raise ReleaseConflict(
+            f"{dest} exists but holds no {RELEASE_FILE}: not a release this tool published. Choose another "
+            "name or --to, or remove that folder yourself."
+        )
+    if release.stat().st_size > MAX_RELEASE_JSON_BYTES:
+        raise ReleaseConflict(f"{release}: over {MAX_RELEASE_JSON_BYTES:,} bytes; not a release. Choose a new name.")
+    sig = dest / SIGNATURE_FILE
+    return release.read_bytes(), (sig.read_bytes()[:128] if sig.is_file() and not sig.is_symlink() else None)
+
+
+def _flush(root: Path) -> None:
+    """Everything staged reaches the disk before the rename makes it visible: one ``sync`` (a
+    per-file fsync took 19 s of a 27 s release of 2,469 small files on a busy disk), then the folder."""
+    os.sync()
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish_local(staging: Path, dest: Path, data: bytes, signature: bytes | None) -> str:
+    found = _existing_local(dest)
+    if found is not None:
+        return _compare(str(dest), found[0], data, found[1], signature)
+    _flush(staging)
+    try:
+        os.rename(staging, dest)  # one step: the whole release or nothing
+    except OSError:
+        found = _existing_local(dest)  # another release of the same name won the race
+        if found is None:
+            raise
+        return _compare(str(dest), found[0], data, found[1], signature)
+    return "published"
+
+
+def _cat_bounded(fs: Any, path: str, limit: int) -> bytes | None:
+    try:
+        if fs.size(path) > limit:
+            raise ReleaseConflict(f"{path}: over {limit:,} bytes; not a release. Choose a new name.")
+        return bytes(fs.cat_file(path))
+    except FileNotFoundError:
+        return None
+
+
+def _mv(fs: Any, src: str, dst: str) -> None:
+    try:
+        fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+    except Exception:
+        pass  # object stores have no folders
+    fs.mv(src, dst)
+
+
+def _publish_url(
+    staging: Path, to: str, name: str, data: bytes, signature: bytes | None, local_check: Path | None = None
+) -> tuple[str, str]:
+    fs, base = filesystem(to)
+    final = f"{base}/{name}"
+    where = f"{redact(to)}/{name}"
+    if local_check is not None and (local_check.is_symlink() or (local_check.exists() and not local_check.is_dir())):
+        raise ReleaseConflict(f"{local_check} exists and is not a release folder; choose another name or --to.")
+    fs.invalidate_cache()
+    existing = _cat_bounded(fs, f"{final}/{RELEASE_FILE}", MAX_RELEASE_JSON_BYTES)
+    if existing is not None:
+        old_sig = _cat_bounded(fs, f"{final}/{SIGNATURE_FILE}", 128)
+        return where, _compare(where, existing, data, old_sig, signature)
+    rels = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+    payload = [r for r in rels if r not in (RELEASE_FILE, SIGNATURE_FILE)]
+    tmp = f"{base}/.tmp-release/{name}-{uuid.uuid4().hex}"
+    try:
+        for rel in [*payload, *([SIGNATURE_FILE] if signature is not None else []), RELEASE_FILE]:
+            target = f"{tmp}/{rel}"
+            try:
+                fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            except Exception:
+                pass
+            fs.put_file(str(staging / rel), target)
+        try:
+            leftovers = sorted(p[len(final) :].lstrip("/") for p in fs.find(final))
+        except FileNotFoundError:
+            leftovers = []
+        unknown = [r for r in leftovers if r not in rels]
+        if unknown:
+            raise ReleaseConflict(
+                f"{where} holds {unknown[0]!r}, which this release does not have, and no {RELEASE_FILE}: "
+                "not a release this tool published. Choose another name, or remove it yourself."
+            )
+        for rel in payload:  # invisible until release.json: verify and consumers need it
+            _mv(fs, f"{tmp}/{rel}", f"{final}/{rel}")
+        if signature is not None:
+            _mv(fs, f"{tmp}/{SIGNATURE_FILE}", f"{final}/{SIGNATURE_FILE}")
+        fs.invalidate_cache()
+        raced = _cat_bounded(fs, f"{final}/{RELEASE_FILE}", MAX_RELEASE_JSON_BYTES)
+        if raced is not None:  # another release of this name was published meanwhile
+            return where, _compare(where, raced, data, None, None)
+        _mv(fs, f"{tmp}/{RELEASE_FILE}", f"{final}/{RELEASE_FILE}")  # the release is visible from here on
+    except UserError:
+        raise
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+        raise BuildError(
+            f"release {name}: uploading to {where} failed ({why}); nothing was made visible ({RELEASE_FILE} goes "
+            "last). Check the URL and the credentials in the environment, then run the same release again."
+        ) from None
+    finally:
+        try:
+            if fs.exists(tmp):
+                fs.rm(tmp, recursive=True)
+        except Exception:
+            pass
+    return where, "published"

@@ -1,0 +1,264 @@
+"""Verify a release where a consumer has it: a folder or an fsspec URL, no build directory, no torch.
+
+Checked, each problem naming its file:
+
+* ``release.json`` is a regular file of at most ``MAX_RELEASE_JSON_BYTES``, of this format, and its
+  ``content_sha256`` matches its own bytes (an edit that did not recompute it is caught);
+* with ``--key``: ``release.json.sig`` is there and is an Ed25519 signature of ``release.json``;
+* every file it lists is there, a regular file (not a link), of its size and sha256;
+* nothing else is there (an extra file or link), besides ``release.json`` and its signature;
+* every listed path is relative, inside the release, in a released cell's folder.
+
+Files are read in 1 MiB chunks, opened without following links on a local disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..errors import UserError
+from ._format import FORMAT, MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, self_hash
+
+__all__ = ["Verdict", "verify_release", "open_release"]
+
+_SHA = re.compile(r"[0-9a-f]{64}")
+_TOP = {RELEASE_FILE, SIGNATURE_FILE}
+
+
+@dataclass
+class Verdict:
+    location: str
+    name: str | None = None
+    cells: int = 0
+    files: int = 0
+    total_bytes: int = 0
+    signature: str = "absent"  # "absent" | "ok" | "unchecked" | "bad"
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (relative path, what is wrong)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class LocalRelease:
+    """A release folder on this machine (lstat everywhere: a link is reported, never followed)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.location = str(root)
+
+    def listing(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for folder, dirs, names in os.walk(self.root, followlinks=False):
+            here = Path(folder)
+            for name in [*names, *dirs]:
+                path = here / name
+                rel = path.relative_to(self.root).as_posix()
+                mode = path.lstat().st_mode
+                if stat.S_ISLNK(mode):
+                    out[rel] = "symlink"
+                elif stat.S_ISREG(mode):
+                    out[rel] = "file"
+                elif not stat.S_ISDIR(mode):
+                    out[rel] = "other"
+        return out
+
+    def chunks(self, rel: str) -> Iterator[bytes]:
+        fd = os.open(self.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise OSError(f"{rel} is not a regular file")
+            yield from iter(lambda: f.read(1 << 20), b"")
+
+    def size(self, rel: str) -> int:
+        return (self.root / rel).lstat().st_size
+
+
+class RemoteRelease:
+    """A release under an fsspec URL (s3://...): object stores hold no links."""
+
+    def __init__(self, url: str) -> None:
+        from ._dest import filesystem
+
+        self.location = url.rstrip("/")
+        self.fs, self.base = filesystem(self.location)
+
+    def listing(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for path, info in self.fs.find(self.base, detail=True).items():
+            rel = path[len(self.base) :].lstrip("/")
+            if rel:
+                out[rel] = "symlink" if info.get("islink") else "file" if info.get("type") == "file" else "other"
+        return out
+
+    def chunks(self, rel: str) -> Iterator[bytes]:
+        with self.fs.open(f"{self.base}/{rel}", "rb") as f:
+            yield from iter(lambda: f.read(1 << 20), b"")
+
+    def size(self, rel: str) -> int:
+        return int(self.fs.size(f"{self.base}/{rel}"))
+
+
+def open_release(location: str) -> LocalRelease | RemoteRelease:
+    """The release at ``location`` (a folder, ``file://`` folder, or another fsspec URL)."""
+    if location.startswith("file://"):
+        location = location[len("file://") :]
+    if "://" in location:
+        return RemoteRelease(location)
+    root = Path(location)
+    if not root.is_dir():
+        raise UserError(f"{location}: no release folder there (expected a folder holding {RELEASE_FILE}).")
+    return LocalRelease(root)
+
+
+def _read_bounded(release: LocalRelease | RemoteRelease, rel: str, limit: int) -> bytes:
+    if release.size(rel) > limit:
+        raise ValueError(f"over {limit:,} bytes; refused before reading")
+    data = b"".join(release.chunks(rel))
+    if len(data) > limit:
+        raise ValueError(f"over {limit:,} bytes")
+    return data
+
+
+def _checked_files(body: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    cells = body.get("cells")
+    files = body.get("files")
+    if body.get("format") != FORMAT or not isinstance(cells, dict) or not isinstance(files, dict):
+        raise ValueError(f"not an rbln-build release (format {body.get('format')!r}, expected {FORMAT!r})")
+    out = {}
+    for rel, digest in files.items():
+        parts = PurePosixPath(rel).parts
+        if (
+            not isinstance(rel, str)
+            or rel.startswith("/")
+            or "\\" in rel
+            or len(parts) < 2
+            or any(p in ("", ".", "..") for p in parts)
+            or PurePosixPath(*parts).as_posix() != rel
+            or parts[0] not in cells
+        ):
+            raise ValueError(f"file entry {rel!r} is not a path inside a released cell's folder")
+        sha, size = (digest or {}).get("sha256"), (digest or {}).get("size")
+        if not isinstance(sha, str) or not _SHA.fullmatch(sha) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"file entry {rel!r} has no valid sha256 and size")
+        out[rel] = (sha, size)
+    return out
+
+
+def verify_release(location: str, key: Path | None = None) -> Verdict:
+    """Check the release at ``location``; ``key``: an Ed25519 public key (PEM) its signature must match."""
+    release = open_release(location)
+    try:
+        return _verify(release, key)
+    except UserError:
+        raise
+    except Exception as exc:  # an unreachable remote, refused credentials: no verdict at all
+        if isinstance(release, LocalRelease):
+            raise
+        from ._format import redact
+
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+        raise UserError(
+            f"{redact(release.location)}: cannot be read ({why}); check the URL and the credentials in the environment."
+        ) from None
+
+
+def _verify(release: LocalRelease | RemoteRelease, key: Path | None) -> Verdict:
+    verdict = Verdict(release.location)
+    problems = verdict.problems
+    try:
+        present = release.listing()
+    except FileNotFoundError:
+        present = {}
+    kind = present.get(RELEASE_FILE)
+    if kind != "file":
+        problems.append((RELEASE_FILE, "missing: not a release, or it was deleted" if kind is None else f"a {kind}"))
+        return verdict
+    data = b""
+    try:
+        data = _read_bounded(release, RELEASE_FILE, MAX_RELEASE_JSON_BYTES)
+        body = json.loads(data)
+        if not isinstance(body, dict):
+            raise ValueError("not a JSON object")
+        if body.get(SELF_HASH_KEY) != self_hash(body):
+            raise ValueError(f"edited: its {SELF_HASH_KEY} does not match its content")
+        listed = _checked_files(body)
+    except (OSError, ValueError, RecursionError) as exc:  # nothing else can be checked against it
+        problems.append((RELEASE_FILE, str(exc)))
+        return verdict
+    verdict.name = body.get("name") if isinstance(body.get("name"), str) else None
+    verdict.cells = len(body.get("cells") or {})
+    _check_signature(release, present, data, key, verdict)
+    for rel in sorted(set(present) - set(listed) - _TOP):
+        extra = present[rel]
+        problems.append(
+            (rel, "an extra file, not in release.json" if extra == "file" else f"a {extra}, not in release.json")
+        )
+    for rel, (sha, size) in sorted(listed.items()):
+        what = present.get(rel)
+        if what is None:
+            problems.append((rel, "missing"))
+            continue
+        if what != "file":
+            problems.append((rel, f"a {what} where release.json lists a file"))
+            continue
+        h = hashlib.sha256()
+        got = 0
+        try:
+            for chunk in release.chunks(rel):
+                h.update(chunk)
+                got += len(chunk)
+        except OSError as exc:
+            problems.append((rel, f"unreadable ({exc})"))
+            continue
+        if got != size:
+            problems.append((rel, f"changed: {got:,} bytes, release.json says {size:,}"))
+        elif h.hexdigest() != sha:
+            problems.append((rel, f"changed: sha256 {h.hexdigest()}, release.json says {sha}"))
+        verdict.files += 1
+        verdict.total_bytes += got
+    problems.sort()
+    return verdict
+
+
+def _check_signature(
+    release: LocalRelease | RemoteRelease, present: dict[str, str], data: bytes, key: Path | None, verdict: Verdict
+) -> None:
+    kind = present.get(SIGNATURE_FILE)
+    if kind is None:
+        if key is not None:
+            verdict.signature = "bad"
+            verdict.problems.append((SIGNATURE_FILE, f"missing: --key {key} asks for a signed release"))
+        return
+    if kind != "file":
+        verdict.signature = "bad"
+        verdict.problems.append((SIGNATURE_FILE, f"a {kind}"))
+        return
+    if key is None:
+        verdict.signature = "unchecked"
+        return
+    from ._sign import SIGNATURE_BYTES, signature_ok
+
+    try:
+        signature = _read_bounded(release, SIGNATURE_FILE, SIGNATURE_BYTES)
+    except (OSError, ValueError) as exc:
+        signature = b""
+        verdict.problems.append((SIGNATURE_FILE, str(exc)))
+    if signature_ok(data, signature, key):
+        verdict.signature = "ok"
+    else:
+        verdict.signature = "bad"
+        verdict.problems.append(
+            (
+                RELEASE_FILE,
+                f"its signature ({SIGNATURE_FILE}) does not verify with {key}: release.json or the signature was changed, or another key signed it",
+            )
+        )

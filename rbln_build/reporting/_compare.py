@@ -1,0 +1,132 @@
+"""``report --compare OLD_MANIFEST``: what changed between an earlier manifest (a release's) and this
+build, as a section of the page: counts by status, the budgets, the cells added, removed and whose
+budget was edited (``_changes``: paired with their old selves), resolved counts and failures."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from ._changes import diff_manifests
+from ._data import BuildView, budget_label, outcome
+from ._html import OUTCOME_TEXT, SHORT_TEXT, num, table
+
+__all__ = ["compare_section"]
+
+MAX_ROWS = 40  # rows shown per table; the rest are listed, folded
+
+
+def _status(e: dict[str, Any]) -> str:
+    try:
+        return outcome(e)
+    except (KeyError, TypeError):
+        return str(e.get("status"))
+
+
+def _ids(ids: list[str]) -> str:
+    return ", ".join(f"<code>{escape(c)}</code>" for c in ids) or "none"
+
+
+def _rows(rows: list[list[str]], header: list[str], what: str) -> str:
+    shown = table(header, rows[:MAX_ROWS])
+    if len(rows) > MAX_ROWS:
+        rest = table(header, rows[MAX_ROWS:])
+        shown += f"<details><summary>{len(rows) - MAX_ROWS:,} more {what}</summary>{rest}</details>"
+    return shown
+
+
+def compare_section(view: BuildView, old: dict[str, Any]) -> str:
+    new = {e["cell"]: e for e in view.entries}
+    d = diff_manifests(old, new)
+    edits: dict[str, str] = d["budget_edits"]
+    before: dict[str, int] = {}
+    now: dict[str, int] = {}
+    for cells, counts in ((old, before), (new, now)):
+        for e in cells.values():
+            counts[_status(e)] = counts.get(_status(e), 0) + 1
+    names = [k for k in OUTCOME_TEXT if before.get(k) or now.get(k)]
+    names += sorted(k for k in set(before) | set(now) if k not in OUTCOME_TEXT)
+    count_rows = [
+        [
+            escape(OUTCOME_TEXT.get(k, k)),
+            f'<td class="num">{before.get(k, 0):,}</td>',
+            f'<td class="num">{now.get(k, 0):,}</td>',
+            f'<td class="num">{now.get(k, 0) - before.get(k, 0):+,}</td>',
+        ]
+        for k in names
+    ]
+    count_rows.append(
+        ["all cells", f'<td class="num">{len(old):,}</td>', f'<td class="num">{len(new):,}</td>',
+         f'<td class="num">{len(new) - len(old):+,}</td>']
+    )  # fmt: skip
+    budgets_old = {budget_label(e.get("memory_budget")) for e in old.values()}
+    budgets_new = {budget_label(e.get("memory_budget")) for e in new.values()}
+    gone, came = sorted(budgets_old - budgets_new), sorted(budgets_new - budgets_old)
+    budgets = (
+        "<p>Budgets: the same."
+        if not gone and not came
+        else f"<p>Budgets: {escape(', '.join(gone)) or 'none'} no longer built; {escape(', '.join(came)) or 'none'} new."
+    )
+    budgets += (
+        f" {len(edits):,} cell{'' if len(edits) == 1 else 's'} had {'its' if len(edits) == 1 else 'their'} budget "
+        "edited (paired with the old cell below).</p>"
+        if edits
+        else "</p>"
+    )
+    changes = []
+    for cid, fields in d["changed"].items():
+        was = edits.get(cid, cid)
+        a, b = old[was], new[cid]
+        if not ({"kvcache_num_blocks", "status", "memory_budget"} & set(fields)):
+            continue
+        name = (
+            f"<code>{escape(was)}</code> &rarr; <code>{escape(cid)}</code>"
+            if cid in edits
+            else f"<code>{escape(cid)}</code>"
+        )
+        changes.append(
+            [
+                name,
+                f"{escape(budget_label(a.get('memory_budget')))} &rarr; {escape(budget_label(b.get('memory_budget')))}"
+                if "memory_budget" in fields
+                else escape(budget_label(b.get("memory_budget"))),
+                f"{num(a.get('kvcache_num_blocks'))} &rarr; {num(b.get('kvcache_num_blocks'))}"
+                if "kvcache_num_blocks" in fields
+                else num(b.get("kvcache_num_blocks")),
+                f"{escape(SHORT_TEXT.get(_status(a), _status(a)))} &rarr; {escape(SHORT_TEXT.get(_status(b), _status(b)))}"
+                if _status(a) != _status(b)
+                else escape(SHORT_TEXT.get(_status(b), _status(b))),
+            ]
+        )
+    failing = ("failed", "unexpected_success")
+    back = {was: cid for cid, was in edits.items()}
+    newly = sorted(
+        cid
+        for cid, e in new.items()
+        if _status(e) in failing
+        and (edits.get(cid, cid) not in old or _status(old[edits.get(cid, cid)]) not in failing)
+    )
+    fixed = sorted(
+        cid
+        for cid, e in old.items()
+        if _status(e) in failing and back.get(cid, cid) in new and _status(new[back.get(cid, cid)]) not in failing
+    )
+    verdict = (
+        "Resolved block counts changed: review before release."
+        if d["counts_changed"]
+        else "No resolved block count changed."
+    )
+    return (
+        f"<p>{len(d['added']):,} cells added, {len(d['removed']):,} removed, {len(d['changed']):,} changed. "
+        f"<strong>{verdict}</strong></p>"
+        + table(["status", "before", "now", "change"], count_rows)
+        + budgets
+        + (
+            _rows(changes, ["cell", "budget", "blocks", "status"], "changed cells")
+            if changes
+            else "<p>No cell's budget, blocks or status changed.</p>"
+        )
+        + f"<p>Failing now, not before: {_ids(newly)}.<br>Failing before, not now: {_ids(fixed)}.</p>"
+        + f"<details><summary>cells added ({len(d['added']):,}) and removed ({len(d['removed']):,})</summary>"
+        f"<p>added: {_ids(d['added'])}</p><p>removed: {_ids(d['removed'])}</p></details>"
+    )

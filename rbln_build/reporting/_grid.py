@@ -1,0 +1,91 @@
+"""The page's matrix at a glance: per device target, a grid of its cells (rows: model and the options
+that vary; columns: budgets by bytes per device), each square a link to its compile's figures; a
+budget axis longer than ``MAX_GRID_COLUMNS`` is drawn as a picture (the table follows, folded)."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from ._bars import grid_figure
+from ._data import BuildView, budget_label, outcome
+from ._figures import OUTCOME_GLYPHS, render
+from ._html import OUTCOME_TEXT, png, size, table
+
+__all__ = ["MAX_GRID_COLUMNS", "device_anchor", "grid_section"]
+
+MAX_GRID_COLUMNS = 24
+
+
+def device_anchor(device: str, npu: str) -> str:
+    return f"grid.{device}.{npu}"
+
+
+def _column_order(cells: list[dict[str, Any]]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], int | None]]:
+    """The budget columns by bytes per device. A column's bytes are those of any of its cells that
+    resolved them (a cell that failed before, e.g. a budget above the device, has none): the order
+    never depends on which cell came last. Columns no cell resolved go last, in label order."""
+    known: dict[tuple[str, str], int | None] = {}
+    for e in cells:
+        col = (type(e["memory_budget"]).__name__, budget_label(e["memory_budget"]))
+        if known.get(col) is None:
+            known[col] = e["budget_bytes"]
+    order = sorted(known, key=lambda c: (known[c] is None, known[c] or 0, c[1]))
+    return order, known
+
+
+def _square(e: dict[str, Any], slugs: dict[tuple[str, str], str]) -> str:
+    o, blocks = outcome(e), e["kvcache_num_blocks"]
+    if blocks is not None and o in ("full_pool", "cut", "unexpected_success"):
+        text = f"{blocks}" if blocks == e["num_full_blocks"] else f"{blocks} / {e['num_full_blocks']}"
+    else:
+        text = ""
+    text = f"{OUTCOME_GLYPHS[o]} {text}".strip()
+    tip = f"{e['cell']}: {OUTCOME_TEXT[o]}" + (f" ({e['error_kind']})" if e.get("error_kind") else "")
+    slug = slugs.get((str(e.get("compile_key")), e["inputs"]["npu"]))
+    if slug is not None:
+        text = f'<a href="#{escape(slug)}">{text}</a>'
+    return f'<td class="{o}" title="{escape(tip)}">{text}</td>'
+
+
+def grid_section(view: BuildView) -> str:
+    out = []
+    slugs = {(g.compile_key, g.npu): g.slug for g in view.groups}
+    devices = sorted({(e["inputs"]["device"], e["inputs"]["npu"], e["inputs"]["num_devices"]) for e in view.entries})
+    for device, npu, n in devices:
+        cells = [e for e in view.entries if (e["inputs"]["device"], e["inputs"]["npu"]) == (device, npu)]
+        rows: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+        for e in cells:
+            col = (type(e["memory_budget"]).__name__, budget_label(e["memory_budget"]))
+            rows.setdefault((e["inputs"]["model"], view.options(e)), {})[col] = e
+        order, known = _column_order(cells)
+        header = ["model / options"] + [
+            escape(c[1] if c[0] != "str" or not c[1].isdigit() else json.dumps(c[1]))
+            + (f"<br><span class=muted>{size(known[c])}</span>" if known[c] is not None else "")
+            for c in order
+        ]
+        body, labels = [], []
+        for (model, opts), by_col in sorted(rows.items()):
+            labels.append(f"{model} {opts}".strip())
+            row = [escape(model) + (f" <span class=muted>{escape(opts)}</span>" if opts else "")]
+            row += [_square(by_col[c], slugs) if c in by_col else '<td class="none"></td>' for c in order]
+            body.append(row)
+        title = f'<h3 id="{escape(device_anchor(device, npu))}">{escape(device)}: {n} x {escape(npu)}</h3>'
+        grid = table(header, body, "grid")
+        if len(order) > MAX_GRID_COLUMNS:
+            picture = grid_figure(
+                labels,
+                [c[1] for c in order],
+                [
+                    [None if c not in by_col else outcome(by_col[c]) for c in order]
+                    for _, by_col in sorted(rows.items())
+                ],
+                f"{device}: {n} x {npu}, {len(cells):,} cells over {len(order):,} budgets",
+            )
+            grid = (
+                png(render(picture), f"grid of {device}")
+                + f"<details><summary>the grid as a table ({len(order)} columns)</summary>{grid}</details>"
+            )
+        out.append(title + grid)
+    return "".join(out)

@@ -1,0 +1,228 @@
+"""Every command in the README's and the docs' code blocks is accounted for: it runs here and exits
+as the text around it says (slow: real builds), or the table names the test that runs it and why it
+cannot run as written (a cluster address, a bucket, a package install). A command added to the docs
+without an entry fails the fast test, so the docs cannot drift from what the tool does."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_COMMAND = re.compile(r"(rbln-build|python -m rbln_build|python bench|python scripts|pip |doit |python -m pytest|ray )")
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run it (in document order, in one shared folder) and expect this exit status."""
+
+    exit: int = 0
+    setup: str | None = None  # a documented command the text assumes ran just before (its context)
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Not run as written; ``test`` runs its equivalent, ``why`` says what cannot run here."""
+
+    test: str
+    why: str
+
+
+CLUSTER = "a cluster or bucket address (a placeholder)"
+INSTALL = "an install: .ci/run runs it in a fresh venv"
+COMMANDS: dict[str, Run | Elsewhere] = {
+    "pip install -e . && rbln-build": Elsewhere(".ci/run", "the quick start: CI installs and runs the default matrix"),
+    "pip install -e '.[test]' && python -m pytest": Elsewhere(".ci/run", "the quick start's test command"),
+    "pip install ./rbln-build": Elsewhere("tests/test_installed.py", "a wheel in a fresh venv"),
+    "pip install -e '.[report]'": Elsewhere(".ci/run", INSTALL),
+    "pip install 'rbln-build[ray]'": Elsewhere(".ci/run", INSTALL),
+    "pip install 'rbln-build[remote]'": Elsewhere(".ci/run", INSTALL),
+    "pip install hydra-joblib-launcher": Elsewhere(".ci/run", INSTALL),
+    "rbln-build": Run(),
+    "rbln-build --help": Run(),
+    "rbln-build status": Run(),
+    "rbln-build gc --dry-run": Run(),
+    "rbln-build jobs=4": Run(),
+    "rbln-build jobs=1": Run(),
+    "rbln-build matrix=release device=rebel100 budget=0.3": Run(),
+    "rbln-build -m budget=0.3,0.5 device=atom_max_x4,rebel100": Run(),
+    "rbln-build matrix=plans device=rebel100 'matrix.budgets=[0.3,0.4,0.5]'": Run(),
+    "rbln-build matrix=release jobs=4": Run(),
+    "rbln-build explain model=qwen3_8b device=rebel100": Run(),
+    "rbln-build explain model=qwen3_8b device=atom_max_x4": Run(),
+    "rbln-build explain model=qwen3_8b device=rebel100 --plot q.png": Run(),
+    "rbln-build explain model=qwen3_8b device=rebel100 --plot qwen3_8b.rebel100.png": Run(),
+    "rbln-build report": Run(),
+    "rbln-build report --open": Run(),
+    "rbln-build report [build_dir=build] [--open]": Run(),
+    "rbln-build report build_dir=/scratch/rbln": Run(),
+    "rbln-build report /scratch/rbln": Run(),
+    "rbln-build report --compare release/manifest.json": Elsewhere(
+        "tests/test_report_views.py", "needs a released manifest (the test compares two builds)"
+    ),
+    "python scripts/docs_report.py": Elsewhere("tests/test_reporting.py", "regenerates docs/report.png with Chromium"),
+    "python scripts/docs_report.py --build-dir /tmp/shot": Elsewhere(
+        "tests/test_reporting.py", "the same script on an existing build"
+    ),
+    "rbln-build && rbln-build report": Run(),
+    "rbln-build matrix.budgetz=[0.3]": Run(exit=2),
+    "rbln-build matrix.batch_sizes=[a]": Run(exit=2),
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b": Run(),
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b [--json]": Run(),
+    "rbln-build deployment=qwen3_8b_llama3_2_1b": Run(),
+    "rbln-build explain deployment=qwen3_8b_llama3_2_1b": Run(),
+    "rbln-build serve-command deployment=qwen3_8b_llama3_2_1b": Run(),
+    # the run examples take a cell of the default matrix (the quick start's build)
+    "python -m rbln_build.run build/artifacts/<cell> --prompt-ids 1,2,3 --max-new-tokens 8": Run(setup="rbln-build"),
+    "python -m rbln_build.run --manifest build/manifest.json <cell> --prompt-ids 1,2,3": Run(setup="rbln-build"),
+    'python -m rbln_build.run build/artifacts/<cell> --prompt "some text"': Elsewhere(
+        "tests/test_checkpoint_e2e.py",
+        "needs a cell with a tokenizer: a checkpoint recipe's (the tiny recipes ship none)",
+    ),
+    "rbln-build serve-command build/artifacts/<cell>": Elsewhere(
+        "tests/test_checkpoint_e2e.py", "serve-command of one built cell, with its tokenizer"
+    ),
+    "doit list": Elsewhere(
+        "tests/test_cli.py::test_doit_from_the_repo_root_sees_the_same_tasks", "runs from the repo root"
+    ),
+    "rbln-build build_dir=/tmp/shot && rbln-build report build_dir=/tmp/shot": Elsewhere(
+        "tests/test_report.py", "the screenshot's build: the same default build and report as above, in another folder"
+    ),
+    "rbln-build init my-release && cd my-release": Run(),
+    "rbln-build recipe add my_model --from /data/checkpoints/my-model": Elsewhere(
+        "tests/test_project.py", "a checkpoint folder of the user's (the test makes one with save_pretrained)"
+    ),
+    "rbln-build diff released/manifest.json build/manifest.json": Elsewhere(
+        "tests/test_status.py", "needs a released manifest (the test diffs two builds)"
+    ),
+    "rbln-build executor=ray cache.remote=s3://bucket/prefix": Elsewhere("tests/test_ray.py", CLUSTER),
+    "rbln-build matrix=release executor=ray": Elsewhere("tests/test_ray.py", "starts a local Ray cluster (the extra)"),
+    "rbln-build matrix=release executor=ray executor.address=auto": Elsewhere("tests/test_ray.py", CLUSTER),
+    "rbln-build matrix=release executor=ray executor.address=10.0.0.5:6379": Elsewhere("tests/test_ray.py", CLUSTER),
+    "rbln-build matrix=release executor=ray +executor.resources.rbln_sdk=1 executor.num_cpus=8": Elsewhere(
+        "tests/test_ray.py", "a cluster with an rbln_sdk resource"
+    ),
+    "ray start --head --port=6379 --include-dashboard=false": Elsewhere("tests/test_ray.py", CLUSTER),
+    "ray start --address=HEAD:6379 --resources='{\"rbln_sdk\": 1}'": Elsewhere("tests/test_ray.py", CLUSTER),
+    "rbln-build matrix=release matrix.backend=rbln executor=ray executor.address=HEAD:6379 "
+    "cache.remote=s3://team-bucket/rbln-cache": Elsewhere("tests/test_ray.py", CLUSTER),
+    "rbln-build cache.remote=file:///mnt/shared/rbln-cache": Elsewhere("tests/test_remote.py", "a shared folder"),
+    "rbln-build cache.remote=s3://team-bucket/rbln-cache": Elsewhere("tests/test_remote.py", CLUSTER),
+    "rbln-build cache.remote=s3://team-bucket/rbln-cache cache.require_remote=true": Elsewhere(
+        "tests/test_remote.py", CLUSTER
+    ),
+    "rbln-build -m hydra/launcher=joblib matrix=plans budget=0.3,0.5": Elsewhere(
+        "tests/test_launchers.py", "the joblib launcher's sweep"
+    ),
+}
+# After `rbln-build init my-release && cd my-release`, these README commands run inside the project.
+IN_PROJECT = ("rbln-build status",)
+
+
+def documented() -> list[tuple[str, str]]:
+    """(doc, command) for every command line in a code block, in document order, each once."""
+    seen: dict[str, str] = {}
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for block in re.findall(r"```(?:bash|sh|console|shell)?\n(.*?)```", text, re.S):
+            lines = block.splitlines()
+            i = 0
+            while i < len(lines):
+                line = lines[i].strip()
+                while line.endswith("\\") and i + 1 < len(lines):  # a continued command
+                    i += 1
+                    line = line[:-1].rstrip() + " " + lines[i].strip()
+                i += 1
+                line = line.removeprefix("$ ")
+                line = re.split(r"\s{2,}#|\s+#\s", line)[0].strip()
+                if _COMMAND.match(line):
+                    seen.setdefault(line, doc.relative_to(ROOT).as_posix())
+    return [(doc, command) for command, doc in seen.items()]
+
+
+def test_every_documented_command_is_accounted_for() -> None:
+    missing = [f"{doc}: {command}" for doc, command in documented() if command not in COMMANDS]
+    assert missing == [], (
+        "commands in the docs with no entry in COMMANDS (run them here, or name the test that does):\n"
+        + "\n".join(missing)
+    )
+    stale = sorted(set(COMMANDS) - {command for _, command in documented()})
+    assert stale == [], f"COMMANDS lists commands no doc shows any more: {stale}"
+    for command, how in COMMANDS.items():
+        if isinstance(how, Elsewhere) and how.test.startswith("tests/"):
+            assert (ROOT / how.test.split("::")[0]).is_file(), f"{command}: {how.test} does not exist"
+
+
+def _argv_lists(command: str, work: Path, cell: str) -> list[list[str]]:
+    """The command as argv lists (``a && b`` is two), placeholders filled, options in brackets
+    taken, and ``rbln-build`` / ``python`` run from this interpreter."""
+    text = command.replace("<cell>", cell).replace("/scratch/rbln", str(work / "build"))
+    text = re.sub(
+        r"\[([^\]\[]*=?[^\]\[]*)\]",
+        lambda m: m.group(1) if m.group(1).startswith(("--", "build_dir")) else m.group(0),
+        text,
+    )
+    out = []
+    for part in text.split("&&"):
+        argv = shlex.split(part)
+        if argv[0] == "rbln-build":
+            argv = [sys.executable, "-m", "rbln_build.cli", *argv[1:]]
+        elif argv[0] == "python":
+            argv = [sys.executable, *argv[1:]]
+        out.append(argv)
+    return out
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("docs-commands")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize(("doc", "command"), [d for d in documented() if isinstance(COMMANDS.get(d[1]), Run)])
+def test_documented_command_runs_as_the_docs_say(doc: str, command: str, work: Path) -> None:
+    how = COMMANDS[command]
+    assert isinstance(how, Run)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        RBLN_BUILD_CACHE=str(work / "inventory"),  # the memory model's inventories, shared by the builds here
+        DISPLAY="",  # report --open prints its URL
+    )
+    env.pop("RBLN_BUILD_PROJECT", None)
+    cwd = work
+    if command.startswith("rbln-build init"):
+        (work / "p").mkdir(exist_ok=True)
+        cwd = work / "p"
+    steps = ([] if how.setup is None else _argv_lists(how.setup, work, "")) + _argv_lists(
+        command, work, "tiny_llama.rebel100.b208MB"
+    )
+    for argv in steps:
+        if argv[0] == "cd":
+            continue
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == how.exit, (
+            f"{doc}: `{command}` exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        )
+        assert "Traceback" not in proc.stderr, proc.stderr
+        if how.exit == 2:
+            assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # one line naming the key
+    if command in IN_PROJECT and (work / "p" / "my-release").is_dir():  # the project's own drift check
+        proc = subprocess.run(
+            [sys.executable, "-m", "rbln_build.cli", "status"],
+            cwd=work / "p" / "my-release",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 1 and "new" in proc.stdout, proc.stdout  # not built yet: a build would do it all

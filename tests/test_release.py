@@ -1,0 +1,488 @@
+"""``rbln-build release`` and ``rbln-build verify`` through the real CLI, on a real build of
+matrix=plans (plan cells: config.json + rbln-build.json, seconds to build) and, in the slow test, of
+the tiny recipes' torch programs: real files, byte-identical releases, immutable names, every kind
+of tampering named by verify, signatures, S3 (moto's server on 127.0.0.1) and no torch in verify."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cli import PLANS, check_ok, rbln
+
+try:  # moto's S3 server on 127.0.0.1, the fixture the remote cache's tests use
+    from test_remote import s3  # noqa: F401
+except pytest.skip.Exception:  # no fsspec: the S3 test skips, the others run
+
+    @pytest.fixture
+    def s3() -> Any:
+        pytest.skip("fsspec is not installed (pip install 'rbln-build[remote]')")
+
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def inventories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The memory model's parameter inventories, computed by the first build and shared by the
+    module's builds (RBLN_BUILD_CACHE), as test_deploy_cli shares them."""
+    return {"RBLN_BUILD_CACHE": str(tmp_path_factory.mktemp("inventories"))}
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory, inventories: dict[str, str]) -> Path:
+    """One clean build of matrix=plans (its folder holds build/); tests copy it."""
+    work = tmp_path_factory.mktemp("plans")
+    check_ok(rbln([*PLANS, f"build_dir={work / 'build'}"], cwd=work, env=inventories))
+    return work
+
+
+def copy(plans: Path, tmp_path: Path) -> Path:
+    shutil.copytree(plans / "build", tmp_path / "build", symlinks=True)
+    return tmp_path
+
+
+def release(work: Path, name: str, *extra: str) -> Any:
+    return rbln(["release", name, "--build-dir", str(work / "build"), *extra], cwd=work)
+
+
+def verify(work: Path, where: str | Path, *extra: str) -> Any:
+    return rbln(["verify", str(where), *extra], cwd=work)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_release_holds_real_files_cards_and_verifies(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    proc = release(work, "v1")
+    check_ok(proc)
+    out = work / "build" / "releases" / "v1"
+    assert f"-> {out}" in proc.stdout and "not released: qwen3_8b.atom_max_x4.b0.3 (expected_failure)" in proc.stdout
+    body = json.loads((out / "release.json").read_text())
+    manifest = json.loads((work / "build" / "manifest.json").read_bytes())
+    assert body["manifest_sha256"] == hashlib.sha256((work / "build" / "manifest.json").read_bytes()).hexdigest()
+    assert sorted(body["cells"]) == sorted(c for c, e in manifest["cells"].items() if e["status"] == "ok")
+    assert body["not_released"] == {"qwen3_8b.atom_max_x4.b0.3": "expected_failure"}
+    for cid, cell in body["cells"].items():
+        assert cell["record"] == manifest["cells"][cid]
+        names = sorted(p.name for p in (out / cid).iterdir())
+        assert names == ["README.md", "config.json", "rbln-build.json"]
+        assert (out / cid / "config.json").read_bytes() == (
+            work / "build" / "artifacts" / cid / "config.json"
+        ).read_bytes()
+    assert not [p for p in out.rglob("*") if p.is_symlink()]
+    assert set(body["files"]) == {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {
+        "release.json"
+    }
+    for rel, digest in body["files"].items():
+        data = (out / rel).read_bytes()
+        assert digest == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    prov = body["provenance"]
+    assert (
+        prov["rbln_build"]
+        and prov["recipes"]["qwen3_8b"]["recipe_hash"]
+        == (manifest["cells"]["qwen3_8b.rebel100.b0.3"]["inputs"]["recipe_hash"])
+    )
+    assert prov["git"] == {"commit": None, "clean": None, "note": "the project is not in a git repository"}
+    assert prov["toolchains"] and prov["devices"]["rebel100"] == {"npu": "RBLN-CR03", "num_devices": 1}
+    card = (out / "qwen3_8b.rebel100.b0.3" / "README.md").read_text()
+    record = manifest["cells"]["qwen3_8b.rebel100.b0.3"]
+    assert "| kvcache_num_blocks | **21** |" in card and "45,097,156,608 bytes per device" in card
+    assert (
+        f"| floor | {record['num_min_blocks']} blocks" in card
+        and f"| full pool | {record['num_full_blocks']} blocks" in card
+    )
+    assert "RBLN_VISIBLE_DEVICES=0 vllm serve Qwen/Qwen3-8B --port 8000 --max-num-seqs 8" in card
+    assert "--gpu-memory-utilization 0.3 " in card
+    proc = verify(work, out)
+    check_ok(proc)
+    assert proc.stdout.startswith(f"release v1: {len(body['cells'])} cells, {len(body['files'])} files (")
+    assert "not signed" in proc.stdout
+
+
+def test_two_releases_of_one_build_are_byte_identical_and_a_repeat_is_a_no_op(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    check_ok(release(work, "v1", "--to", str(tmp_path / "a")))
+    check_ok(release(work, "v1", "--to", str(tmp_path / "b")))
+    first = tree(tmp_path / "a" / "v1")
+    assert first == tree(tmp_path / "b" / "v1")
+    proc = release(work, "v1", "--to", str(tmp_path / "a"))
+    check_ok(proc)
+    assert "release v1: unchanged" in proc.stdout and "nothing written" in proc.stdout
+    assert tree(tmp_path / "a" / "v1") == first
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["v1"]  # no staging folder left behind
+
+
+def test_a_changed_build_under_the_same_name_is_refused(
+    plans: Path, tmp_path: Path, inventories: dict[str, str]
+) -> None:
+    work = copy(plans, tmp_path)
+    check_ok(release(work, "v1"))
+    before = tree(work / "build" / "releases" / "v1")
+    # the same matrix with one budget moved: other cells, other block counts
+    check_ok(rbln([*PLANS, "matrix.budgets=[0.3,0.6]", f"build_dir={work / 'build'}"], cwd=work, env=inventories))
+    proc = release(work, "v1")
+    check_ok(proc, 2)
+    assert "already holds a release with different content; first difference: " in proc.stderr
+    assert "llama3_2_1b.atom_max_x4.b0.5/README.md (only in the existing release)" in proc.stderr
+    assert "A release name is immutable: choose a new name." in proc.stderr and "Traceback" not in proc.stderr
+    assert tree(work / "build" / "releases" / "v1") == before
+    check_ok(release(work, "v2"))
+
+
+def test_a_selection_by_glob_and_its_errors(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    proc = release(work, "q", "--cells", "qwen3_8b.rebel100.*", "--json")
+    check_ok(proc)
+    out = json.loads(proc.stdout)
+    assert out["cells"] == ["qwen3_8b.rebel100.b0.3", "qwen3_8b.rebel100.b0.5"] and out["outcome"] == "published"
+    proc = release(work, "none", "--cells", "nope*")
+    check_ok(proc, 2)
+    assert "--cells 'nope*' matches no cell of" in proc.stderr
+    proc = release(work, "../up")
+    check_ok(proc, 2)
+    assert "release name '../up' is not a safe folder name" in proc.stderr
+
+
+def test_a_deployment_releases_its_cells(tmp_path: Path, inventories: dict[str, str]) -> None:
+    deployment = "qwen3_8b_llama3_2_1b"  # two plan cells on one Rebel100
+    check_ok(rbln([f"deployment={deployment}", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=inventories))
+    cells = {
+        m["cell"]
+        for m in json.loads((tmp_path / "build" / "manifest.json").read_bytes())["deployments"][deployment][
+            "models"
+        ].values()
+    }
+    proc = release(tmp_path, "pair", "--deployment", deployment, "--json")
+    check_ok(proc)
+    assert set(json.loads(proc.stdout)["cells"]) == cells and len(cells) == 2
+    body = json.loads((tmp_path / "build" / "releases" / "pair" / "release.json").read_bytes())
+    assert body["selection"]["deployment"] == deployment and body["provenance"]["deployments"] == [deployment]
+    proc = release(tmp_path, "none", "--deployment", "tiny_pair")
+    check_ok(proc, 2)
+    assert (
+        f"--deployment tiny_pair: {tmp_path / 'build' / 'manifest.json'} holds no build of that deployment (built: {deployment})"
+        in proc.stderr
+    )
+
+
+def test_an_artifact_changed_after_the_build_is_not_released(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    target = (work / "build" / "artifacts" / "qwen3_8b.rebel100.b0.3" / "config.json").resolve()
+    target.write_bytes(target.read_bytes().replace(b"36", b"37", 1))
+    proc = release(work, "v1")
+    check_ok(proc, 1)
+    assert "qwen3_8b.rebel100.b0.3" in proc.stderr and "does not match" in proc.stderr
+    assert "Nothing was released" in proc.stderr
+    assert list((work / "build" / "releases").iterdir()) == []
+
+
+# -- tampering -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def released(plans: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("released")
+    check_ok(rbln(["release", "v1", "--build-dir", str(plans / "build"), "--to", str(out)], cwd=plans))
+    return out / "v1"
+
+
+CELL = "qwen3_8b.rebel100.b0.3"
+
+
+def _flip(root: Path) -> str:
+    path = root / CELL / "config.json"
+    data = path.read_bytes()
+    path.write_bytes(data[:10] + bytes([data[10] ^ 1]) + data[11:])
+    return f"{CELL}/config.json: changed: sha256 "
+
+
+def _add(root: Path) -> str:
+    (root / CELL / "extra.bin").write_bytes(b"x")
+    return f"{CELL}/extra.bin: an extra file, not in release.json"
+
+
+def _delete(root: Path) -> str:
+    (root / CELL / "rbln-build.json").unlink()
+    return f"{CELL}/rbln-build.json: missing"
+
+
+def _symlink(root: Path) -> str:
+    path = root / CELL / "config.json"
+    keep = root.parent / "kept-config.json"
+    shutil.copyfile(path, keep)
+    path.unlink()
+    path.symlink_to(keep)  # the same bytes, through a link: still refused
+    return f"{CELL}/config.json: a symlink where release.json lists a file"
+
+
+def _truncate(root: Path) -> str:
+    path = root / CELL / "README.md"
+    path.write_bytes(path.read_bytes()[:-1])
+    return f"{CELL}/README.md: changed: "
+
+
+def _edit_release_json(root: Path) -> str:
+    path = root / "release.json"
+    path.write_text(path.read_text().replace('"kvcache_num_blocks": 21', '"kvcache_num_blocks": 22', 1))
+    return "release.json: edited: its content_sha256 does not match its content"
+
+
+def _delete_release_json(root: Path) -> str:
+    (root / "release.json").unlink()
+    return "release.json: missing"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [_flip, _add, _delete, _symlink, _truncate, _edit_release_json, _delete_release_json],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_verify_names_every_kind_of_tampering(released: Path, tmp_path: Path, tamper: Any) -> None:
+    root = tmp_path / "v1"
+    shutil.copytree(released, root, symlinks=True)
+    check_ok(verify(tmp_path, root))
+    expected = tamper(root)
+    proc = verify(tmp_path, root)
+    check_ok(proc, 1)
+    assert f"rbln-build verify: {root}/{expected}" in proc.stderr, proc.stderr
+    assert "FAILED" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_verify_imports_no_torch(released: Path, tmp_path: Path) -> None:
+    modules = tmp_path / "modules.txt"
+    check_ok(rbln(["verify", str(released)], cwd=tmp_path, modules=modules))
+    assert modules.read_text() == ""
+
+
+def test_verify_of_no_release_is_a_usage_error(tmp_path: Path) -> None:
+    proc = verify(tmp_path, tmp_path / "nowhere")
+    check_ok(proc, 2)
+    assert "no release folder there" in proc.stderr
+
+
+# -- signatures ----------------------------------------------------------------------------------
+
+
+def _keys(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private, public = tmp_path / f"{name}.key", tmp_path / f"{name}.pub"
+    private.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    return private, public
+
+
+def test_a_signed_release_verifies_with_its_key_and_an_edit_is_caught(plans: Path, tmp_path: Path) -> None:
+    private, public = _keys(tmp_path, "release")
+    _, other = _keys(tmp_path, "other")
+    work = copy(plans, tmp_path)
+    proc = release(work, "s1", "--sign", str(private), "--to", str(tmp_path / "out"))
+    check_ok(proc)
+    root = tmp_path / "out" / "s1"
+    assert len((root / "release.json.sig").read_bytes()) == 64
+    proc = verify(tmp_path, root, "--key", str(public))
+    check_ok(proc)
+    assert f"signature ok ({public})" in proc.stdout
+    check_ok(verify(tmp_path, root))  # without --key: checked files, signature noted
+    assert "signed, signature not checked" in verify(tmp_path, root).stdout
+    proc = verify(tmp_path, root, "--key", str(other))
+    check_ok(proc, 1)
+    assert "release.json: its signature (release.json.sig) does not verify with" in proc.stderr
+    # an edit that even recomputes release.json's self-hash: only the signature catches it
+    from rbln_build.release._format import render_release
+
+    body = json.loads((root / "release.json").read_bytes())
+    body["cells"][CELL]["record"]["kvcache_num_blocks"] = 40
+    body.pop("content_sha256")
+    (root / "release.json").write_bytes(render_release(body))
+    check_ok(verify(tmp_path, root))  # consistent and unsigned-checked: the documented limit
+    proc = verify(tmp_path, root, "--key", str(public))
+    check_ok(proc, 1)
+    assert f"{root}/release.json: its signature (release.json.sig) does not verify" in proc.stderr
+    (root / "release.json.sig").unlink()
+    proc = verify(tmp_path, root, "--key", str(public))
+    check_ok(proc, 1)
+    assert f"{root}/release.json.sig: missing: --key {public} asks for a signed release" in proc.stderr
+
+
+def test_two_signed_releases_are_identical_and_bad_keys_are_usage_errors(plans: Path, tmp_path: Path) -> None:
+    private, public = _keys(tmp_path, "release")
+    work = copy(plans, tmp_path)
+    for to in ("a", "b"):
+        check_ok(release(work, "s1", "--sign", str(private), "--to", str(tmp_path / to)))
+    assert tree(tmp_path / "a" / "s1") == tree(tmp_path / "b" / "s1")
+    proc = release(work, "s2", "--sign", str(public))
+    check_ok(proc, 2)
+    assert f"--sign {public}: not an unencrypted PEM private key" in proc.stderr
+    assert not (work / "build" / "releases" / "s2").exists()
+
+
+# -- destinations: file:// and S3 ------------------------------------------------------------------
+
+
+def test_a_file_url_destination_publishes_release_json_last(plans: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    pytest.importorskip("fsspec")
+    from rbln_build.release import _dest
+    from rbln_build.release._bundle import Selection, stage_release
+
+    staging = tmp_path / "staging" / "u1"
+    stage_release(plans / "build", "u1", Selection(), staging, plans)
+    url = f"file://{tmp_path / 'remote'}"
+    real_mv = _dest._mv
+    moved: list[str] = []
+
+    def failing_mv(fs: Any, src: str, dst: str) -> None:
+        if len(moved) == 5:
+            raise OSError("the network went away")
+        moved.append(dst)
+        real_mv(fs, src, dst)
+
+    monkeypatch.setattr(_dest, "_mv", failing_mv)
+    with pytest.raises(_dest.BuildError, match="nothing was made visible"):
+        _dest.publish(staging, url, "u1")
+    assert not (tmp_path / "remote" / "u1" / "release.json").exists()
+    assert len(list((tmp_path / "remote" / "u1").rglob("*.json"))) > 0  # half uploaded, invisible
+    assert not list((tmp_path / "remote" / ".tmp-release").iterdir())  # its temporaries removed
+    monkeypatch.setattr(_dest, "_mv", real_mv)
+    assert _dest.publish(staging, url, "u1")[1] == "published"  # the same release completes it
+    check_ok(verify(tmp_path, url + "/u1"))
+    assert _dest.publish(staging, url, "u1")[1] == "unchanged"
+
+
+@pytest.mark.slow
+def test_release_to_s3_then_verify_from_the_url(plans: Path, tmp_path: Path, s3: Any) -> None:
+    env, fs, _ = s3
+    work = copy(plans, tmp_path)
+    url = "s3://rbln-cache/releases"
+    proc = rbln(["release", "v1", "--build-dir", str(work / "build"), "--to", url], cwd=work, env=env)
+    check_ok(proc)
+    assert f"-> {url}/v1" in proc.stdout
+    assert not fs.exists("rbln-cache/releases/.tmp-release") or not fs.find("rbln-cache/releases/.tmp-release")
+    local = tmp_path / "local"
+    check_ok(release(work, "v1", "--to", str(local)))
+    assert fs.cat_file("rbln-cache/releases/v1/release.json") == (local / "v1" / "release.json").read_bytes()
+    shutil.rmtree(work / "build")  # the consumer has no build dir
+    proc = rbln(["verify", f"{url}/v1"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    assert proc.stdout.startswith("release v1: ")
+    key = f"rbln-cache/releases/v1/{CELL}/config.json"
+    data = fs.cat_file(key)
+    fs.pipe_file(key, data[:10] + bytes([data[10] ^ 1]) + data[11:])
+    proc = rbln(["verify", f"{url}/v1"], cwd=tmp_path, env=env)
+    check_ok(proc, 1)
+    assert f"rbln-build verify: {url}/v1/{CELL}/config.json: changed: sha256 " in proc.stderr
+
+
+def test_provenance_records_the_projects_git_commit_and_a_dirty_tree(plans: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    repo = tmp_path / "project"
+    repo.mkdir()
+    (repo / "rbln-build.yaml").write_text("{}\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    git_env = dict(os.environ, **env)
+    for args in (["init", "-q"], ["add", "rbln-build.yaml"], ["commit", "-qm", "project"]):
+        subprocess.run(["git", *args], cwd=repo, env=git_env, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    shutil.copytree(plans / "build", repo / "build", symlinks=True)  # untracked, and not part of the check
+    check_ok(rbln(["release", "v1"], cwd=repo))  # the project's build/ and build/releases by default
+    prov = json.loads((repo / "build" / "releases" / "v1" / "release.json").read_bytes())["provenance"]
+    assert prov["git"] == {"commit": head, "clean": True}
+    (repo / "rbln-build.yaml").write_text("{}  # edited\n")
+    check_ok(rbln(["release", "v2"], cwd=repo))
+    prov = json.loads((repo / "build" / "releases" / "v2" / "release.json").read_bytes())["provenance"]
+    assert prov["git"] == {"commit": head, "clean": False}
+
+
+def test_without_cryptography_signing_says_what_to_install(monkeypatch: Any, tmp_path: Path) -> None:
+    import sys
+
+    from rbln_build.errors import UserError
+    from rbln_build.release import _sign
+
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)
+    with pytest.raises(UserError, match=r"pip install 'rbln-build\[sign\]'"):
+        _sign.sign(b"{}", tmp_path / "release.key")
+
+
+# -- end to end: real programs and optimum-rbln cells, loaded from the release alone ---------------
+
+
+@pytest.mark.slow
+def test_release_of_torch_and_rbln_builds_loads_from_the_release_alone(
+    tmp_path: Path, s3: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tiny recipes (seeded weights) built by both backends -> release to a folder and to S3 ->
+    build dirs deleted -> verify both -> a torch cell generates the build's tokens from the release,
+    and optimum-rbln loads every rbln cell from the release with the manifest's block count."""
+    from _rbln_sdk import HAS_OPTIMUM_RBLN, sdk_env, sdk_on_path
+
+    if not HAS_OPTIMUM_RBLN:
+        pytest.skip("optimum-rbln 0.12.0 is not installed (pip install --no-deps optimum-rbln==0.12.0)")
+    env, fs, _ = s3
+    builds = {
+        "torch": ["matrix=tiny", "matrix.budgets=[90MB]", "matrix.expect_failure=[]", "model=tiny_llama"],
+        "rbln": ["matrix=tiny", "matrix.backend=rbln", "matrix.budgets=[null]", "matrix.expect_failure=[]"],
+    }
+    sdk = {k: v for k, v in sdk_env().items() if k != "HF_HUB_OFFLINE"}  # test_cli.rbln sets that one
+    prompt = ["--prompt-ids", "1,2,3", "--max-new-tokens", "6"]
+    before: dict[str, str] = {}
+    for backend, args in builds.items():
+        build = tmp_path / backend / "build"
+        check_ok(rbln([*args, f"build_dir={build}"], cwd=tmp_path, env={**sdk, **env}))
+        for to in (str(tmp_path / "out"), "s3://rbln-cache/e2e"):
+            check_ok(rbln(["release", backend, "--build-dir", str(build), "--to", to], cwd=tmp_path, env=env))
+        if backend == "torch":
+            cell = build / "artifacts" / "tiny_llama.atom_max.b90MB"
+            before["torch"] = _run_cell(cell, prompt)
+        shutil.rmtree(tmp_path / backend)
+    for backend in builds:
+        check_ok(verify(tmp_path, tmp_path / "out" / backend))
+        check_ok(rbln(["verify", f"s3://rbln-cache/e2e/{backend}"], cwd=tmp_path, env=env))
+        assert (
+            fs.cat_file(f"rbln-cache/e2e/{backend}/release.json")
+            == (tmp_path / "out" / backend / "release.json").read_bytes()
+        )
+    torch_release = tmp_path / "out" / "torch"
+    assert _run_cell(torch_release / "tiny_llama.atom_max.b90MB", prompt) == before["torch"]
+    body = json.loads((tmp_path / "out" / "rbln" / "release.json").read_bytes())
+    assert body["cells"]
+    with pytest.MonkeyPatch.context() as mp:
+        sdk_on_path(mp)
+        from optimum.rbln import RBLNAutoModelForCausalLM
+
+        for cid, cell in body["cells"].items():
+            folder = tmp_path / "out" / "rbln" / cell["dir"]
+            assert (folder / "rbln_config.json").is_file()
+            model = RBLNAutoModelForCausalLM.from_pretrained(str(folder), export=False, rbln_create_runtimes=False)
+            assert model.rbln_config.kvcache_num_blocks == cell["record"]["kvcache_num_blocks"], cid
+            card = (folder / "README.md").read_text()
+            assert f'.from_pretrained("{cid}", export=False)' in card
+            assert f"vllm serve ./{cid} --port 8000" in card
+
+
+def _run_cell(cell: Path, prompt: list[str]) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "rbln_build.run", str(cell), *prompt], capture_output=True, text=True, timeout=300
+    )
+    check_ok(proc)  # type: ignore[arg-type]
+    assert proc.stdout.startswith("prompt 0: ")
+    return proc.stdout
