@@ -237,11 +237,17 @@ class RemoteStore(Store):
                 _pack(entry, packed)
                 blob, size = _sha256_file(packed), packed.stat().st_size
                 blob_path = f"{base}/blobs/{blob}"
-                if not self._call(fs.exists, blob_path):
+                try:
+                    there: int | None = self._call(fs.size, blob_path)
+                except FileNotFoundError:
+                    there = None
+                # a blob of this name holds exactly these bytes; one of another size is damaged
+                # (truncated, say) whoever points to it, and is replaced
+                if there != size:
                     staged = f"{base}/tmp/{uuid.uuid4().hex}"
                     self._call(fs.put_file, str(packed), staged, transfer=True)
                     self._call(_publish, fs, staged, blob_path, transfer=True)
-                    new_blob = True
+                    new_blob = there is None
             finally:
                 packed.unlink(missing_ok=True)
             pointer = canonical_json({"blob": blob, "content_hash": entry.content_hash, "size": size}).encode("utf-8")
