@@ -173,6 +173,21 @@ def test_a_deployment_releases_its_cells(tmp_path: Path, inventories: dict[str, 
     )
 
 
+def test_a_failed_cell_stops_the_release_unless_allowed(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    path = work / "build" / "manifest.json"  # as a build with matrix.expect_failure=[] records that cell
+    manifest = json.loads(path.read_bytes())
+    manifest["cells"]["qwen3_8b.atom_max_x4.b0.3"]["status"] = "failed"
+    path.write_text(json.dumps(manifest))
+    proc = release(work, "v1")
+    check_ok(proc, 2)
+    assert "1 selected cell(s) of" in proc.stderr and "did not build: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stderr
+    assert "--allow-failed" in proc.stderr and not (work / "build" / "releases" / "v1").exists()
+    proc = release(work, "v1", "--allow-failed")
+    check_ok(proc)
+    assert "not released: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stdout
+
+
 def test_an_artifact_changed_after_the_build_is_not_released(plans: Path, tmp_path: Path) -> None:
     work = copy(plans, tmp_path)
     target = (work / "build" / "artifacts" / "qwen3_8b.rebel100.b0.3" / "config.json").resolve()
@@ -406,6 +421,21 @@ def test_provenance_records_the_projects_git_commit_and_a_dirty_tree(plans: Path
     check_ok(rbln(["release", "v2"], cwd=repo))
     prov = json.loads((repo / "build" / "releases" / "v2" / "release.json").read_bytes())["provenance"]
     assert prov["git"] == {"commit": head, "clean": False}
+    proc = rbln(["release", "v1"], cwd=repo)  # the same cells from a dirty tree: not the release v1 is
+    check_ok(proc, 2)
+    assert "first difference: release.json at provenance.git.clean (every file is the same)" in proc.stderr
+
+
+def test_verify_refuses_an_oversized_release_json_before_reading_it(
+    released: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from rbln_build.release import _verify
+
+    assert _verify.verify_release(str(released)).ok
+    size = (released / "release.json").stat().st_size
+    monkeypatch.setattr(_verify, "MAX_RELEASE_JSON_BYTES", size - 1)
+    verdict = _verify.verify_release(str(released))
+    assert verdict.problems == [("release.json", f"over {size - 1:,} bytes; refused before reading")]
 
 
 def test_without_cryptography_signing_says_what_to_install(monkeypatch: Any, tmp_path: Path) -> None:

@@ -184,6 +184,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
     started = time.perf_counter()
+    from ..config import check_contained
+
+    cache_dir = jobs[0].scale.cache_dir
+    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # before .lock and hydra/
     lock = _lock(build_dir)
     state["build_dir"] = build_dir
     try:

@@ -5,6 +5,7 @@
     executor=ray executor.address=auto      compile keys as Ray tasks (conf/executor/ray.yaml)
     cache.remote=s3://bucket/prefix         a second cache level behind build_dir/cache (fsspec URL)
     cache.require_remote=true               an unreachable remote fails the build instead of a warning
+    cache.dir=/shared/rbln-cache            a cache shared by several build dirs (per-key locks; _layout)
     cache.remote_mode=read                  a consumer: never writes to or deletes from the remote
     cache.connect_timeout=5 cache.read_timeout=10 cache.retries=1    every remote call is bounded
     cache.endpoint=http://host:9000 cache.profile=ci cache.key_env=CI_S3_KEY ...   (names, never values)
@@ -56,6 +57,7 @@ class ExecutorConf:
 class CacheConf:
     remote: str | None = None  # fsspec URL of a shared cache (file:///..., s3://bucket/prefix)
     require_remote: bool = False  # true: an unreachable remote fails the build (else: warn once, build locally)
+    dir: str | None = None  # a local cache folder shared by several build dirs (null: build_dir/cache)
     remote_mode: str = "readwrite"  # read: a consumer that never writes or deletes (CI alone writes)
     connect_timeout: float = 5.0  # seconds to connect to the remote
     read_timeout: float = 10.0  # seconds without a byte from the remote
@@ -78,6 +80,7 @@ class Scale:
     auth_token_env: str | None = None
     remote: str | None = None
     require_remote: bool = False
+    cache_dir: str | None = None  # absolute; set by the settings (relative to the project or cwd)
     remote_options: RemoteOptions = RemoteOptions()
     shard: tuple[int, int] | None = None  # shard=I/N: this run builds 1/N of the compile keys (_shard)
 

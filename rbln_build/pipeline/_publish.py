@@ -185,15 +185,16 @@ def write_summary(
     return summary
 
 
-def clean_leftovers(build_dir: Path) -> int:
+def clean_leftovers(build_dir: Path, shared: bool = False) -> int:
     """Remove what killed runs left in the build directory: ``.tmp-manifest.json-*``,
     ``.tmp-summary.json-*``, ``.tmp-progress-history.json-*`` and ``.tmp-.publishing-*`` files (``write_atomic``), ``artifacts/.tmp-*`` symlinks (``link_atomic``)
-    and the inventory cache's ``*.json.*.tmp`` files. Only those names, and never a directory: a
-    user's own entry is left alone. Call only while holding the build lock."""
+    and the inventory cache's ``*.json.*.tmp`` files (not in a ``shared`` cache: they may be another
+    build's, in flight). Only those names, and never a directory: a user's own entry is left alone.
+    Call only while holding the build lock."""
     removed = 0
     candidates = [
         *(p for name in (*_OWN_FILES, PUBLISHING_FILE) for p in build_dir.glob(f".tmp-{name}-*")),
-        *(build_dir / "cache" / "inventory").glob("*.json.*.tmp"),
+        *([] if shared else (build_dir / "cache" / "inventory").glob("*.json.*.tmp")),
     ]
     links = build_dir / ARTIFACTS_DIR
     if links.is_dir() and not links.is_symlink():

@@ -59,7 +59,7 @@ def _compile_task(
 
     work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
     try:
-        ref = StoreRef(str(work / "cache"), remote, require, options)
+        ref = StoreRef(str(work / "cache"), remote, require, options=options)
         done = compile_job(ref, key, spec, backend)
         if done.error is not None:
             return done, None, None

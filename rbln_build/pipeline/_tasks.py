@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..config import Cell, Scale
+from ..config._layout import CACHE_DIR, check_contained, owner_tag
 from ..errors import BuildError
 from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, is_key
 from ..store._remote_io import DOWN_MARKER, once_key
@@ -95,8 +96,14 @@ class BuildRun:
         self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
         self.scale = scale or Scale()
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
+        self.cache_dir = None if self.scale.cache_dir is None else Path(self.scale.cache_dir)  # shared (_layout)
+        owner = "" if self.cache_dir is None else owner_tag(self.build_dir)
         self.ref = StoreRef(
-            str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote, self.scale.remote_options
+            str(self.build_dir / CACHE_DIR),
+            self.scale.remote,
+            self.scale.require_remote,
+            owner,
+            self.scale.remote_options,
         )
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
@@ -181,6 +188,9 @@ class BuildRun:
         took = time.perf_counter() - started
         if isinstance(outcome, CompileOutcome):
             self.display.compile_finished(label, took, False, outcome.error or "", key)
+            return
+        if not outcome.made:  # another build sharing the cache (cache.dir) made it while we waited
+            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache")
             return
         self.compiled.append(key)
         self.display.compile_finished(label, took, True, outcome.meta["produced"], key)
@@ -291,7 +301,7 @@ class BuildRun:
 
     def prepare(self) -> None:
         """Before any task (holding the lock): the run's start-up (_startup)."""
-        start_run(self.build_dir, self.store, self.display.warn, self._warn)
+        start_run(self.build_dir, self.store, self.display.warn, self._warn, self.cache_dir)
 
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
@@ -343,5 +353,7 @@ def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
 
     settings = compose_settings(overrides, project=find_project())
     build_dir, cells = expand_all([settings])
+    cache_dir = settings.scale.cache_dir
+    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # doit writes its state there
     build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
     return BuildRun(build_dir, cells, progress=settings.progress).namespace()

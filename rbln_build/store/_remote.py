@@ -14,12 +14,14 @@ Uploads go to ``tmp/`` and are then moved to their final name (a rename on a fil
 whose PUT is itself atomic), blob first, pointer last: a reader never sees half an entry. Names are
 write-once: an existing blob or pointer is never overwritten, so when two builds compile one key at
 once, the first pointer published stands and both are complete entries. Every download is checked
-twice before use: the tar's sha256 against its name, then the unpacked entry's content hash against
-the one the pointer and entry.json record. An entry that fails is reported, skipped (treated as a
-miss: it is rebuilt) and, unless ``cache.remote_mode=read``, repaired: its pointer is removed only
-if it still names the same blob, and the blob only if its bytes do not match its own name (a blob
-another key points to is never removed for this key's sake). Pointers are published write-once
-for real (``_remote_io.publish_if_absent``: a link on a filesystem, a conditional PUT on S3).
+three times before use: the tar's sha256 against its name, the unpacked entry's content hash against
+the one the pointer and entry.json record, then its programs as data (``backends._verify``: a
+consistent forged entry hashes fine, so a program holding pickles or code strings is refused too).
+An entry that fails is reported, skipped (treated as a miss: it is rebuilt) and, unless
+``cache.remote_mode=read``, repaired: its pointer is removed only if it still names the same blob,
+and the blob only if its bytes do not match its own name (a blob another key points to is never
+removed for this key's sake). Pointers are published write-once for real
+(``_remote_io.publish_if_absent``: a link on a filesystem, a conditional PUT on S3).
 
 Every remote call is bounded (``_remote_io``: client timeouts and a deadline on the call). An
 unreachable remote is reported once per run (worker processes of the run see a marker in the local
@@ -44,7 +46,7 @@ from typing import Any
 from ..errors import CacheError
 from ._keys import canonical_json
 from ._remote_io import DOWN_MARKER, TRANSFER_TIMEOUT_S, RemoteOptions, bounded, open_filesystem, publish_if_absent
-from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, _tmp_name, content_hash
+from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, content_hash, program_problem
 
 __all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
@@ -62,9 +64,10 @@ class RemoteStore(Store):
         url: str,
         warn: Callable[[str], None] | None = None,
         require: bool = False,
+        owner: str = "",
         options: RemoteOptions | None = None,
     ) -> None:
-        super().__init__(root, warn)
+        super().__init__(root, warn, owner)
         self.url = url.rstrip("/")
         self.require = require
         self.options = options or RemoteOptions()
@@ -160,7 +163,7 @@ class RemoteStore(Store):
             except (ValueError, KeyError, TypeError) as exc:
                 self._reject(kind, key, None, f"its pointer is unreadable ({exc})", raw)
                 return None
-            tmp = _tmp_name(self.entry_path(kind, key))
+            tmp = self._tmp(self.entry_path(kind, key))
             tmp.parent.mkdir(parents=True, exist_ok=True)
             try:
                 packed = tmp.with_name(tmp.name + ".tar")
@@ -179,8 +182,8 @@ class RemoteStore(Store):
                     self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under", raw)
                     return None
                 entry = _install(self, kind, key, packed, tmp, recorded)
-                if entry is None:  # a whole blob, but not this key's entry: its pointer alone is wrong
-                    self._reject(kind, key, None, f"its files do not match the recorded content hash {recorded}", raw)
+                if isinstance(entry, str):  # a whole blob (its name checks out): only this pointer is wrong
+                    self._reject(kind, key, None, entry, raw)
                     return None
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -231,7 +234,7 @@ class RemoteStore(Store):
             if self._call(fs.exists, pointer_path):
                 return  # write-once: the first complete entry published stands
             self._call(_makedirs, fs, f"{base}/tmp")
-            packed = _tmp_name(entry.path).with_suffix(".tar")
+            packed = self._tmp(entry.path).with_suffix(".tar")
             new_blob = False
             try:
                 _pack(entry, packed)
@@ -264,12 +267,16 @@ class RemoteStore(Store):
             self._unreachable(exc)
 
 
-def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | None:
-    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded``, make it the
-    local entry (never uploaded again: it came from elsewhere). None when it does not verify."""
+def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | str:
+    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded`` and its
+    programs check out as data (``program_problem``), make it the local entry (never uploaded again:
+    it came from elsewhere). Otherwise the reason it was refused."""
     meta = _unpack(packed, tmp, key)
     if meta is None or content_hash(tmp / FILES_DIR, meta) != recorded:
-        return None
+        return f"its files do not match the recorded content hash {recorded}"
+    problem = program_problem(tmp / FILES_DIR)
+    if problem is not None:
+        return problem
 
     def fill(files: Path) -> dict[str, Any]:
         files.rmdir()
@@ -290,12 +297,16 @@ def pack_entry(entry: Entry, path: Path) -> bytes:
 
 def install_packed(store: Store, kind: str, key: str, data: bytes, recorded: str | None) -> bool:
     """Install an entry sent as tar bytes into ``store`` after verifying its content hash."""
-    tmp = _tmp_name(store.entry_path(kind, key))
+    tmp = store._tmp(store.entry_path(kind, key))
     tmp.parent.mkdir(parents=True, exist_ok=True)
     packed = tmp.with_name(tmp.name + ".tar")
     try:
         packed.write_bytes(data)
-        return _install(store, kind, key, packed, tmp, recorded) is not None
+        installed = _install(store, kind, key, packed, tmp, recorded)
+        if isinstance(installed, str):
+            store.warn(f"entry {kind}/{key} sent by a worker was refused: {installed}")
+            return False
+        return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         packed.unlink(missing_ok=True)
