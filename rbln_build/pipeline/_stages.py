@@ -39,6 +39,7 @@ __all__ = [
     "derived_problem",
     "compile_done",
     "artifact_key",
+    "artifact_key_for",
     "describe",
 ]
 
@@ -176,7 +177,12 @@ def resolve(store: Store, cell: Cell) -> CellResult:
 
 def artifact_key(cell: Cell, num_blocks: int) -> str:
     """One artifact per (compile key, target NPU, block count): cells that resolve alike share it."""
-    return digest({"kind": "artifact", "compile": cell.compile_key, "npu": cell.npu.name, "num_blocks": num_blocks})
+    return artifact_key_for(cell.compile_key, cell.npu.name, num_blocks)
+
+
+def artifact_key_for(compile_key: Any, npu: Any, num_blocks: Any) -> str:
+    """The artifact key of (compile key, NPU name, block count), e.g. from an artifact entry's metadata."""
+    return digest({"kind": "artifact", "compile": compile_key, "npu": npu, "num_blocks": num_blocks})
 
 
 def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
