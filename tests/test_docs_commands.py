@@ -63,7 +63,6 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build report": Run(),
     "rbln-build report --open": Run(),
     "rbln-build report [build_dir=build] [--open]": Run(),
-    "rbln-build report build_dir=/scratch/rbln": Run(),
     "rbln-build report /scratch/rbln": Run(),
     "rbln-build report --compare release/manifest.json": Elsewhere(
         "tests/test_report_views.py", "needs a released manifest (the test compares two builds)"
@@ -92,9 +91,6 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     ),
     "doit list": Elsewhere(
         "tests/test_cli.py::test_doit_from_the_repo_root_sees_the_same_tasks", "runs from the repo root"
-    ),
-    "rbln-build build_dir=/tmp/shot && rbln-build report build_dir=/tmp/shot": Elsewhere(
-        "tests/test_report.py", "the screenshot's build: the same default build and report as above, in another folder"
     ),
     "rbln-build init my-release && cd my-release": Run(),
     "rbln-build recipe add my_model --from /data/checkpoints/my-model": Elsewhere(

@@ -118,6 +118,16 @@ def test_two_releases_of_one_build_are_byte_identical_and_a_repeat_is_a_no_op(pl
     assert "release v1: unchanged" in proc.stdout and "nothing written" in proc.stdout
     assert tree(tmp_path / "a" / "v1") == first
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["v1"]  # no staging folder left behind
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs: what a killed release leaves behind
+    stale = tmp_path / "b" / f".tmp-v2-{gone.pid}-0badf00d"
+    (stale / "cell").mkdir(parents=True)
+    running = tmp_path / "b" / f".tmp-v2-{os.getpid()}-0badf00d"  # a release in progress: kept
+    running.mkdir()
+    check_ok(release(work, "v2", "--to", str(tmp_path / "b")))
+    assert not stale.exists() and running.is_dir()
 
 
 def test_a_changed_build_under_the_same_name_is_refused(
@@ -186,6 +196,33 @@ def test_a_failed_cell_stops_the_release_unless_allowed(plans: Path, tmp_path: P
     proc = release(work, "v1", "--allow-failed")
     check_ok(proc)
     assert "not released: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stdout
+
+
+def test_a_release_waits_for_a_build_holding_the_build_dirs_lock(plans: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from rbln_build.store import acquire_build_lock
+
+    work = copy(plans, tmp_path)
+    lock = acquire_build_lock(work / "build")  # as a running build holds it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.cli", "release", "v1", "--build-dir", str(work / "build")],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # blocks until the release says it waits
+        assert "rbln-build release: waiting for another rbln-build run on" in line
+        assert not (work / "build" / "releases" / "v1").exists()
+    finally:
+        lock.release()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "release v1: " in out and (work / "build" / "releases" / "v1" / "release.json").is_file()
 
 
 def test_an_artifact_changed_after_the_build_is_not_released(plans: Path, tmp_path: Path) -> None:

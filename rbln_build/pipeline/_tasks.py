@@ -181,7 +181,7 @@ class BuildRun:
             self.display.compile_finished(label, took, False, outcome.error or "", key)
             return
         if not outcome.made:  # another build sharing the cache (cache.dir) made it while we waited
-            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache")
+            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache", key)
             return
         self.compiled.append(key)
         self.display.compile_finished(label, took, True, outcome.meta["produced"], key)

@@ -15,8 +15,10 @@ A release name is immutable. If ``<to>/<name>/release.json`` exists: the same by
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -52,7 +54,23 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 
 def local_staging(parent: Path, name: str) -> Path:
+    """A staging folder beside ``<parent>/<name>``. Staging folders of this name left by a release
+    process that no longer runs (killed) are removed first: only ours, by their exact pattern."""
+    for old in parent.glob(f".tmp-{glob.escape(name)}-*-*"):
+        pid = old.name[len(f".tmp-{name}-") :].split("-", 1)[0]
+        if pid.isdigit() and old.is_dir() and not old.is_symlink() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
     return parent / f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, owned by someone else
+    return True
 
 
 def _first_difference(existing: bytes, new: bytes) -> str:
