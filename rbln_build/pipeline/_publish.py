@@ -24,7 +24,7 @@ from ..errors import BuildError
 from ..estimator._limits import cell_id_problem
 from ..store import CellResult, Store, is_key, write_atomic
 from ._manifest import entry_for, render_json, render_manifest, summarize
-from ._stages import artifact_key_for, reusable
+from ._stages import artifact_key_of, reusable
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -245,7 +245,7 @@ def _roll_forward(build_dir: Path, store: Store) -> int:
             if cached is None or cached.content_hash != artifact["content_hash"]:
                 continue
             meta = cached.meta  # the record's artifact must be the one its own block count derives
-            derived = artifact_key_for(meta.get("compile_key"), meta.get("npu"), meta.get("kvcache_num_blocks"))
+            derived = artifact_key_of(meta.get("compile_key"), meta["npu"], meta["kvcache_num_blocks"])
             if (
                 derived != result.artifact_key
                 or result.cell_key != entry["cell_key"]

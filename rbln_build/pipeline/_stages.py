@@ -39,7 +39,6 @@ __all__ = [
     "derived_problem",
     "compile_done",
     "artifact_key",
-    "artifact_key_for",
     "describe",
 ]
 
@@ -177,11 +176,11 @@ def resolve(store: Store, cell: Cell) -> CellResult:
 
 def artifact_key(cell: Cell, num_blocks: int) -> str:
     """One artifact per (compile key, target NPU, block count): cells that resolve alike share it."""
-    return artifact_key_for(cell.compile_key, cell.npu.name, num_blocks)
+    return artifact_key_of(cell.compile_key, cell.npu.name, num_blocks)
 
 
-def artifact_key_for(compile_key: Any, npu: Any, num_blocks: Any) -> str:
-    """The artifact key of (compile key, NPU name, block count), e.g. from an artifact entry's metadata."""
+def artifact_key_of(compile_key: str | None, npu: str, num_blocks: int) -> str:
+    """``artifact_key`` from what a manifest entry records (``gc --remote`` keeps it)."""
     return digest({"kind": "artifact", "compile": compile_key, "npu": npu, "num_blocks": num_blocks})
 
 
