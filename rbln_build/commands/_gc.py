@@ -1,4 +1,5 @@
 """``rbln-build gc [overrides] [--keep MANIFEST ...] [--dry-run] [--json]``: remove what no build needs.
+(``rbln-build gc --remote ... MANIFEST...`` cleans the remote cache instead: ``_gc_remote``.)
 
 Kept: everything the current ``manifest.json`` references, everything a ``--keep`` manifest
 references (e.g. a released one), and everything the composed matrix's cells would use (so a build
@@ -150,6 +151,10 @@ def main(argv: list[str]) -> int:
     from ..store import acquire_build_lock
     from ._build import compose
 
+    if "--remote" in argv:  # the remote cache, by the manifests given (rbln_build.commands._gc_remote)
+        from ._gc_remote import main as remote_main
+
+        return remote_main([a for a in argv if a != "--remote"])
     dry = "--dry-run" in argv
     as_json = "--json" in argv
     keep: list[Path] = []
