@@ -304,9 +304,11 @@ def test_include_adds_cells_after_the_matrix_and_reuses_its_compiles(plans_build
     assert {cid: e for cid, e in cells.items() if cid in old} == old  # the matrix's own cells are unchanged
     table = [line.split()[0] for line in proc.stdout.splitlines()[2 : 2 + PLAN_CELLS + 1]]
     assert table[-1] == "qwen3_8b.rebel100.b40GB"  # after the main product
-    # Narrowed to a device the entry does not list, the entry yields no cells.
+    # Narrowed to a device the entry does not list, the entry yields no cells to build; the manifest
+    # still describes the declared matrix (a narrowed run keeps the other cells' entries, issue 19).
     check_ok(rbln([*PLANS, include, "device=atom_max_x4", f"build_dir={build}"], cwd=tmp_path))
-    assert "qwen3_8b.rebel100.b40GB" not in manifest(build)["cells"]
+    assert "qwen3_8b.rebel100.b40GB" not in summary(build)["redone_cells"]
+    assert manifest(build)["cells"]["qwen3_8b.rebel100.b40GB"] == cut
 
 
 def test_explain_is_dispatched(tmp_path: Path) -> None:

@@ -149,3 +149,33 @@ def test_the_docs_infeasible_example_prints_the_largest_reservation(
         assert code == 0 and counts == {
             n: m["kvcache_num_blocks"] for n, m in data["plans"][data["mode"]]["models"].items()
         }, what
+
+
+def test_a_model_that_cannot_fit_even_alone_gets_the_devices_where_it_fits(
+    cache_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/colocation.md section 3: Qwen3-8B on one ATOM-Max; the serve devices pinned to [3], so a
+    # device of another count unpins them in its overrides (and the change applies as printed)
+    for name in ("qwen3_8b", "llama3_2_1b"):
+        inventory(name)
+    shutil.copytree(_CACHE, cache_dir / "inventory", dirs_exist_ok=True)
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(cache_dir))
+    base = [
+        "deployment=qwen3_8b_llama3_2_1b",
+        "deployment.device=atom_max",
+        "deployment.reservations=[{name:vision_encoder,bytes:4GB}]",
+        "deployment.serve.device_ids=[3]",
+        f"build_dir={tmp_path / 'build'}",
+    ]
+    code, out = run(base, capsys)
+    assert code == 1
+    assert "qwen3_8b cannot fit even alone on atom_max; alone it fits on: atom_max_x4, rebel100." in out
+    found = {what.split(" (")[0]: overrides for what, _, overrides in printed_suggestions(out)}
+    assert found["device atom_max -> atom_max_x4"] == [
+        "deployment.device=atom_max_x4",
+        "deployment.serve.device_ids=null",
+    ]
+    assert found["device atom_max -> rebel100"] == ["deployment.device=rebel100"]
+    for overrides in found.values():
+        code, _ = run([*base, *overrides], capsys)
+        assert code == 0, overrides

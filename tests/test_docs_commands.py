@@ -63,7 +63,6 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build report": Run(),
     "rbln-build report --open": Run(),
     "rbln-build report [build_dir=build] [--open]": Run(),
-    "rbln-build report build_dir=/scratch/rbln": Run(),
     "rbln-build report /scratch/rbln": Run(),
     "rbln-build report --compare release/manifest.json": Elsewhere(
         "tests/test_report_views.py", "needs a released manifest (the test compares two builds)"
@@ -93,9 +92,6 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "doit list": Elsewhere(
         "tests/test_cli.py::test_doit_from_the_repo_root_sees_the_same_tasks", "runs from the repo root"
     ),
-    "rbln-build build_dir=/tmp/shot && rbln-build report build_dir=/tmp/shot": Elsewhere(
-        "tests/test_report.py", "the screenshot's build: the same default build and report as above, in another folder"
-    ),
     "rbln-build init my-release && cd my-release": Run(),
     "rbln-build recipe add my_model --from /data/checkpoints/my-model": Elsewhere(
         "tests/test_project.py", "a checkpoint folder of the user's (the test makes one with save_pretrained)"
@@ -122,6 +118,28 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build -m hydra/launcher=joblib matrix=plans budget=0.3,0.5": Elsewhere(
         "tests/test_launchers.py", "the joblib launcher's sweep"
     ),
+    # releases (docs/releasing.md): the default build's release and its check run here, in order
+    "rbln-build release v1": Run(),
+    "rbln-build verify build/releases/v1": Run(),
+    "rbln-build release v1 --to s3://bucket/releases --cells 'my_llama.*' --sign release.key": Elsewhere(
+        "tests/test_release.py", "a bucket and a key pair (the tests use moto's S3 server and a generated key)"
+    ),
+    "python -m rbln_build.run my_llama.rebel100.b0.3 --prompt-ids 1,2,3 --max-new-tokens 4": Elsewhere(
+        "tests/test_release.py", "runs inside the init project's release folder; the test runs a released torch cell"
+    ),
+    "rbln-build matrix.backend=rbln model=my_qwen3 device=rebel100 budget=null build_dir=build-rbln": Elsewhere(
+        "tests/test_checkpoint_e2e.py", "a checkpoint recipe compiled by optimum-rbln (the compiler stood in)"
+    ),
+    "rbln-build release q1 --build-dir build-rbln": Elsewhere(
+        "tests/test_checkpoint_e2e.py", "the release of that rbln build, loaded from the release alone"
+    ),
+    "pip install 'rbln-build[sign]'": Elsewhere(".ci/run", INSTALL),
+    "rbln-build release v1-signed --sign release.key --to shipped": Elsewhere(
+        "tests/test_release.py", "a key pair (the test generates one)"
+    ),
+    "rbln-build verify shipped/v1-signed --key release.pub": Elsewhere("tests/test_release.py", "the signed release"),
+    "rbln-build release v1 --to s3://my-bucket/releases": Elsewhere("tests/test_release.py", CLUSTER),
+    "rbln-build verify s3://my-bucket/releases/v1": Elsewhere("tests/test_release.py", CLUSTER),
 }
 # After `rbln-build init my-release && cd my-release`, these README commands run inside the project.
 IN_PROJECT = ("rbln-build status",)

@@ -118,6 +118,16 @@ def test_two_releases_of_one_build_are_byte_identical_and_a_repeat_is_a_no_op(pl
     assert "release v1: unchanged" in proc.stdout and "nothing written" in proc.stdout
     assert tree(tmp_path / "a" / "v1") == first
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["v1"]  # no staging folder left behind
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs: what a killed release leaves behind
+    stale = tmp_path / "b" / f".tmp-v2-{gone.pid}-0badf00d"
+    (stale / "cell").mkdir(parents=True)
+    running = tmp_path / "b" / f".tmp-v2-{os.getpid()}-0badf00d"  # a release in progress: kept
+    running.mkdir()
+    check_ok(release(work, "v2", "--to", str(tmp_path / "b")))
+    assert not stale.exists() and running.is_dir()
 
 
 def test_a_changed_build_under_the_same_name_is_refused(
@@ -171,6 +181,48 @@ def test_a_deployment_releases_its_cells(tmp_path: Path, inventories: dict[str, 
         f"--deployment tiny_pair: {tmp_path / 'build' / 'manifest.json'} holds no build of that deployment (built: {deployment})"
         in proc.stderr
     )
+
+
+def test_a_failed_cell_stops_the_release_unless_allowed(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    path = work / "build" / "manifest.json"  # as a build with matrix.expect_failure=[] records that cell
+    manifest = json.loads(path.read_bytes())
+    manifest["cells"]["qwen3_8b.atom_max_x4.b0.3"]["status"] = "failed"
+    path.write_text(json.dumps(manifest))
+    proc = release(work, "v1")
+    check_ok(proc, 2)
+    assert "1 selected cell(s) of" in proc.stderr and "did not build: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stderr
+    assert "--allow-failed" in proc.stderr and not (work / "build" / "releases" / "v1").exists()
+    proc = release(work, "v1", "--allow-failed")
+    check_ok(proc)
+    assert "not released: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stdout
+
+
+def test_a_release_waits_for_a_build_holding_the_build_dirs_lock(plans: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from rbln_build.store import acquire_build_lock
+
+    work = copy(plans, tmp_path)
+    lock = acquire_build_lock(work / "build")  # as a running build holds it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.cli", "release", "v1", "--build-dir", str(work / "build")],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # blocks until the release says it waits
+        assert "rbln-build release: waiting for another rbln-build run on" in line
+        assert not (work / "build" / "releases" / "v1").exists()
+    finally:
+        lock.release()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "release v1: " in out and (work / "build" / "releases" / "v1" / "release.json").is_file()
 
 
 def test_an_artifact_changed_after_the_build_is_not_released(plans: Path, tmp_path: Path) -> None:
@@ -406,6 +458,21 @@ def test_provenance_records_the_projects_git_commit_and_a_dirty_tree(plans: Path
     check_ok(rbln(["release", "v2"], cwd=repo))
     prov = json.loads((repo / "build" / "releases" / "v2" / "release.json").read_bytes())["provenance"]
     assert prov["git"] == {"commit": head, "clean": False}
+    proc = rbln(["release", "v1"], cwd=repo)  # the same cells from a dirty tree: not the release v1 is
+    check_ok(proc, 2)
+    assert "first difference: release.json at provenance.git.clean (every file is the same)" in proc.stderr
+
+
+def test_verify_refuses_an_oversized_release_json_before_reading_it(
+    released: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from rbln_build.release import _verify
+
+    assert _verify.verify_release(str(released)).ok
+    size = (released / "release.json").stat().st_size
+    monkeypatch.setattr(_verify, "MAX_RELEASE_JSON_BYTES", size - 1)
+    verdict = _verify.verify_release(str(released))
+    assert verdict.problems == [("release.json", f"over {size - 1:,} bytes; refused before reading")]
 
 
 def test_without_cryptography_signing_says_what_to_install(monkeypatch: Any, tmp_path: Path) -> None:

@@ -4,6 +4,8 @@
                  ``module:Class`` import paths), plans for recipes without weights
     _rbln        optimum-rbln and the Rebellions compiler (when the SDK is installed)
     torch/       torch.export programs with a paged KV cache that really run on CPU
+    _record      rbln-build.json, every cell's record, and the programs' digests
+    _verify      a cache entry's programs checked as data (no torch), before an entry is installed
 
 Importing this package is cheap: a backend module (and torch) is imported only when
 ``get_backend`` is called for it.

@@ -166,6 +166,16 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
 
         compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
+    shard_line = None
+    if jobs[0].scale.shard is not None:  # CI without Ray: 1/N of the compile keys (rbln_build.config._shard)
+        from ..config._shard import select
+        from ..pipeline._startup import scope_inventory_cache
+
+        scope_inventory_cache(build_dir)
+        index, count = jobs[0].scale.shard
+        cells, total = select(cells, jobs[0].scale.shard)
+        mine = len({c.compile_key for c in cells if c.compile_key is not None})
+        shard_line = f"shard {index}/{count}: {mine} of {total} compile keys, {len(cells)} cells"
     kept = _declared(jobs, cells)  # a narrowed run keeps the declared matrix's other cells in the manifest
     records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
     if any(j.deployment is not None for j in jobs):
@@ -174,12 +184,21 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
     started = time.perf_counter()
+    from ..config import check_contained
+
+    cache_dir = jobs[0].scale.cache_dir
+    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # before .lock and hydra/
     lock = _lock(build_dir)
     state["build_dir"] = build_dir
     try:
         sweep.publish(build_dir)
         build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale, kept=kept)
         code = build.run()
+        from ..pipeline import _sweep
+
+        # a launcher's jobs compiled and built in their processes; this run merged: count their work
+        build.compiled.extend(k for k in _sweep.reported["compiled"] if k not in build.compiled)
+        build.redone.update(_sweep.reported["redone"])
         summary = build.summary()
         entries = build.entries or []
     finally:
@@ -204,6 +223,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         )
         return 1
     print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
+    if shard_line is not None:
+        print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
     for line in records.lines if records is not None else ():
         print(line)
     for problem in records.problems if records is not None else ():

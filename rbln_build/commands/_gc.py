@@ -1,4 +1,5 @@
 """``rbln-build gc [overrides] [--keep MANIFEST ...] [--dry-run] [--json]``: remove what no build needs.
+(``rbln-build gc --remote ... MANIFEST...`` cleans the remote cache instead: ``_gc_remote``.)
 
 Kept: everything the current ``manifest.json`` references, everything a ``--keep`` manifest
 references (e.g. a released one), and everything the composed matrix's cells would use (so a build
@@ -7,8 +8,10 @@ compile key (``cache/compile``, ``cache/failures``), its cell key (``cache/resul
 artifact its result points at (``cache/artifacts``).
 
 Removed: ``artifacts/<cell id>`` links of cells in neither the matrix nor the manifest (only
-symlinks that rbln-build made; a real file there is reported and left alone), and every cache entry
-and record not kept. ``cache/inventory`` and ``cache/weights`` (the memory model's and the
+symlinks that rbln-build made, pointing into its own cache; a user's file, folder or link there is
+named and left alone), and every cache entry and record not kept. A shared cache (``cache.dir``) is
+left alone: other build dirs use its entries, and no one build dir knows which. Every removal is
+checked, after resolving, to lie inside the build dir's ``artifacts/`` or cache. ``cache/inventory`` and ``cache/weights`` (the memory model's and the
 checkpoints' digest caches, small) are left alone. gc holds the build lock, so it never races a
 build. It reports what it removed and the bytes freed; ``--dry-run`` reports the same, removes nothing.
 """
@@ -25,6 +28,7 @@ from typing import Any
 
 from .._documents import absent, load_json
 from ..errors import ConfigError
+from ..pipeline._publish import ours
 from ..store import RECORD_KINDS, CellResult, Store, is_key
 
 __all__ = ["Kept", "plan_gc", "main"]
@@ -79,8 +83,11 @@ def _manifest_cells(path: Path) -> dict[str, Any]:
     return cells
 
 
-def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[tuple[str, Path, int]], list[str]]:
-    """What gc would remove: (what, path, bytes) rows, and notes (things left alone, and why)."""
+def plan_gc(
+    build_dir: Path, cells: list[Any], keep: list[Path], shared: Path | None = None
+) -> tuple[list[tuple[str, Path, int]], list[str]]:
+    """What gc would remove: (what, path, bytes) rows, and notes (things left alone, and why).
+    ``shared``: the cache is shared by several build dirs (``cache.dir``), so only links are removed."""
     store = Store(build_dir / "cache", warn=lambda message: None)
     kept = Kept()
     for manifest in [build_dir / "manifest.json", *keep]:
@@ -99,10 +106,16 @@ def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[t
         for link in sorted(links.iterdir()):
             if link.name in kept.cell_ids or link.name.startswith(".tmp-"):
                 continue
-            if link.is_symlink():
+            if ours(link):
                 rows.append(("link", link, _size(link)))
             else:
                 notes.append(f"{link} is not a link rbln-build made; left alone")
+    if shared is not None:
+        notes.append(
+            f"the cache {shared} is shared (cache.dir): its entries are left alone, other build dirs may use "
+            "them; remove it as a whole when no build uses it"
+        )
+        return rows, notes
     for kind in ENTRY_KINDS:
         folder = store.root / kind
         if folder.is_dir():
@@ -118,7 +131,15 @@ def plan_gc(build_dir: Path, cells: list[Any], keep: list[Path]) -> tuple[list[t
     return rows, notes
 
 
-def _remove(path: Path) -> None:
+def _remove(what: str, path: Path, build_dir: Path) -> None:
+    """Remove a link of ``artifacts/`` or a cache entry or record, after checking (resolved) that it
+    lies there: nothing outside the build dir's own ``artifacts/`` and cache is ever removed."""
+    real_build = build_dir.resolve()
+    room = build_dir / ("artifacts" if what == "link" else "cache")
+    real_room = room.resolve()
+    where = path.parent.resolve() if path.is_symlink() else path.resolve()
+    if real_build not in real_room.parents or (where != real_room and real_room not in where.parents):
+        raise ConfigError(f"{path} resolves to {where}, outside {room} in {real_build}; gc removes nothing there.")
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)
     elif path.is_dir():
@@ -128,10 +149,14 @@ def _remove(path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from ..config import expand_all
+    from ..config import check_contained, expand_all
     from ..store import acquire_build_lock
     from ._build import compose
 
+    if "--remote" in argv:  # the remote cache, by the manifests given (rbln_build.commands._gc_remote)
+        from ._gc_remote import main as remote_main
+
+        return remote_main([a for a in argv if a != "--remote"])
     dry = "--dry-run" in argv
     as_json = "--json" in argv
     keep: list[Path] = []
@@ -156,12 +181,14 @@ def main(argv: list[str]) -> int:
     if not build_dir.is_dir():
         print(f"rbln-build gc: {build_dir} does not exist; nothing to remove.")
         return 0
+    shared = None if jobs[0].scale.cache_dir is None else Path(jobs[0].scale.cache_dir)
+    check_contained(build_dir, shared)  # a cache or artifacts/ linked out is refused (exit 2)
     lock = acquire_build_lock(build_dir, "rbln-build gc")
     try:
-        rows, notes = plan_gc(build_dir, cells, keep)
+        rows, notes = plan_gc(build_dir, cells, keep, shared)
         if not dry:
-            for _what, path, _n in rows:
-                _remove(path)
+            for what, path, _n in rows:
+                _remove(what, path, build_dir)
     finally:
         lock.release()
     freed = sum(n for _w, _p, n in rows)

@@ -30,6 +30,10 @@ error. Needs neither the build directory nor torch.
 """
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _release_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rbln-build release",
@@ -77,8 +81,20 @@ def release_main(argv: list[str]) -> int:
             ) from None
         staging = local_staging(parent, args.name)
         exclude = (build_dir, parent)
+    lock = None
+    if (build_dir / "manifest.json").is_file():  # no build rewrites links and records while cells are copied
+        from ..store import acquire_build_lock
+
+        try:
+            lock = acquire_build_lock(build_dir, "rbln-build release")
+        except OSError:
+            lock = None  # a build directory we cannot write (a read-only copy): nothing can build there either
     try:
-        staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude)
+        try:
+            staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude)
+        finally:
+            if lock is not None:
+                lock.release()
         if args.sign:
             from ..release._sign import sign
 
@@ -105,7 +121,7 @@ def release_main(argv: list[str]) -> int:
         }
         sys.stdout.write(json.dumps(out, sort_keys=True, indent=2) + "\n")
         return 0
-    what = f"{len(staged.cells)} cells, {len(staged.files)} files ({size:,} bytes)"
+    what = f"{_count(len(staged.cells), 'cell')}, {_count(len(staged.files), 'file')} ({size:,} bytes)"
     if outcome == "unchanged":
         print(f"release {args.name}: unchanged, {location} already holds this release ({what}); nothing written.")
     else:
@@ -164,7 +180,8 @@ def verify_main(argv: list[str]) -> int:
         "absent": "not signed",
     }[verdict.signature]
     print(
-        f"release {verdict.name}: {verdict.cells} cells, {verdict.files} files ({verdict.total_bytes:,} bytes) "
+        f"release {verdict.name}: {_count(verdict.cells, 'cell')}, {_count(verdict.files, 'file')} "
+        f"({verdict.total_bytes:,} bytes) "
         f"match release.json; {signature}."
     )
     return 0

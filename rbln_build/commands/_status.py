@@ -33,6 +33,7 @@ from typing import Any
 from .._documents import load_json
 from ..config import Cell
 from ..errors import UserError
+from ..pipeline._stages import derived_problem
 from ..store import ENTRY_FILE, FILES_DIR, CellResult, Store, content_hash, file_stats, is_key, meta_hash, result_hash
 
 __all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main"]
@@ -216,6 +217,9 @@ def _state(
         result = None
     if result is None or result.retry:
         return RESOLVE, "no stored result for this cell key" if result is None else f"retried: {result.error}"
+    problem = derived_problem(cell, result)
+    if problem is not None:
+        return RESOLVE, f"the stored result is forged or damaged: {problem}"
     if result.ok:
         key = result.artifact_key
         state = entry_state(store, "artifacts", key)[0] if key is not None and is_key(key) else "damaged"

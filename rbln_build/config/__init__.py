@@ -9,6 +9,7 @@ _project     a user's project: its conf/ and recipes/ layered over the shipped o
 _deployment  conf/deployment/*.yaml: models sharing one target
 _matrix      settings -> cells (stable order, stable ids, their keys)
 _colocation  a deployment's plan (from the compile cache's reports or the memory model) -> cells
+_layout      what a build dir holds: nothing in it followed out; cache.dir, a cache shared by build dirs
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ._colocation import DeploymentRecords, plan_for
 from ._config import compose_settings, register_configs, settings_from_config
 from ._deploy_overrides import overrides_for
 from ._groups import device_from_node, list_group_options, load_group_option, model_from_node
+from ._layout import check_contained
 from ._matrix import Cell
 from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_arg
 from ._scale import Scale
@@ -30,6 +32,7 @@ __all__ = [
     "PROJECT_ENV",
     "Project",
     "Scale",
+    "check_contained",
     "compose_settings",
     "device_from_node",
     "declared_cells",

@@ -19,6 +19,7 @@ Groups (``conf/<group>/<option>.yaml``)::
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..estimator._budget import check_budget
 from ..memory._recipes import DEFAULT_RECIPES_DIR
 from ._checks import check_build_dir, check_count, check_name, expected_failure_fields
 from ._groups import CONF_DIR, _plain, device_from_node, list_group_options, load_group_option, model_from_node
+from ._layout import check_cache_dir
 from ._scale import scale_from_config
 from ._schema import (
     AttnImpl,
@@ -299,14 +301,16 @@ def settings_from_config(
     if cfg.recipes_dir is not None:
         explicit = Path(str(cfg.recipes_dir))
         recipe_dirs = (explicit if explicit.is_absolute() else cwd / explicit,)
+    build_dir = build_dir if build_dir.is_absolute() else cwd / build_dir
+    cache_dir = check_cache_dir(cfg.cache.get("dir"), cwd, build_dir)
     return BuildSettings(
         matrix=matrix,
-        build_dir=(build_dir if build_dir.is_absolute() else cwd / build_dir),
+        build_dir=build_dir,
         recipes_dir=recipe_dirs[0],
         progress=bool(cfg.progress),
         deployment=deployment,
         recipe_dirs=recipe_dirs,
-        scale=scale_from_config(cfg),
+        scale=replace(scale_from_config(cfg), cache_dir=None if cache_dir is None else str(cache_dir)),
         declared=declared,
     )
 

@@ -56,7 +56,10 @@ def overrides_for(d: Deployment) -> Callable[[Suggestion], list[str]]:
         if s.kind == "mode":
             return [f"deployment.mode={s.new}"]
         if s.kind == "device":
-            return [f"deployment.device={s.new}"]
+            out = [f"deployment.device={s.new}"]
+            if len(d.device_ids) != s.plan.target.num_devices:  # pinned ids of the old count cannot stay
+                out.append("deployment.serve.device_ids=null")
+            return out
         if s.kind == "drop_model":
             kept = [_mapping(_model_entry(m)) for m in d.models if m.name != s.subject]
             return ["deployment.models=[" + ",".join(kept) + "]"]

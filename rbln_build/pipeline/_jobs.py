@@ -23,6 +23,7 @@ from ._stages import build_cell, compile_once
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ..config import Cell
+    from ..store._remote_io import RemoteOptions
 
 __all__ = ["StoreRef", "CompileDone", "CellDone", "compile_job", "cell_job", "worker_died"]
 
@@ -34,13 +35,17 @@ class StoreRef:
     root: str
     remote: str | None = None
     require_remote: bool = False
+    owner: str = ""  # a shared cache (cache.dir): the build dir's tag (Store)
+    options: RemoteOptions | None = None  # cache.* besides the URL (no secret: names of variables)
 
     def open(self, warn: Callable[[str], None]) -> Store:
         if self.remote is None:
-            return Store(Path(self.root), warn=warn)
+            return Store(Path(self.root), warn=warn, owner=self.owner)
         from ..store import RemoteStore
 
-        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote)
+        return RemoteStore(
+            Path(self.root), self.remote, warn=warn, require=self.require_remote, owner=self.owner, options=self.options
+        )
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,8 @@ def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> Com
             key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry, tuple(warnings)
         )
     assert isinstance(outcome, Entry)
-    return CompileDone(key, outcome.meta["produced"], cached is None, took, _where(), warnings=tuple(warnings))
+    fresh = cached is None and outcome.made  # not made meanwhile by another build sharing the cache
+    return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings))
 
 
 def cell_job(ref: StoreRef, cell: Cell) -> CellDone:

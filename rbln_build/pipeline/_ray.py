@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,17 +52,31 @@ def resources_for(backend: str, scale: Scale) -> dict[str, Any]:
 
 
 def _compile_task(
-    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool
+    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool, options: Any = None
 ) -> tuple[CompileDone, bytes | None, str | None]:
     """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash)."""
     from ..store import pack_entry
 
     work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
     try:
-        ref = StoreRef(str(work / "cache"), remote, require)
+        ref = StoreRef(str(work / "cache"), remote, require, options=options)
         done = compile_job(ref, key, spec, backend)
         if done.error is not None:
             return done, None, None
+        unwritten = [w for w in done.warnings if w.startswith("cache.remote: ") and " cannot be reached (" in w]
+        if remote is not None and (options is None or options.writes) and unwritten:
+            # the driver reached the remote (else it would not have named it): this node cannot, so its
+            # entry would be local to a temporary folder; an error of this task, never a silent miss
+            why = unwritten[0].split(" cannot be reached ", 1)[1].split("; building", 1)[0]
+            error = (
+                f"the Ray worker {done.where} cannot reach cache.remote {why}; give the nodes the cache's "
+                "credentials and endpoint (cache.key_env/secret_env/endpoint, or their own environment)"
+            )
+            return (
+                replace(done, produced=None, fresh=False, error=error, error_kind="build_failed", retry=True),
+                None,
+                None,
+            )
         store = ref.open(lambda _msg: None)
         entry = store.lookup("compile", key)
         assert entry is not None
@@ -82,19 +97,28 @@ class RayCompiler:
         self.ref = ref
         self.scale = scale
         self.started = False
+        self._temp_dir: str | None = None  # a short folder of ours for a private cluster (_ray_setup)
         if not ray.is_initialized():
+            from ._ray_setup import auth_hint, prepare_auth, remove_temp_dir, short_temp_dir
+
             address = None if scale.address == "local" else scale.address
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             if address is None:
                 kwargs["address"] = "local"
+                self._temp_dir = short_temp_dir()
+                if self._temp_dir is not None:
+                    kwargs["_temp_dir"] = self._temp_dir
             else:
                 kwargs["address"] = address
+                prepare_auth(scale.auth_token_env)
             try:
                 ray.init(**kwargs)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
+            except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RayError) as exc:
+                remove_temp_dir(self._temp_dir)
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise ConfigError(
-                    f"executor.address: cannot reach the Ray cluster at {scale.address!r} ({exc}); start one with "
-                    "`ray start --head`, or use executor.address=local for a cluster on this machine."
+                    f"executor.address: cannot reach the Ray cluster at {scale.address!r} ({why}); start one with "
+                    f"`ray start --head`, or use executor.address=local for a cluster on this machine; {auth_hint()}."
                 ) from None
             self.started = True
         nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
@@ -105,12 +129,16 @@ class RayCompiler:
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         options = resources_for(backend, self.scale)
+        from ._ray_setup import task_env
+
+        env = task_env(self.ref.options.env_names()) if self.ref.options is not None and self.ref.remote else {}
         ref = self._task.options(
             max_retries=self.scale.max_retries,
+            **({"runtime_env": env} if env else {}),
             retry_exceptions=False,
             name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
             **options,
-        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote)
+        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options)
         self._refs.append(ref)
         landed: Future[CompileDone] = Future()
         ref.future().add_done_callback(lambda f: self._land(key, f, landed))
@@ -152,3 +180,6 @@ class RayCompiler:
                     pass  # finished already
         if self.started:
             self.ray.shutdown()
+            from ._ray_setup import remove_temp_dir
+
+            remove_temp_dir(self._temp_dir)

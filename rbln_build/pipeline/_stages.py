@@ -24,14 +24,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, EstimateError, InputFailure, RblnBuildError
-from ..store import CellResult, CompileOutcome, Entry, Store, digest, is_key
+from ..store import CellResult, CompileOutcome, Entry, Store, digest
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ..config import Cell
     from ..estimator import AllocationReport
 
-__all__ = ["resolve", "finalize", "build_cell", "reusable", "compile_done", "artifact_key", "describe"]
+__all__ = [
+    "resolve",
+    "finalize",
+    "build_cell",
+    "reusable",
+    "derived_problem",
+    "compile_done",
+    "artifact_key",
+    "describe",
+]
 
 LOG_DIR = "logs"  # <build_dir>/logs: tracebacks of unexpected errors
 
@@ -167,7 +176,12 @@ def resolve(store: Store, cell: Cell) -> CellResult:
 
 def artifact_key(cell: Cell, num_blocks: int) -> str:
     """One artifact per (compile key, target NPU, block count): cells that resolve alike share it."""
-    return digest({"kind": "artifact", "compile": cell.compile_key, "npu": cell.npu.name, "num_blocks": num_blocks})
+    return artifact_key_of(cell.compile_key, cell.npu.name, num_blocks)
+
+
+def artifact_key_of(compile_key: str | None, npu: str, num_blocks: int) -> str:
+    """``artifact_key`` from what a manifest entry records (``gc --remote`` keeps it)."""
+    return digest({"kind": "artifact", "compile": compile_key, "npu": npu, "num_blocks": num_blocks})
 
 
 def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
@@ -219,23 +233,49 @@ def build_cell(store: Store, cell: Cell) -> CellResult:
     return result
 
 
+def derived_problem(cell: Cell, result: CellResult) -> str | None:
+    """Why a stored result does not belong to ``cell``'s keys, or None. The artifact key is derived
+    (compile key, NPU, block count), so a record pointing a cell at another valid artifact -- say, of
+    40 blocks for a cell resolved to 21 -- is caught without trusting anything the record says."""
+    if result.cell_key != cell.cell_key or result.compile_key != cell.compile_key:
+        return f"it is the result of cell key {str(result.cell_key)[:16]}/compile key {str(result.compile_key)[:16]}"
+    if not result.ok:
+        return None
+    blocks = result.kvcache_num_blocks
+    if type(blocks) is not int or blocks < 1:
+        return f"its kvcache_num_blocks {blocks!r} is not a positive count"
+    want = artifact_key(cell, blocks)
+    if result.artifact_key != want:
+        return f"it points at artifact {str(result.artifact_key)[:64]!r}, but the artifact of {blocks} blocks is {want}"
+    return None
+
+
 def reusable(store: Store, cell: Cell) -> CellResult | None:
-    """The stored result if it stands as is: final (not to be retried), and its artifact verifies."""
+    """The stored result if it stands as is: final (not to be retried), derived from this cell's keys,
+    and its artifact verifies (and records the same compile key, NPU and block count). A record that
+    fails is reported (a warning naming the file), removed and redone."""
     body = store.load_record("results", cell.cell_key)
     if body is None:
         return None
     try:
         result = CellResult.from_json(body)
-    except (TypeError, ValueError):
-        store.drop_record("results", cell.cell_key)
-        return None
-    if result.retry or result.cell_key != cell.cell_key:
-        return None
-    if result.ok:
-        if not is_key(result.artifact_key):
-            store.drop_record("results", cell.cell_key)  # forged or damaged: never used as a path
-            return None
+        problem = derived_problem(cell, result)
+    except (TypeError, ValueError) as exc:
+        result, problem = None, f"not a cell result ({exc})"
+    if problem is None and result is not None and result.ok:
         entry = store.lookup("artifacts", result.artifact_key)  # type: ignore[arg-type]
         if entry is None or entry.content_hash != result.artifact_hash:
             return None
+        recorded = (entry.meta.get("compile_key"), entry.meta.get("npu"), entry.meta.get("kvcache_num_blocks"))
+        if recorded != (cell.compile_key, cell.npu.name, result.kvcache_num_blocks):
+            problem = f"its artifact {entry.path} records {recorded}, not this cell's"
+    if problem is not None:
+        store.warn(
+            f"cache record {store.record_path('results', cell.cell_key)} of cell {cell.id}: {problem}; "
+            "forged or damaged: removed, the cell will be redone"
+        )
+        store.drop_record("results", cell.cell_key)  # never used as a path
+        return None
+    if result is None or result.retry:
+        return None
     return result

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..config._layout import check_contained, link_shared_cache
 from ..store import Store
 from ._publish import clean_leftovers, recover
 
@@ -18,10 +19,21 @@ STATE_FILE = ".doit.sqlite3"
 INVENTORY_ENV = "RBLN_BUILD_CACHE"  # rbln_build.memory._inventory's cache root
 
 
-def start_run(build_dir: Path, store: Store, notice: Callable[[str], None], warn: Callable[[str], None]) -> None:
-    """Remove what killed runs left, roll the links forward to the manifest, and move a damaged doit
-    state file aside. ``notice`` shows a line; ``warn`` also records it in the summary."""
-    removed = store.clean_temporaries() + clean_leftovers(build_dir)
+def start_run(
+    build_dir: Path,
+    store: Store,
+    notice: Callable[[str], None],
+    warn: Callable[[str], None],
+    cache_dir: Path | None = None,
+) -> None:
+    """Refuse a name in the build dir that resolves outside it (``config._layout``; with ``cache_dir``,
+    link the shared cache), remove what killed runs left (in a shared cache: only this build dir's),
+    roll the links forward to the manifest, and move a damaged doit state file aside. ``notice``
+    shows a line; ``warn`` also records it in the summary."""
+    check_contained(build_dir, cache_dir)  # nothing in build_dir is followed out (exit 2)
+    if cache_dir is not None:
+        link_shared_cache(build_dir, cache_dir)
+    removed = store.clean_temporaries() + clean_leftovers(build_dir, shared=cache_dir is not None)
     if removed:
         notice(f"removed {removed} temporary file(s) left by an interrupted build")
     relinked = recover(build_dir, store)

@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..config import Cell, Scale
+from ..config._layout import CACHE_DIR, check_contained, owner_tag
 from ..errors import BuildError
 from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, is_key
+from ..store._remote_io import DOWN_MARKER, once_key
 from ._executors import Parallel, StoreRef
 from ._manifest import entry_for, summarize
 from ._progress import HISTORY_FILE, make_progress
@@ -94,7 +96,15 @@ class BuildRun:
         self.display = make_progress(progress, self.out, history=self.build_dir / HISTORY_FILE)
         self.scale = scale or Scale()
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
-        self.ref = StoreRef(str(self.build_dir / "cache"), self.scale.remote, self.scale.require_remote)
+        self.cache_dir = None if self.scale.cache_dir is None else Path(self.scale.cache_dir)  # shared (_layout)
+        owner = "" if self.cache_dir is None else owner_tag(self.build_dir)
+        self.ref = StoreRef(
+            str(self.build_dir / CACHE_DIR),
+            self.scale.remote,
+            self.scale.require_remote,
+            owner,
+            self.scale.remote_options,
+        )
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
@@ -107,6 +117,8 @@ class BuildRun:
         self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
 
     def _warn(self, message: str) -> None:
+        if once_key(message) in {once_key(m) for m in self.warnings}:
+            return  # one warning per run, however many workers met it
         self.warnings.append(message)
         self.display.warn(message)
 
@@ -177,6 +189,9 @@ class BuildRun:
         if isinstance(outcome, CompileOutcome):
             self.display.compile_finished(label, took, False, outcome.error or "", key)
             return
+        if not outcome.made:  # another build sharing the cache (cache.dir) made it while we waited
+            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache", key)
+            return
         self.compiled.append(key)
         self.display.compile_finished(label, took, True, outcome.meta["produced"], key)
 
@@ -231,6 +246,8 @@ class BuildRun:
         scope_inventory_cache(self.build_dir)
         self.prepare()
         self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        (self.build_dir / "cache" / DOWN_MARKER).unlink(missing_ok=True)  # this run asks the remote afresh
+        self.store = self.ref.open(self._warn)
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
         if probe is not None and not probe():
             self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
@@ -284,7 +301,7 @@ class BuildRun:
 
     def prepare(self) -> None:
         """Before any task (holding the lock): the run's start-up (_startup)."""
-        start_run(self.build_dir, self.store, self.display.warn, self._warn)
+        start_run(self.build_dir, self.store, self.display.warn, self._warn, self.cache_dir)
 
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
@@ -336,5 +353,7 @@ def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
 
     settings = compose_settings(overrides, project=find_project())
     build_dir, cells = expand_all([settings])
+    cache_dir = settings.scale.cache_dir
+    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # doit writes its state there
     build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
     return BuildRun(build_dir, cells, progress=settings.progress).namespace()

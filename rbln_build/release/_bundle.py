@@ -51,7 +51,8 @@ class Selection:
     allow_failed: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"cells": list(self.globs), "deployment": self.deployment, "allow_failed": self.allow_failed}
+        # not allow_failed: what it left out is in not_released, and the same cells are the same release
+        return {"cells": list(self.globs), "deployment": self.deployment}
 
 
 @dataclass
@@ -76,7 +77,12 @@ def select_cells(manifest: dict[str, Any], selection: Selection, where: str) -> 
                 f"--deployment {selection.deployment}: {where} holds no build of that deployment (built: {known}); "
                 f"build it first: rbln-build deployment={selection.deployment}"
             )
-        chosen = {str(m["cell"]) for m in record.get("models", {}).values()}
+        models = record.get("models")
+        chosen = (
+            {str(m.get("cell")) for m in models.values() if isinstance(m, dict)} if isinstance(models, dict) else set()
+        )
+        if not chosen:
+            raise UserError(f"--deployment {selection.deployment}: its record in {where} names no cells; rebuild it.")
     if selection.globs:
         matched: set[str] = set()
         for glob in selection.globs:

@@ -15,15 +15,17 @@ A release name is immutable. If ``<to>/<name>/release.json`` exists: the same by
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError, UserError
 from ..store import REMOTE_TIMEOUTS
-from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SIGNATURE_FILE, redact
+from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, redact
 
 __all__ = ["ReleaseConflict", "filesystem", "is_url", "local_staging", "publish"]
 
@@ -52,7 +54,23 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 
 def local_staging(parent: Path, name: str) -> Path:
+    """A staging folder beside ``<parent>/<name>``. Staging folders of this name left by a release
+    process that no longer runs (killed) are removed first: only ours, by their exact pattern."""
+    for old in parent.glob(f".tmp-{glob.escape(name)}-*-*"):
+        pid = old.name[len(f".tmp-{name}-") :].split("-", 1)[0]
+        if pid.isdigit() and old.is_dir() and not old.is_symlink() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
     return parent / f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, owned by someone else
+    return True
 
 
 def _first_difference(existing: bytes, new: bytes) -> str:
@@ -71,7 +89,20 @@ def _first_difference(existing: bytes, new: bytes) -> str:
         if cur is None:
             return f"{rel} (only in the existing release)"
         return f"{rel} (sha256 {str(old.get('sha256'))[:12]}... there, {str(cur.get('sha256'))[:12]}... here)"
-    return f"{RELEASE_FILE} (the cell records or provenance differ; every file is the same)"
+    old_body, new_body = json.loads(existing), json.loads(new)
+    for body in (old_body, new_body):
+        body.pop(SELF_HASH_KEY, None)  # it differs whenever anything does: name what differs
+    where = _first_differing_key(old_body, new_body)
+    return f"{RELEASE_FILE} at {where} (every file is the same)"
+
+
+def _first_differing_key(old: Any, new: Any, path: str = "") -> str:
+    """The first key path (in sorted order) where two JSON values differ, e.g. ``provenance.git.clean``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key) or (key in old) != (key in new):
+                return _first_differing_key(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
+    return path or "its top level"
 
 
 def _compare(where: str, existing: bytes, new: bytes, old_sig: bytes | None, new_sig: bytes | None) -> str:

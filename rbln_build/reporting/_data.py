@@ -171,6 +171,9 @@ def read_old_manifest(path: Path) -> dict[str, Any]:
     manifest = load_json(path, error=ReportInputError, hint=hint)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), dict):
         raise ReportInputError(f"report: --compare {path}: not an rbln-build manifest (no 'cells' mapping).")
+    odd = next((cid for cid, e in manifest["cells"].items() if not isinstance(e, dict)), None)
+    if odd is not None:
+        raise ReportInputError(f"report: --compare {path}: cell {odd!r} is not an object; give a manifest.json.")
     return manifest["cells"]  # type: ignore[no-any-return]
 
 

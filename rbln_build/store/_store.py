@@ -16,7 +16,9 @@ into place only when complete, so a killed build leaves at most a ``.tmp-*`` fol
 run (holding the build lock) removes. An entry records a content hash: sha256 over its files in
 sorted relative-path order, each preceded by its name and size, then the entry's metadata as
 canonical JSON. ``lookup`` verifies an entry before it is used; an entry that fails is reported as a
-warning, removed, and treated as a miss (so it is rebuilt), never used and never a crash.
+warning, removed, and treated as a miss (so it is rebuilt), never used and never a crash. A full
+verification also checks the entry's programs as data (``backends._verify``: a consistent entry
+can still be forged by whoever can write the cache).
 
 To keep a no-op rebuild fast, an entry also records each file's (size, mtime, ctime, inode). When
 they all still match, the files are taken as unchanged; any difference triggers the full hash.
@@ -25,6 +27,7 @@ they all still match, the files are taken as unchanged; any difference triggers 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -32,8 +35,8 @@ import re
 import shutil
 import sys
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ __all__ = ["Entry", "Store", "content_hash", "write_atomic", "is_key", "RECORD_K
 ENTRY_FILE = "entry.json"
 FILES_DIR = "files"
 ENTRY_SCHEMA = 1
+LOCKS_DIR = "locks"  # a shared cache's per-key lock files
 RECORD_KINDS = ("results", "failures")
 _KEY = re.compile(r"[0-9a-f]{64}")
 
@@ -59,14 +63,17 @@ def _checked_key(key: object) -> str:
     return key  # type: ignore[return-value]
 
 
-def _tmp_name(final: Path) -> Path:
-    return final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+def _tmp_name(final: Path, owner: str = "") -> Path:
+    """``.tmp-<name>-[<owner>-]<pid>-<random>``: the owner tag names the build dir that made it (a
+    shared cache), so start-up clean-up removes only its own build dir's leftovers there."""
+    tag = f"{owner}-" if owner else ""
+    return final.parent / f".tmp-{final.name}-{tag}{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, owner: str = "") -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder, fsync, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(path)
+    tmp = _tmp_name(path, owner)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -111,6 +118,7 @@ class Entry:
     path: Path
     meta: dict[str, Any]
     content_hash: str
+    made: bool = field(default=False, compare=False)  # made by this put (not found, not another build's)
 
     @property
     def files(self) -> Path:
@@ -118,11 +126,33 @@ class Entry:
 
 
 class Store:
-    """Entries of one build directory's cache. ``warn`` receives every corruption warning."""
+    """Entries of one build directory's cache. ``warn`` receives every corruption warning.
 
-    def __init__(self, root: Path, warn: Callable[[str], None] | None = None) -> None:
+    ``owner`` is set when the cache is shared by several build dirs (``cache.dir``): then an entry is
+    made under a per-key lock (``locks/<kind>-<key>.lock``, so two builds never make one key at once:
+    the second waits and takes the first one's entry), temporary names carry the owner tag, and
+    ``clean_temporaries`` removes only this owner's."""
+
+    def __init__(self, root: Path, warn: Callable[[str], None] | None = None, owner: str = "") -> None:
         self.root = Path(root)
         self.warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+        self.owner = owner
+
+    def _tmp(self, final: Path) -> Path:
+        return _tmp_name(final, self.owner)
+
+    @contextlib.contextmanager
+    def key_lock(self, kind: str, key: str) -> Iterator[None]:
+        """Hold ``kind``/``key``'s lock in a shared cache (nothing to hold in a build dir's own)."""
+        if not self.owner:
+            yield
+            return
+        from filelock import FileLock
+
+        folder = self.root / LOCKS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(folder / f"{kind}-{_checked_key(key)}.lock")):
+            yield
 
     def entry_path(self, kind: str, key: str) -> Path:
         return self.root / kind / _checked_key(key)
@@ -156,18 +186,28 @@ class Store:
                 "removed, it will be rebuilt",
             )
             return None
+        problem = program_problem(files_dir)
+        if problem is not None:  # consistent, but holds a program that is not data only
+            self._discard(path, f"cache entry {path}: {problem}; removed, it will be rebuilt")
+            return None
         record["stat"] = file_stats(files_dir)  # verified: refresh the fast-path fingerprint
         try:
-            write_atomic(record_file, canonical_json(record).encode("utf-8"))
+            write_atomic(record_file, canonical_json(record).encode("utf-8"), self.owner)
         except OSError:
             pass
         return Entry(key, path, meta, recorded)
 
     def put(self, kind: str, key: str, fill: Callable[[Path], dict[str, Any]]) -> Entry:
-        """Build an entry: ``fill(files_dir)`` writes the files and returns the metadata."""
+        """Build an entry: ``fill(files_dir)`` writes the files and returns the metadata. In a shared
+        cache, under the key's lock: an entry another build made meanwhile is taken instead."""
+        with self.key_lock(kind, key):
+            existing = Store.lookup(self, kind, key) if self.owner else None  # this level only, no remote
+            return existing if existing is not None else self._put(kind, key, fill)
+
+    def _put(self, kind: str, key: str, fill: Callable[[Path], dict[str, Any]]) -> Entry:
         final = self.entry_path(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _tmp_name(final)
+        tmp = self._tmp(final)
         try:
             (tmp / FILES_DIR).mkdir(parents=True)
             meta = fill(tmp / FILES_DIR)
@@ -180,7 +220,7 @@ class Store:
                 "stat": file_stats(tmp / FILES_DIR),
                 "meta_hash": meta_hash(meta),
             }
-            write_atomic(tmp / ENTRY_FILE, canonical_json(record).encode("utf-8"))
+            write_atomic(tmp / ENTRY_FILE, canonical_json(record).encode("utf-8"), self.owner)
             _fsync_dir(tmp)
             try:
                 os.rename(tmp, final)
@@ -191,7 +231,7 @@ class Store:
                     return existing
                 os.rename(tmp, final)
             _fsync_dir(final.parent)
-            return Entry(key, final, meta, digest)
+            return Entry(key, final, meta, digest, made=True)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -221,7 +261,7 @@ class Store:
 
     def save_record(self, kind: str, key: str, body: dict[str, Any]) -> None:
         record = {"key": key, "result": body, "content_hash": result_hash(body)}
-        write_atomic(self.record_path(kind, key), canonical_json(record).encode("utf-8"))
+        write_atomic(self.record_path(kind, key), canonical_json(record).encode("utf-8"), self.owner)
 
     def drop_record(self, kind: str, key: str) -> None:
         self.record_path(kind, key).unlink(missing_ok=True)
@@ -229,15 +269,20 @@ class Store:
     # -- housekeeping -----------------------------------------------------------------------------
 
     def clean_temporaries(self) -> int:
-        """Remove ``.tmp-*`` left by killed builds. Call only while holding the build lock."""
+        """Remove ``.tmp-*`` left by killed builds (in a shared cache: only this owner's). Call only
+        while holding the build lock. Each removal is checked to lie inside the cache, resolved."""
         removed = 0
         if not self.root.is_dir():
             return 0
+        real_root = self.root.resolve()
         kinds = [p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink()]
         # An entry's own folder too: a verified lookup rewrites its entry.json (write_atomic) in place.
         entries = [e for k in kinds for e in k.iterdir() if is_key(e.name) and e.is_dir() and not e.is_symlink()]
+        pattern = f".tmp-*-{self.owner}-*" if self.owner else ".tmp-*"
         for kind_dir in [self.root, *kinds, *entries]:
-            for tmp in kind_dir.glob(".tmp-*"):
+            if real_root not in kind_dir.resolve().parents and kind_dir.resolve() != real_root:
+                continue
+            for tmp in kind_dir.glob(pattern):
                 if tmp.is_dir() and not tmp.is_symlink():
                     shutil.rmtree(tmp, ignore_errors=True)
                 else:
@@ -253,13 +298,25 @@ class Store:
             return
         try:
             if path.is_dir() and not path.is_symlink():
-                aside = _tmp_name(path)
+                aside = self._tmp(path)
                 os.rename(path, aside)
                 shutil.rmtree(aside, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def program_problem(files_dir: Path) -> str | None:
+    """Why the entry's programs are not safe to hand to a loader (``backends._verify``), or None."""
+    from ..backends._verify import verify_entry_files
+    from ..errors import IntegrityError
+
+    try:
+        verify_entry_files(files_dir)
+    except IntegrityError as exc:
+        return str(exc)
+    return None
 
 
 def meta_hash(meta: Any) -> str:

@@ -17,7 +17,9 @@ So before a program is handed to torch, its archive is checked against an allowl
 
 Any other entry, a duplicated name, a config entry with ``use_pickle`` true or a payload name
 outside ``weight_<n>`` / ``tensor_<n>``, or non-empty sample inputs is refused with
-``IntegrityError`` before anything is unpickled.
+``IntegrityError`` before anything is unpickled. Then every JSON document (the graphs and the
+configs) is checked for strings torch would evaluate as Python (``_graph``: symbolic expressions,
+guards, node targets).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import zipfile
 from pathlib import Path
 
 from ...errors import IntegrityError
+from ._graph import check_graph_json
 
 __all__ = ["check_program_archive"]
 
@@ -40,6 +43,7 @@ _CONSTANTS_CONFIG = re.compile(rf"data/constants/({_NAME})_constants_config\.jso
 _WEIGHT = re.compile(r"data/weights/weight_\d+")
 _CONSTANT = re.compile(r"data/constants/tensor_\d+")
 _SAMPLE_INPUTS = re.compile(rf"data/sample_inputs/({_NAME})\.pt")
+MAX_JSON_BYTES = 256 << 20  # one graph or config document, uncompressed
 _PAYLOAD = {"weights": re.compile(r"weight_\d+"), "constants": re.compile(r"tensor_\d+")}
 
 
@@ -65,29 +69,47 @@ def check_program_archive(data: bytes, where: Path) -> None:
         raise _refuse(where, f"entries outside one archive folder ({sorted(roots)[:3]})")
     root = roots.pop()
     configs: list[tuple[str, str]] = []
+    documents: list[tuple[zipfile.ZipInfo, bool]] = []
     for info in infos:
         rel = info.filename[len(root) + 1 :]
         if rel.endswith("/") and info.file_size == 0:
             continue  # a folder entry
-        if rel in _FIXED or _MODEL.fullmatch(rel) or _WEIGHT.fullmatch(rel) or _CONSTANT.fullmatch(rel):
+        if _MODEL.fullmatch(rel):
+            documents.append((info, True))
+            continue
+        if rel in _FIXED or _WEIGHT.fullmatch(rel) or _CONSTANT.fullmatch(rel):
             continue
         if _WEIGHTS_CONFIG.fullmatch(rel):
             configs.append(("weights", info.filename))
+            documents.append((info, False))
         elif _CONSTANTS_CONFIG.fullmatch(rel):
             configs.append(("constants", info.filename))
+            documents.append((info, False))
         elif _SAMPLE_INPUTS.fullmatch(rel):
             if info.file_size != 0:
                 raise _refuse(where, f"{rel!r} holds pickled sample inputs ({info.file_size} bytes)")
         else:
             raise _refuse(where, f"unexpected archive entry {rel!r}")
+    for info, _ in documents:
+        if info.file_size > MAX_JSON_BYTES:
+            raise _refuse(where, f"{info.filename!r} is {info.file_size:,} bytes (at most {MAX_JSON_BYTES:,})")
     for kind, name in configs:
         try:
             config = json.loads(archive.read(name))["config"]
             entries = list(config.items())
-        except (ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, zipfile.BadZipFile) as exc:
             raise _refuse(where, f"unreadable {name!r} ({exc})") from None
         for fqn, meta in entries:
             if not isinstance(meta, dict) or meta.get("use_pickle") is not False:
                 raise _refuse(where, f"{kind} entry {fqn!r} is stored with pickle")
             if not isinstance(meta.get("path_name"), str) or not _PAYLOAD[kind].fullmatch(meta["path_name"]):
                 raise _refuse(where, f"{kind} entry {fqn!r} points at {meta.get('path_name')!r}, not a raw tensor")
+    for info, is_model in documents:
+        try:
+            with archive.open(info) as f:
+                data = f.read(MAX_JSON_BYTES + 1)
+        except (zipfile.BadZipFile, ValueError, OSError, NotImplementedError) as exc:
+            raise _refuse(where, f"unreadable {info.filename!r} ({exc})") from None
+        if len(data) > MAX_JSON_BYTES:
+            raise _refuse(where, f"{info.filename!r} is larger than {MAX_JSON_BYTES:,} bytes")
+        check_graph_json(data, info.filename, where, is_model=is_model)

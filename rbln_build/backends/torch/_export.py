@@ -41,6 +41,7 @@ from ...errors import BuildError, InputFailure
 from ...memory._companions import copy_companions, copy_from
 from .._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
 from .._record import record_for, sha256_file, write_json, write_record
+from ._archive import check_program_archive
 
 __all__ = ["TorchExportBackend", "PROGRAM_FILE"]
 
@@ -132,6 +133,7 @@ class TorchExportBackend(Backend):
         src = baseline_dir / PROGRAM_FILE
         if not src.is_file() or sha256_file(src) != baseline.get("program_sha256"):
             raise BuildError(f"{src}: missing or does not match its recorded sha256; recompile this key.")
+        check_program_archive(src.read_bytes(), src)  # a cell never links a program that is not data only
         _link_or_copy(src, out_dir / PROGRAM_FILE)
         shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
         copy_from(baseline_dir, out_dir)

@@ -4,9 +4,10 @@
     artifact.generate([[1, 2, 3], [4, 5]], max_new_tokens=8)   -> [[...8 ids], [...8 ids]]
 
 The KV pool has exactly ``kvcache_num_blocks`` blocks (from the artifact's rbln-build.json).
-Artifacts are code: the program's sha256 (recorded in rbln-build.json) is checked and its archive is
-checked for anything torch would unpickle (``_archive``) before torch sees a byte of it; the bytes
-that were checked are the bytes that are loaded.
+Artifacts are code: the program's sha256 (recorded in rbln-build.json) is checked, its archive is
+checked for anything torch would unpickle (``_archive``) or evaluate (``_graph``), and the whole
+record against its bounds and the program's own inputs (``_cellrecord``), before torch sees a byte
+of it; the bytes that were checked are the bytes that are loaded.
 Blocks are handed out as optimum-rbln's page table does: one free list shared by the whole batch,
 a block taken when a sequence first writes into it, all of a sequence's blocks returned when it
 is done. A pool smaller than the full pool therefore serves a batch whose sequences are short.
@@ -27,9 +28,11 @@ from typing import Any
 
 import torch
 
-from ...errors import BuildError, RuntimeLimitError, UserError
+from ...errors import BuildError, IntegrityError, RuntimeLimitError, UserError
+from ...estimator._limits import LIMITS
 from .._record import RECORD_FILE, read_record, verify_programs
 from ._archive import check_program_archive
+from ._cellrecord import check_cell_record, graph_of
 
 __all__ = ["Artifact", "PageTable", "load_artifact"]
 
@@ -204,18 +207,20 @@ def load_artifact(path: str | Path) -> Artifact:
             f"{path}: this cell holds models compiled for a Rebellions NPU ({cfg['artifact']!r}, target "
             f"{cfg.get('npu')}); load it with optimum-rbln (RBLNAutoModelForCausalLM.from_pretrained) on an NPU host."
         )
-    pool = cfg.get("kv_pool")
-    num_blocks = cfg.get("kvcache_num_blocks")
-    programs = cfg["programs"]
-    if not isinstance(pool, dict) or not isinstance(num_blocks, int) or num_blocks < 1 or len(programs) != 1:
-        raise BuildError(f"{path / RECORD_FILE}: no kv_pool / kvcache_num_blocks / one program; not a torch artifact.")
+    if list(cfg["programs"]) != ["program.pt2"]:
+        raise IntegrityError(
+            f"{path / RECORD_FILE}: programs must name exactly program.pt2, got {sorted(cfg['programs'])[:3]}; "
+            "not a torch artifact. Rebuild the cell."
+        )
     [(program_file, data)] = verify_programs(path, cfg, keep=True).items()
     check_program_archive(data, path / program_file)
+    check_cell_record(cfg, path / RECORD_FILE, graph_of(data))  # bounds, and the pool the program takes
     hf = _read_json(path / "config.json")
-    dtype = getattr(torch, str(pool["dtype"]))
-    shape = (num_blocks, int(pool["kv_heads"]), int(pool["block_size"]), int(pool["head_dim"]))
-    pools = [torch.zeros(shape, dtype=dtype) for _ in range(2 * int(pool["num_layers"]))]
-    cfg = dict(cfg, vocab_size=_vocab_size(hf))
+    pool, num_blocks = cfg["kv_pool"], cfg["kvcache_num_blocks"]
+    dtype = getattr(torch, pool["dtype"])
+    shape = (num_blocks, pool["kv_heads"], pool["block_size"], pool["head_dim"])
+    pools = [torch.zeros(shape, dtype=dtype) for _ in range(2 * pool["num_layers"])]
+    cfg = dict(cfg, vocab_size=_vocab_size(hf, path / "config.json"))
     return Artifact(path=path, config=cfg, pools=pools, program_file=program_file, _verified=data)
 
 
@@ -230,6 +235,12 @@ def _load_program(program_file: Path, data: bytes) -> Any:
         ) from exc
 
 
-def _vocab_size(hf: dict[str, Any]) -> int:
+def _vocab_size(hf: dict[str, Any], where: Path) -> int:
     text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else hf
-    return int(text.get("vocab_size") or 0)
+    vocab = text.get("vocab_size")
+    if type(vocab) is not int or not 1 <= vocab <= LIMITS["vocab_size"]:
+        raise IntegrityError(
+            f"{where}: vocab_size is {vocab!r}; expected an integer from 1 to {LIMITS['vocab_size']:,}. "
+            "Rebuild the cell or restore the file."
+        )
+    return vocab
