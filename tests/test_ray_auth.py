@@ -171,4 +171,5 @@ def test_ray_workers_publish_to_the_remote_and_the_driver_fetches_from_it(
     check_ok(proc)
     assert summary(out)["compiled"] == 4 and proc.stderr.count(": plan (") == 4
     assert len(list((remote / "compile").iterdir())) == 4  # each worker's entry is in the remote
+    assert "Ray compiles per node: " in proc.stdout and " 4 ok." in proc.stdout  # one node here
     assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
