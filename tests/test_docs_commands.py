@@ -178,6 +178,18 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         "tests/test_shared_cache.py", "the second build dir of the same test"
     ),
     "rbln-build --cfg job": Run(),
+    "rbln-build model=qwen3_8b": Run(),
+    "rbln-build device=atom_max_x4 budget=0.3": Run(),
+    "rbln-build budget=null": Run(),
+    "rbln-build 'budget=[0.3,0.5]'": Run(),
+    "rbln-build 'matrix.budgets=[1,1.0,\"10GB\"]'": Run(exit=1),
+    "rbln-build matrix=plans matrix.batch_sizes=[1,8]": Run(exit=1),
+    "rbln-build matrix=plans matrix.kvcache_num_blocks=[0,12] budget=null": Run(),
+    # an infeasible plan, shown with what it prints: exit 1
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.reservations.0.bytes=110GB "
+    "deployment.reservations.0.chiplet=null": Run(exit=1),
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.device=atom_max "
+    "'deployment.reservations=[{name:vision_encoder,bytes:4GB}]'": Run(exit=1),
 }
 # After `rbln-build init my-release && cd my-release`, these README commands run inside the project.
 IN_PROJECT = ("rbln-build status",)
