@@ -79,3 +79,24 @@ def test_a_record_pointing_a_cell_at_another_valid_artifact_is_caught(
     assert os.readlink(build / "artifacts" / small[0]) == os.readlink(clean / "artifacts" / small[0])
     linked = json.loads((build / "artifacts" / small[0] / "rbln-build.json").read_text())
     assert linked["kvcache_num_blocks"] == 21
+
+
+def test_rolling_links_forward_never_follows_a_forged_record(clean: Path, tmp_path: Path) -> None:
+    from rbln_build.pipeline._publish import PUBLISHING_FILE, recover
+
+    build = tmp_path / "build"
+    shutil.copytree(clean, build, symlinks=True)
+    manifest = json.loads((build / MANIFEST_FILE).read_text())
+    small, large = sorted(manifest["cells"].items(), key=lambda kv: kv[1]["kvcache_num_blocks"])
+    store = Store(build / "cache")
+    forged = store.load_record("results", small[1]["cell_key"])
+    genuine = store.load_record("results", large[1]["cell_key"])
+    assert forged is not None and genuine is not None
+    forged["artifact_key"], forged["artifact_hash"] = genuine["artifact_key"], genuine["artifact_hash"]
+    store.save_record("results", small[1]["cell_key"], forged)
+    manifest["cells"][small[0]]["artifact"]["content_hash"] = genuine["artifact_hash"]  # the manifest agrees
+    (build / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (build / "artifacts" / small[0]).unlink()
+    (build / PUBLISHING_FILE).write_bytes(b"")  # an interrupted publish: the next run rolls links forward
+    assert recover(build, store) == 0
+    assert not os.path.lexists(build / "artifacts" / small[0])  # not linked to the 40-block artifact

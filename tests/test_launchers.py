@@ -24,6 +24,8 @@ def test_joblib_launcher_builds_every_job_and_merges_the_basic_launchers_manifes
     assert proc.stderr.count("| cells 4/4 |") == 2  # each job built its own four cells (its last count line)
     assert proc.stderr.count(": plan in") == 4  # and each compile key was compiled once
     assert summary(out)["cells"] == 8 and not list(out.rglob(".tmp-*"))
+    assert summary(out)["compiled"] == 4  # the jobs' compiles, counted once (the merge compiled nothing)
+    assert "8 cells: 4 compiled" in proc.stdout
 
 
 def test_a_launcher_whose_jobs_never_report_back_is_an_error(tmp_path: Path) -> None:

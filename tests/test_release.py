@@ -198,6 +198,33 @@ def test_a_failed_cell_stops_the_release_unless_allowed(plans: Path, tmp_path: P
     assert "not released: qwen3_8b.atom_max_x4.b0.3 (failed)" in proc.stdout
 
 
+def test_a_release_waits_for_a_build_holding_the_build_dirs_lock(plans: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from rbln_build.store import acquire_build_lock
+
+    work = copy(plans, tmp_path)
+    lock = acquire_build_lock(work / "build")  # as a running build holds it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.cli", "release", "v1", "--build-dir", str(work / "build")],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # blocks until the release says it waits
+        assert "rbln-build release: waiting for another rbln-build run on" in line
+        assert not (work / "build" / "releases" / "v1").exists()
+    finally:
+        lock.release()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "release v1: " in out and (work / "build" / "releases" / "v1" / "release.json").is_file()
+
+
 def test_an_artifact_changed_after_the_build_is_not_released(plans: Path, tmp_path: Path) -> None:
     work = copy(plans, tmp_path)
     target = (work / "build" / "artifacts" / "qwen3_8b.rebel100.b0.3" / "config.json").resolve()

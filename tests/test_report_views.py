@@ -242,3 +242,32 @@ def test_explain_plot_keeps_the_requested_budgets_on_the_picture() -> None:
         case = DramCase("b", budget, stacks)
         fig = explain_figure(curve, [Point("b", budget, curve.num_full_blocks, "full_pool")], [case], "t")
         assert fig.axes[0].get_xlim()[1] >= budget
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        pytest.param("[1,", "not valid JSON", id="json"),
+        pytest.param('{"cells": []}', "not an rbln-build manifest", id="cells"),
+        pytest.param('{"cells": {"a": 1}}', "cell 'a' is not an object", id="entry"),
+    ],
+)
+def test_a_compare_manifest_that_is_not_one_is_a_clear_error(
+    tmp_path: Any, text: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rbln_build.reporting._cli import main
+
+    (tmp_path / "old.json").write_text(text)
+    (tmp_path / "manifest.json").write_text('{"schema_version": 1, "cells": {}}')
+    assert main([str(tmp_path), "--compare", str(tmp_path / "old.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'old.json'}: " in err and says in err and "Traceback" not in err
+    assert main([str(tmp_path), "--compare"]) == 2 and "--compare needs a manifest" in capsys.readouterr().err
+
+
+def test_report_arguments(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from rbln_build.reporting._cli import main
+
+    assert main([str(tmp_path), f"build_dir={tmp_path}"]) == 2
+    assert "two build directories" in capsys.readouterr().err
+    assert main(["--frobnicate"]) == 2 and "usage: rbln-build report [[build_dir=]PATH]" in capsys.readouterr().err

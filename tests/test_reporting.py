@@ -433,7 +433,7 @@ def test_a_manifest_from_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
     for text, says in [
         ('{"schema_version": 2, "cells": {}}', "has schema_version 2; this rbln-build reads 1"),
         ('{"schema_version": 1, "cells": {"a": {"cell": "a"}}}', "has a cell entry without the fields"),
-        ("[1, 2", "is not an rbln-build manifest"),
+        ("[1, 2", "manifest.json: not valid JSON"),
     ]:
         (tmp_path / "manifest.json").write_text(text)
         proc = rbln(["report", f"build_dir={tmp_path}"], cwd=tmp_path)
@@ -474,11 +474,11 @@ def chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str
 
 @pytest.mark.slow
 def test_a_thousand_cell_sweep_with_compare_renders_in_headless_chromium(build: Path, tmp_path: Path) -> None:
-    """A real 1,000-cell sweep (matrix=plans x 125 budgets) reported with --compare against the
+    """A real 1,000-cell sweep (matrix=plans: 2 models x 2 devices x 250 budgets) reported with --compare against the
     module's 12-cell build: Chromium draws the grid pictures (their status colors are on screen) and
     its DOM holds the contents, the comparison section and a link from every grid square."""
     sweep = tmp_path / "sweep"
-    budgets = ",".join(str(round(i / 125, 4)) for i in range(1, 126))
+    budgets = ",".join(str(round(i / 250, 4)) for i in range(1, 251))
     proc = rbln(
         ["matrix=plans", f"matrix.budgets=[{budgets}]", f"build_dir={sweep}"],
         cwd=tmp_path,

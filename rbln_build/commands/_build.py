@@ -157,6 +157,16 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
 
         compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
+    shard_line = None
+    if jobs[0].scale.shard is not None:  # CI without Ray: 1/N of the compile keys (rbln_build.config._shard)
+        from ..config._shard import select
+        from ..pipeline._startup import scope_inventory_cache
+
+        scope_inventory_cache(build_dir)
+        index, count = jobs[0].scale.shard
+        cells, total = select(cells, jobs[0].scale.shard)
+        mine = len({c.compile_key for c in cells if c.compile_key is not None})
+        shard_line = f"shard {index}/{count}: {mine} of {total} compile keys, {len(cells)} cells"
     kept = _declared(jobs, cells)  # a narrowed run keeps the declared matrix's other cells in the manifest
     records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
     if any(j.deployment is not None for j in jobs):
@@ -175,6 +185,11 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         sweep.publish(build_dir)
         build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale, kept=kept)
         code = build.run()
+        from ..pipeline import _sweep
+
+        # a launcher's jobs compiled and built in their processes; this run merged: count their work
+        build.compiled.extend(k for k in _sweep.reported["compiled"] if k not in build.compiled)
+        build.redone.update(_sweep.reported["redone"])
         summary = build.summary()
         entries = build.entries or []
     finally:
@@ -199,6 +214,11 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         )
         return 1
     print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
+    if shard_line is not None:
+        print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
+    nodes = _per_node(build)
+    if nodes:
+        print(nodes)
     for line in records.lines if records is not None else ():
         print(line)
     for problem in records.problems if records is not None else ():
@@ -212,6 +232,20 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
     return 1 if code or (records is not None and records.problems) else 0
+
+
+def _per_node(build: Any) -> str | None:
+    """executor=ray: where this run's compiles ran (host: compiles), from the workers' reports."""
+    parallel = build.parallel
+    if parallel is None or parallel.scale.executor != "ray" or not parallel.compile_results:
+        return None
+    counts: dict[str, list[int]] = {}
+    for done in parallel.compile_results.values():
+        host = done.where.rsplit(":", 1)[0] if done.where != "-" else "(lost worker)"
+        row = counts.setdefault(host, [0, 0])
+        row[0 if done.error is None else 1] += 1
+    parts = [f"{h} {ok} ok" + (f", {bad} failed" if bad else "") for h, (ok, bad) in sorted(counts.items())]
+    return f"Ray compiles per node: {'; '.join(parts)}."
 
 
 def _declared(jobs: list[Any], cells: list[Any]) -> list[Any]:

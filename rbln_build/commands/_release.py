@@ -81,8 +81,20 @@ def release_main(argv: list[str]) -> int:
             ) from None
         staging = local_staging(parent, args.name)
         exclude = (build_dir, parent)
+    lock = None
+    if (build_dir / "manifest.json").is_file():  # no build rewrites links and records while cells are copied
+        from ..store import acquire_build_lock
+
+        try:
+            lock = acquire_build_lock(build_dir, "rbln-build release")
+        except OSError:
+            lock = None  # a build directory we cannot write (a read-only copy): nothing can build there either
     try:
-        staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude)
+        try:
+            staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude)
+        finally:
+            if lock is not None:
+                lock.release()
         if args.sign:
             from ..release._sign import sign
 

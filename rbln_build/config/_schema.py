@@ -116,10 +116,11 @@ class BuildConf:
     deployment: Any = None  # set by `deployment=<name>`: conf/deployment/, schema _deployment.DeploymentConf
     build_dir: str = "build"  # relative to the current directory
     recipes_dir: Optional[str] = None  # null: the repository's recipes/
-    progress: bool = True  # one line per compile and per cell
+    progress: bool = True  # a live status line on a terminal (false: plain lines, as in CI)
     jobs: Optional[int] = None  # worker processes for compiles (null: the cores); see _scale
     executor: ExecutorConf = field(default_factory=ExecutorConf)  # conf/executor/: local or ray
     cache: CacheConf = field(default_factory=CacheConf)  # cache.remote: a shared second level
+    shard: Optional[str] = None  # "I/N": build 1/N of the compile keys into cache.remote (_shard)
 
 
 _registered = False

@@ -23,6 +23,7 @@ from ._stages import build_cell, compile_once
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ..config import Cell
+    from ..store._remote_io import RemoteOptions
 
 __all__ = ["StoreRef", "CompileDone", "CellDone", "compile_job", "cell_job", "worker_died"]
 
@@ -35,13 +36,16 @@ class StoreRef:
     remote: str | None = None
     require_remote: bool = False
     owner: str = ""  # a shared cache (cache.dir): the build dir's tag (Store)
+    options: RemoteOptions | None = None  # cache.* besides the URL (no secret: names of variables)
 
     def open(self, warn: Callable[[str], None]) -> Store:
         if self.remote is None:
             return Store(Path(self.root), warn=warn, owner=self.owner)
         from ..store import RemoteStore
 
-        return RemoteStore(Path(self.root), self.remote, warn=warn, require=self.require_remote, owner=self.owner)
+        return RemoteStore(
+            Path(self.root), self.remote, warn=warn, require=self.require_remote, owner=self.owner, options=self.options
+        )
 
 
 @dataclass(frozen=True)

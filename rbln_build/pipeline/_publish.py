@@ -24,6 +24,7 @@ from ..errors import BuildError
 from ..estimator._limits import cell_id_problem
 from ..store import CellResult, Store, is_key, write_atomic
 from ._manifest import entry_for, render_json, render_manifest, summarize
+from ._stages import artifact_key_of
 
 __all__ = [
     "ARTIFACTS_DIR",
@@ -228,7 +229,8 @@ def recover(build_dir: Path, store: Store) -> int:
     """Point each link the manifest names at the artifact it names (a previous run may have been
     killed after writing the manifest and before re-linking). Returns how many links changed.
     Anything the manifest or a record says is checked before it becomes a path: a cell id must be
-    a valid name inside ``artifacts/``, an artifact key a hex digest whose entry verifies. Only
+    a valid name inside ``artifacts/``, an artifact key a hex digest whose entry verifies and is the
+    one derived from that entry's compile key, NPU and block count (the record's own). Only
     after an interrupted publish (``.publishing`` left behind), so a no-op run pays nothing."""
     marker = build_dir / PUBLISHING_FILE
     if not marker.exists():
@@ -257,6 +259,15 @@ def _roll_forward(build_dir: Path, store: Store) -> int:
                 continue
             cached = store.lookup("artifacts", result.artifact_key)  # type: ignore[arg-type]
             if cached is None or cached.content_hash != artifact["content_hash"]:
+                continue
+            meta = cached.meta  # the record's artifact must be the one its own block count derives
+            derived = artifact_key_of(meta.get("compile_key"), meta["npu"], meta["kvcache_num_blocks"])
+            if (
+                derived != result.artifact_key
+                or result.cell_key != entry["cell_key"]
+                or meta.get("compile_key") != result.compile_key
+                or meta.get("kvcache_num_blocks") != result.kvcache_num_blocks
+            ):
                 continue
             link = links / cell_id
             inside(build_dir, link.parent)

@@ -1,8 +1,10 @@
 """``executor=ray``: each compile key is a Ray task (``pip install 'rbln-build[ray]'``).
 
 A task compiles into a private Store in the worker's temporary folder (with the remote cache as its
-second level, when one is configured, so the compile is looked up there first and uploaded after),
-and returns the entry packed as a tar through Ray's object store. The driver verifies it (sha256 of
+second level, when one is configured, so the compile is looked up there first and uploaded after).
+With a remote cache the task returns only the key's content hash, and the driver downloads the
+entry from the remote and verifies it; without one (or when the worker's upload did not land) it
+returns the entry packed as a tar through Ray's object store. The driver verifies it (sha256 of
 the tar, then the entry's content hash) and installs it in the build directory's Store; the cells
 and the manifest are the driver's, exactly as in a local build. Nothing of a task is visible until
 the driver installs the whole entry, so a worker killed mid-compile leaves nothing in the build:
@@ -20,6 +22,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,23 +54,48 @@ def resources_for(backend: str, scale: Scale) -> dict[str, Any]:
 
 
 def _compile_task(
-    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool
+    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool, options: Any = None
 ) -> tuple[CompileDone, bytes | None, str | None]:
     """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash)."""
     from ..store import pack_entry
 
     work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
     try:
-        ref = StoreRef(str(work / "cache"), remote, require)
+        ref = StoreRef(str(work / "cache"), remote, require, options=options)
         done = compile_job(ref, key, spec, backend)
         if done.error is not None:
             return done, None, None
+        unwritten = [w for w in done.warnings if w.startswith("cache.remote: ") and " cannot be reached (" in w]
+        if remote is not None and (options is None or options.writes) and unwritten:
+            # the driver reached the remote (else it would not have named it): this node cannot, so its
+            # entry would be local to a temporary folder; an error of this task, never a silent miss
+            why = unwritten[0].split(" cannot be reached ", 1)[1].split("; building", 1)[0]
+            error = (
+                f"the Ray worker {done.where} cannot reach cache.remote {why}; give the nodes the cache's "
+                "credentials and endpoint (cache.key_env/secret_env/endpoint, or their own environment)"
+            )
+            return (
+                replace(done, produced=None, fresh=False, error=error, error_kind="build_failed", retry=True),
+                None,
+                None,
+            )
         store = ref.open(lambda _msg: None)
         entry = store.lookup("compile", key)
         assert entry is not None
+        if remote is not None and _published(store, key):
+            return done, None, entry.content_hash  # in the remote: the driver fetches and verifies it there
         return done, pack_entry(entry, work / "entry.tar"), entry.content_hash
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _published(store: Any, key: str) -> bool:
+    """Is ``key``'s compile entry on the remote cache (this worker uploaded it, or found it there)?"""
+    try:
+        fs, base = store._filesystem()
+        return bool(store._call(fs.exists, f"{base}/compile/{key}"))
+    except Exception:
+        return False  # then the entry travels back through Ray's object store
 
 
 class RayCompiler:
@@ -81,22 +109,31 @@ class RayCompiler:
         self.ray = ray
         self.ref = ref
         self.scale = scale
-        self.started = False
+        self.owns_cluster = False  # this build started the cluster (and stops it); not `started`: the scheduler asks LocalPool.started()
+        self._temp_dir: str | None = None  # a short folder of ours for a private cluster (_ray_setup)
         if not ray.is_initialized():
+            from ._ray_setup import auth_hint, prepare_auth, remove_temp_dir, short_temp_dir
+
             address = None if scale.address == "local" else scale.address
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             if address is None:
                 kwargs["address"] = "local"
+                self._temp_dir = short_temp_dir()
+                if self._temp_dir is not None:
+                    kwargs["_temp_dir"] = self._temp_dir
             else:
                 kwargs["address"] = address
+                prepare_auth(scale.auth_token_env)
             try:
                 ray.init(**kwargs)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
+            except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RayError) as exc:
+                remove_temp_dir(self._temp_dir)
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise ConfigError(
-                    f"executor.address: cannot reach the Ray cluster at {scale.address!r} ({exc}); start one with "
-                    "`ray start --head`, or use executor.address=local for a cluster on this machine."
+                    f"executor.address: cannot reach the Ray cluster at {scale.address!r} ({why}); start one with "
+                    f"`ray start --head`, or use executor.address=local for a cluster on this machine; {auth_hint()}."
                 ) from None
-            self.started = True
+            self.owns_cluster = True
         nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
         self.description = f"Ray ({len(nodes)} node(s), {cpus:g} CPU(s))"
@@ -105,12 +142,16 @@ class RayCompiler:
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         options = resources_for(backend, self.scale)
+        from ._ray_setup import task_env
+
+        env = task_env(self.ref.options.env_names()) if self.ref.options is not None and self.ref.remote else {}
         ref = self._task.options(
             max_retries=self.scale.max_retries,
+            **({"runtime_env": env} if env else {}),
             retry_exceptions=False,
             name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
             **options,
-        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote)
+        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options)
         self._refs.append(ref)
         landed: Future[CompileDone] = Future()
         ref.future().add_done_callback(lambda f: self._land(key, f, landed))
@@ -136,6 +177,21 @@ class RayCompiler:
                         True,
                         done.warnings,
                     )
+            elif done.error is None and recorded is not None:  # the worker published it to cache.remote
+                store = self.ref.open(lambda _msg: None)
+                entry = store.lookup("compile", key)  # downloaded and verified (sha256 and content hash)
+                if entry is None or entry.content_hash != recorded:
+                    done = replace(
+                        done,
+                        produced=None,
+                        fresh=False,
+                        error=(
+                            "the entry a Ray worker published to cache.remote cannot be fetched or fails its "
+                            "content hash here; the next run retries it"
+                        ),
+                        error_kind="build_failed",
+                        retry=True,
+                    )
             elif done.error is not None:
                 outcome = CompileOutcome(key, done.error, done.error_kind or "build_failed", done.retry)
                 self.ref.open(lambda _msg: None).save_record("failures", key, outcome.to_json())
@@ -150,5 +206,8 @@ class RayCompiler:
                     self.ray.cancel(ref, force=True)
                 except Exception:
                     pass  # finished already
-        if self.started:
+        if self.owns_cluster:
             self.ray.shutdown()
+            from ._ray_setup import remove_temp_dir
+
+            remove_temp_dir(self._temp_dir)

@@ -176,7 +176,12 @@ def resolve(store: Store, cell: Cell) -> CellResult:
 
 def artifact_key(cell: Cell, num_blocks: int) -> str:
     """One artifact per (compile key, target NPU, block count): cells that resolve alike share it."""
-    return digest({"kind": "artifact", "compile": cell.compile_key, "npu": cell.npu.name, "num_blocks": num_blocks})
+    return artifact_key_of(cell.compile_key, cell.npu.name, num_blocks)
+
+
+def artifact_key_of(compile_key: str | None, npu: str, num_blocks: int) -> str:
+    """``artifact_key`` from what a manifest entry records (``gc --remote`` keeps it)."""
+    return digest({"kind": "artifact", "compile": compile_key, "npu": npu, "num_blocks": num_blocks})
 
 
 def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:

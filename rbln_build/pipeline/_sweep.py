@@ -29,9 +29,12 @@ from typing import Any
 
 from ..errors import ConfigError, RblnBuildError
 
-__all__ = ["begin", "in_worker", "run_job", "finish"]
+__all__ = ["begin", "in_worker", "run_job", "finish", "reported"]
 
 SWEEP_ENV = "RBLN_BUILD_SWEEP"  # "<parent pid>:<sweep folder>", set by the parent for its launcher's workers
+# What the launcher's jobs did, as their records say (``finish`` fills it): the merge run itself
+# compiles nothing, so its summary counts the jobs' compiles and cells from here.
+reported: dict[str, list[str]] = {"compiled": [], "redone": []}
 
 
 def begin() -> Path:
@@ -60,7 +63,7 @@ def run_job(num: int, overrides: list[str], settings: Any, error: BaseException 
     from ..store import write_atomic
     from ._tasks import LOCK_FILE, BuildRun
 
-    record: dict[str, Any] = {"num": num, "overrides": list(overrides), "error": None}
+    record: dict[str, Any] = {"num": num, "overrides": list(overrides), "error": None, "compiled": [], "redone": []}
     try:
         if error is not None:
             raise error
@@ -70,7 +73,9 @@ def run_job(num: int, overrides: list[str], settings: Any, error: BaseException 
         # process pool inside a launcher's worker process is not reliable: loky's workers lose theirs).
         scale = settings.scale if settings.scale.executor != "local" else replace(settings.scale, jobs=1)
         with FileLock(str(build_dir / LOCK_FILE)):
-            BuildRun(build_dir, cells, progress=settings.progress, scale=scale, publish=False).run()
+            run = BuildRun(build_dir, cells, progress=settings.progress, scale=scale, publish=False)
+            run.run()
+        record["compiled"], record["redone"] = list(run.compiled), sorted(run.redone)
     except RblnBuildError as exc:
         record["error"] = str(exc)
     write_atomic(_folder() / f"{num:06d}.json", json.dumps(record).encode("utf-8"))
@@ -91,6 +96,9 @@ def finish(folder: Path, project: Any = None) -> list[Any] | None:
     for r in records:
         if r["error"]:
             raise RblnBuildError(f"sweep job {r['num']} ({' '.join(r['overrides'])}): {r['error']}")
+    for r in records:
+        reported["compiled"].extend(k for k in r.get("compiled", []) if k not in reported["compiled"])
+        reported["redone"].extend(c for c in r.get("redone", []) if c not in reported["redone"])
     return [compose_settings(r["overrides"], project=project) for r in records]
 
 

@@ -41,6 +41,7 @@ from ..config import Cell, Scale
 from ..config._layout import CACHE_DIR, check_contained, owner_tag
 from ..errors import BuildError
 from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key
+from ..store._remote_io import DOWN_MARKER, once_key
 from ._executors import Parallel, StoreRef
 from ._ledger import Ledger, index_cells, survey
 from ._manifest import entry_for, summarize
@@ -112,7 +113,13 @@ class BuildRun:
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
         self.cache_dir = None if self.scale.cache_dir is None else Path(self.scale.cache_dir)  # shared (_layout)
         owner = "" if self.cache_dir is None else owner_tag(self.build_dir)
-        self.ref = StoreRef(str(self.build_dir / CACHE_DIR), self.scale.remote, self.scale.require_remote, owner)
+        self.ref = StoreRef(
+            str(self.build_dir / CACHE_DIR),
+            self.scale.remote,
+            self.scale.require_remote,
+            owner,
+            self.scale.remote_options,
+        )
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
@@ -129,6 +136,8 @@ class BuildRun:
         self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
 
     def _warn(self, message: str) -> None:
+        if once_key(message) in {once_key(m) for m in self.warnings}:
+            return  # one warning per run, however many workers met it
         self.warnings.append(message)
         self.display.warn(message)
 
@@ -210,7 +219,7 @@ class BuildRun:
             self.display.compile_finished(label, took, False, outcome.error or "", key)
             return
         if not outcome.made:  # another build sharing the cache (cache.dir) made it while we waited
-            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache")
+            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache", key)
             return
         self.compiled.append(key)
         self.display.compile_finished(label, took, True, outcome.meta["produced"], key)
@@ -301,6 +310,8 @@ class BuildRun:
         scope_inventory_cache(self.build_dir)
         self.prepare()
         self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        (self.build_dir / "cache" / DOWN_MARKER).unlink(missing_ok=True)  # this run asks the remote afresh
+        self.store = self.ref.open(self._warn)
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
         if probe is not None and not probe():
             self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._documents import load_json, parse_json, read_document
+from .._documents import absent, load_json, parse_json, read_document
 from ..errors import UserError
 from ..estimator import AllocationReport
 
@@ -118,7 +118,7 @@ def outcome(entry: dict[str, Any]) -> str:
 
 def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
     path = build_dir / "manifest.json"
-    if not path.exists() and not path.is_symlink():
+    if absent(path, error=ReportInputError, hint="pass build_dir=PATH"):
         raise ReportInputError(
             f"report: no manifest at {path}; build first (rbln-build build_dir={build_dir}) or pass build_dir=PATH."
         )
@@ -171,6 +171,9 @@ def read_old_manifest(path: Path) -> dict[str, Any]:
     manifest = load_json(path, error=ReportInputError, hint=hint)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), dict):
         raise ReportInputError(f"report: --compare {path}: not an rbln-build manifest (no 'cells' mapping).")
+    odd = next((cid for cid, e in manifest["cells"].items() if not isinstance(e, dict)), None)
+    if odd is not None:
+        raise ReportInputError(f"report: --compare {path}: cell {odd!r} is not an object; give a manifest.json.")
     return manifest["cells"]  # type: ignore[no-any-return]
 
 

@@ -80,7 +80,7 @@ def grid_section(view: BuildView, figures: FigureCache | None = None) -> str:
             row += [_square(by_col[c], slugs) if c in by_col else '<td class="none"></td>' for c in order]
             body.append(row)
         title = f'<h3 id="{escape(device_anchor(device, npu))}">{escape(device)}: {n} x {escape(npu)}</h3>'
-        grid = table(header, body, "grid")
+        grid = f'<div class="wide">{table(header, body, "grid")}</div>'  # scrolls sideways, not off the page
         if len(order) > MAX_GRID_COLUMNS:
             args = (
                 labels,

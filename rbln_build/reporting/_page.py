@@ -35,7 +35,7 @@ th{background:#f3f3f3;font-weight:600} td.num{text-align:right;font-variant-nume
 table.grid td{text-align:center;min-width:64px;font-weight:600} table.grid td.none{background:#fafafa}
 table.grid a{color:inherit;text-decoration:none} table.grid a:hover{text-decoration:underline}
 %(status_css)s
-nav ol{margin:4px 0 10px;padding-left:22px} nav li{margin:1px 0}
+nav ol{margin:4px 0 10px;padding-left:22px} nav li{margin:1px 0} .wide{overflow-x:auto;max-width:100%}
 .swatch{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:-1px;border:1px solid #999}
 img{max-width:100%;display:block;margin:4px 0} .note{background:#fff8e1;padding:6px 10px;border-left:4px solid #e69f00}
 td.msg{max-width:640px;font-size:12px} table.cells{font-size:12px} table.cells td{white-space:nowrap}

@@ -16,13 +16,19 @@ write-once: an existing blob or pointer is never overwritten, so when two builds
 once, the first pointer published stands and both are complete entries. Every download is checked
 three times before use: the tar's sha256 against its name, the unpacked entry's content hash against
 the one the pointer and entry.json record, then its programs as data (``backends._verify``: a
-consistent forged entry hashes fine, so a program holding pickles or code strings is refused too). An entry that fails is reported, removed from the remote
-(so the rebuilt one can be published) and treated as a miss: it is rebuilt and re-uploaded.
+consistent forged entry hashes fine, so a program holding pickles or code strings is refused too).
+An entry that fails is reported, skipped (treated as a miss: it is rebuilt) and, unless
+``cache.remote_mode=read``, repaired: its pointer is removed only if it still names the same blob,
+and the blob only if its bytes do not match its own name (a blob another key points to is never
+removed for this key's sake). Pointers are published write-once for real
+(``_remote_io.publish_if_absent``: a link on a filesystem, a conditional PUT on S3).
 
-An unreachable remote is reported once; the build goes on with the local cache alone, or stops with a
-CacheError when ``cache.require_remote=true``. Credentials are read by fsspec and s3fs from the
-environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``,
-...); they never appear in a config, a message or the manifest.
+Every remote call is bounded (``_remote_io``: client timeouts and a deadline on the call). An
+unreachable remote is reported once per run (worker processes of the run see a marker in the local
+cache and stay quiet); the build goes on with the local cache alone, or stops with a CacheError when
+``cache.require_remote=true``. Credentials are read from the environment (``AWS_ACCESS_KEY_ID``,
+..., or the variables ``cache.key_env``/``secret_env``/``token_env`` name); they never appear in a
+config, a message or the manifest.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any
 
 from ..errors import CacheError
 from ._keys import canonical_json
+from ._remote_io import DOWN_MARKER, TRANSFER_TIMEOUT_S, RemoteOptions, bounded, open_filesystem, publish_if_absent
 from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, _files, content_hash, program_problem
 
 __all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
@@ -52,12 +59,21 @@ REMOTE_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout"
 
 class RemoteStore(Store):
     def __init__(
-        self, root: Path, url: str, warn: Callable[[str], None] | None = None, require: bool = False, owner: str = ""
+        self,
+        root: Path,
+        url: str,
+        warn: Callable[[str], None] | None = None,
+        require: bool = False,
+        owner: str = "",
+        options: RemoteOptions | None = None,
     ) -> None:
         super().__init__(root, warn, owner)
         self.url = url.rstrip("/")
         self.require = require
-        self.down = False  # set on the first failure to reach the remote (reported once)
+        self.options = options or RemoteOptions()
+        # set on the first failure to reach the remote (reported once); another process of this run
+        # that found it down left a marker, so this one neither waits on it nor repeats the warning
+        self.down = not require and (self.root / DOWN_MARKER).exists()
         self.downloaded: list[str] = []  # keys this process took from the remote
         self.uploaded: list[str] = []
         self._fs: Any = None
@@ -73,16 +89,27 @@ class RemoteStore(Store):
 
     def put(self, kind: str, key: str, fill: Callable[[Path], dict[str, Any]]) -> Entry:
         entry = super().put(kind, key, fill)
-        if kind in REMOTE_KINDS and not self.down:
+        if kind in REMOTE_KINDS and not self.down and self.options.writes:
             self._upload(kind, entry)
         return entry
+
+    def _call(self, fn: Callable[..., Any], *args: Any, transfer: bool = False, **kwargs: Any) -> Any:
+        """One remote call, bounded (a hung server raises RemoteTimeout, a TimeoutError)."""
+        return bounded(TRANSFER_TIMEOUT_S if transfer else self.options.call_timeout, fn, *args, **kwargs)
 
     def probe(self) -> bool:
         """Can the remote be reached? Reports (once) and returns False if not; with ``require``
         raises CacheError instead."""
         try:
             fs, base = self._filesystem()
-            fs.ls(base.split("/")[0] if self.url.startswith("s3://") else base, detail=False)
+            attempts = getattr(fs, "retries", None)
+            if attempts is not None:
+                fs.retries = 1  # one attempt: a server that does not answer costs read_timeout once
+            try:
+                self._call(fs.ls, base.split("/")[0] if self.url.startswith("s3://") else base, detail=False)
+            finally:
+                if attempts is not None:
+                    fs.retries = attempts
             return True
         except FileNotFoundError:
             if self.url.startswith("s3://"):
@@ -97,17 +124,7 @@ class RemoteStore(Store):
 
     def _filesystem(self) -> tuple[Any, str]:
         if self._fs is None:
-            import fsspec  # type: ignore[import-untyped]
-
-            scheme = self.url.split("://", 1)[0]
-            try:
-                self._fs, self._base = fsspec.url_to_fs(self.url, **REMOTE_TIMEOUTS.get(scheme, {}))
-            except ImportError as exc:
-                raise CacheError(
-                    f"cache.remote: {self.url} needs a filesystem package that is not installed ({exc}); "
-                    "install it with: pip install 'rbln-build[remote]'"
-                ) from None
-            self._base = self._base.rstrip("/")
+            self._fs, self._base = open_filesystem(self.url, self.options)
         return self._fs, self._base
 
     def _unreachable(self, exc: BaseException) -> None:
@@ -119,14 +136,20 @@ class RemoteStore(Store):
             )
         if not self.down:
             self.down = True
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                (self.root / DOWN_MARKER).touch()
+            except OSError:
+                pass  # the marker only saves the other workers a wait
             self.warn(f"cache.remote: {self.url} cannot be reached ({why}); building with the local cache only")
 
     def _download(self, kind: str, key: str) -> Entry | None:
         try:
             fs, base = self._filesystem()
             pointer_path = f"{base}/{kind}/{key}"
+            raw = b""
             try:
-                raw = fs.cat_file(pointer_path, start=0, end=MAX_POINTER_BYTES + 1)  # a pointer is ~150 bytes
+                raw = self._call(fs.cat_file, pointer_path, start=0, end=MAX_POINTER_BYTES + 1)  # ~150 bytes
                 if len(raw) > MAX_POINTER_BYTES:
                     raise ValueError(f"over {MAX_POINTER_BYTES} bytes")
                 pointer = json.loads(raw)
@@ -138,27 +161,29 @@ class RemoteStore(Store):
             except FileNotFoundError:
                 return None
             except (ValueError, KeyError, TypeError) as exc:
-                self._reject(kind, key, None, f"its pointer is unreadable ({exc})")
+                self._reject(kind, key, None, f"its pointer is unreadable ({exc})", raw)
                 return None
             tmp = self._tmp(self.entry_path(kind, key))
             tmp.parent.mkdir(parents=True, exist_ok=True)
             try:
                 packed = tmp.with_name(tmp.name + ".tar")
                 try:
-                    if size is not None and fs.size(f"{base}/blobs/{blob}") != size:  # before any byte is fetched
-                        self._reject(kind, key, blob, f"its blob is not the {size} bytes the pointer records")
+                    if size is not None and self._call(fs.size, f"{base}/blobs/{blob}") != size:  # before fetching
+                        # the pointer and the blob disagree: the pointer is this key's problem; the blob
+                        # may be another key's, so it stays
+                        self._reject(kind, key, None, f"its blob is not the {size} bytes the pointer records", raw)
                         return None
-                    fs.get_file(f"{base}/blobs/{blob}", str(packed))
+                    self._call(fs.get_file, f"{base}/blobs/{blob}", str(packed), transfer=True)
                 except FileNotFoundError:
-                    self._reject(kind, key, None, f"its blob {blob} is missing")
+                    self._reject(kind, key, None, f"its blob {blob} is missing", raw)
                     return None
                 actual = _sha256_file(packed)
                 if actual != blob:
-                    self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under")
+                    self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under", raw)
                     return None
                 entry = _install(self, kind, key, packed, tmp, recorded)
-                if isinstance(entry, str):
-                    self._reject(kind, key, blob, entry)
+                if isinstance(entry, str):  # a whole blob (its name checks out): only this pointer is wrong
+                    self._reject(kind, key, None, entry, raw)
                     return None
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -171,46 +196,71 @@ class RemoteStore(Store):
             self._unreachable(exc)
             return None
 
-    def _reject(self, kind: str, key: str, blob: str | None, why: str) -> None:
-        """A remote entry that fails verification: reported, removed remotely (so the rebuilt entry
-        can be published under the same names), never used."""
+    def _reject(self, kind: str, key: str, bad_blob: str | None, why: str, pointer: bytes) -> None:
+        """A remote entry that fails verification: reported and never used (a miss: it is rebuilt).
+        In ``read`` mode nothing remote is touched. Otherwise it is repaired so that the rebuilt
+        entry can be published: the pointer is removed if it still holds the bytes we read, and the
+        blob (``bad_blob``) only when its bytes do not match its own name, which makes it wrong for
+        every key; a whole blob that a wrong pointer named is another key's and stays."""
+        if not self.options.writes:
+            self.warn(
+                f"remote cache entry {self.url}/{kind}/{key} is corrupt ({why}); skipped and built locally "
+                "(cache.remote_mode=read: left on the remote; report it to whoever writes the cache)"
+            )
+            return
         self.warn(
             f"remote cache entry {self.url}/{kind}/{key} is corrupt ({why}); not used, it will be rebuilt "
             "and uploaded again"
         )
         fs, base = self._filesystem()
-        for path in [f"{base}/{kind}/{key}"] + ([f"{base}/blobs/{blob}"] if blob else []):
-            try:
-                fs.rm_file(path)
-            except FileNotFoundError:
-                pass
+        try:
+            pointer_path = f"{base}/{kind}/{key}"
+            if self._call(fs.cat_file, pointer_path, start=0, end=MAX_POINTER_BYTES + 1) == pointer:
+                self._call(fs.rm_file, pointer_path)
+            if bad_blob is not None:
+                self._call(fs.rm_file, f"{base}/blobs/{bad_blob}")
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # no right to delete, say: the entry is still skipped, the remote still serves
+            self.warn(
+                f"remote cache entry {self.url}/{kind}/{key}: could not remove it ({type(exc).__name__}); "
+                "it stays corrupt on the remote until someone with write access runs `rbln-build gc --remote`"
+            )
 
     def _upload(self, kind: str, entry: Entry) -> None:
         try:
             fs, base = self._filesystem()
             pointer_path = f"{base}/{kind}/{entry.key}"
-            if fs.exists(pointer_path):
+            if self._call(fs.exists, pointer_path):
                 return  # write-once: the first complete entry published stands
-            _makedirs(fs, f"{base}/tmp")
+            self._call(_makedirs, fs, f"{base}/tmp")
             packed = self._tmp(entry.path).with_suffix(".tar")
+            new_blob = False
             try:
                 _pack(entry, packed)
                 blob, size = _sha256_file(packed), packed.stat().st_size
                 blob_path = f"{base}/blobs/{blob}"
-                if not fs.exists(blob_path):
+                try:
+                    there: int | None = self._call(fs.size, blob_path)
+                except FileNotFoundError:
+                    there = None
+                # a blob of this name holds exactly these bytes; one of another size is damaged
+                # (truncated, say) whoever points to it, and is replaced
+                if there != size:
                     staged = f"{base}/tmp/{uuid.uuid4().hex}"
-                    fs.put_file(str(packed), staged)
-                    _publish(fs, staged, blob_path)
+                    self._call(fs.put_file, str(packed), staged, transfer=True)
+                    self._call(_publish, fs, staged, blob_path, transfer=True)
+                    new_blob = there is None
             finally:
                 packed.unlink(missing_ok=True)
-            staged = f"{base}/tmp/{uuid.uuid4().hex}"
-            pointer = {"blob": blob, "content_hash": entry.content_hash, "size": size}
-            fs.pipe_file(staged, canonical_json(pointer).encode("utf-8"))
-            if fs.exists(pointer_path):  # someone published meanwhile: theirs stands
-                fs.rm_file(staged)
-                return
-            _publish(fs, staged, pointer_path)
-            self.uploaded.append(entry.key)
+            pointer = canonical_json({"blob": blob, "content_hash": entry.content_hash, "size": size}).encode("utf-8")
+            if publish_if_absent(fs, pointer_path, pointer, self.options.call_timeout, f"{base}/tmp"):
+                self.uploaded.append(entry.key)
+            elif new_blob:  # someone published this key meanwhile and theirs stands: ours is an orphan
+                try:
+                    self._call(fs.rm_file, blob_path)
+                except Exception:
+                    pass  # `rbln-build gc --remote` collects it
         except CacheError:
             raise
         except Exception as exc:

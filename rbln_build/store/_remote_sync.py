@@ -41,7 +41,7 @@ def upload_missing(store: RemoteStore, keys: Iterable[tuple[str, str]]) -> int:
     """Upload each (kind, key) of ``keys`` that is held locally and whose remote pointer is missing.
     Returns the number uploaded. An unreachable remote is reported once (as every remote failure is)
     and ends the pass."""
-    if store.down:
+    if store.down or not store.options.writes:  # cache.remote_mode=read never writes
         return 0
     path = known_file(store)
     known = _known(path)
@@ -56,7 +56,7 @@ def upload_missing(store: RemoteStore, keys: Iterable[tuple[str, str]]) -> int:
             continue
         try:
             fs, base = store._filesystem()
-            there = fs.exists(f"{base}/{kind}/{key}")
+            there = store._call(fs.exists, f"{base}/{kind}/{key}")  # bounded, as every remote call
         except Exception as exc:  # the remote is down or refuses us
             store._unreachable(exc)
             break

@@ -1,0 +1,61 @@
+"""``shard=I/N`` (CI without Ray): two shards in two build dirs fill one remote cache; a merge run over
+the whole matrix in a third compiles nothing and writes a manifest byte-identical to a single build's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cli import PLANS, check_ok, rbln, summary
+from test_remote import seeded  # noqa: F401  (one plain build of matrix=plans, jobs=1)
+
+pytest.importorskip("fsspec")
+pytestmark = pytest.mark.integration
+
+
+def test_two_shards_and_a_merge_give_the_single_build_manifest_compiling_nothing(
+    seeded: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    single, _ = seeded
+    remote = f"cache.remote=file://{tmp_path / 'remote'}"
+    compiled = []
+    for i in (1, 2):
+        out = tmp_path / f"shard{i}"
+        proc = rbln([*PLANS, "jobs=1", f"build_dir={out}", remote, f"shard={i}/2"], cwd=tmp_path)
+        check_ok(proc)
+        assert f"shard {i}/2: 2 of 4 compile keys" in proc.stdout  # balanced: one 8B and one 1B key each
+        compiled.append(summary(out)["compiled"])
+    assert compiled == [2, 2]
+    merge = tmp_path / "merge"
+    proc = rbln([*PLANS, "jobs=2", f"build_dir={merge}", remote], cwd=tmp_path)
+    check_ok(proc)
+    assert summary(merge)["compiled"] == 0 and "warning" not in proc.stderr
+    assert (merge / "manifest.json").read_bytes() == (single / "manifest.json").read_bytes()
+
+
+def test_the_assignment_is_deterministic_and_covers_every_key() -> None:
+    from rbln_build.config import compose_settings, expand_all
+    from rbln_build.config._shard import assign
+
+    _, cells = expand_all([compose_settings(["matrix=plans"])])
+    keys = {c.compile_key for c in cells}
+    for n in (1, 2, 3, 8):
+        owner = assign(cells, n)
+        assert set(owner) == keys and set(owner.values()) <= set(range(1, n + 1))
+        assert assign(list(reversed(cells)), n) == owner  # independent of the order cells come in
+    assert sorted(assign(cells, 2).values()) == [1, 1, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["shard=3/2", "cache.remote=file:///tmp/x"], "shard: expected I/N with 1 <= I <= N"),
+        (["shard=1/2"], "a shard's entries reach the merge run only through a shared remote cache"),
+        (["shard=1/2", "cache.remote=file:///tmp/x", "cache.remote_mode=read"], "set cache.remote=URL"),
+    ],
+)
+def test_bad_shards_are_configuration_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = rbln([*PLANS, f"build_dir={tmp_path / 'b'}", *args], cwd=tmp_path)
+    check_ok(proc, 2)
+    assert message in proc.stderr and "Traceback" not in proc.stderr
