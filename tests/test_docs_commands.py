@@ -157,8 +157,12 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "doit list --all": Elsewhere(
         "tests/test_cli.py", "runs from the repo root: test_doit_from_the_repo_root_sees_the_same_tasks"
     ),
-    "doit info cell:qwen3_8b.rebel100.b0.3": Elsewhere("tests/test_cli.py", "the same doit test"),
-    "doit forget cell:qwen3_8b.rebel100.b0.3": Elsewhere("tests/test_cli.py", "the same doit test"),
+    "doit info cells:qwen3_8b.RBLN-CR.x1.04ee9a1c2d3b": Elsewhere(
+        "tests/test_cli.py", "the same doit test (the task's key prefix follows the code: it looks the name up)"
+    ),
+    "doit forget cells:qwen3_8b.RBLN-CR.x1.04ee9a1c2d3b": Elsewhere(
+        "tests/test_cli.py", "the same doit test (the task's key prefix follows the code: it looks the name up)"
+    ),
     "rbln-build matrix=release executor=ray executor.address=HEAD:6379 executor.auth_token_env=CLUSTER_TOKEN": Elsewhere(
         "tests/test_ray_auth.py", CLUSTER
     ),
