@@ -238,8 +238,10 @@ class BuildRun:
         for cell in self.groups[key]:
             if not ledger.stands(cell):
                 self._cell(cell)
-            elif cell.id not in shown:
-                self.display.cell_cached(cell.id)
+            elif cell.id not in shown:  # doit's state did not know it: shown as done, from the cache
+                result = ledger.stored.get(cell.id)
+                assert result is not None
+                self._finished(cell, result)
 
     def _cell(self, cell: Cell) -> None:
         self.redone.add(cell.id)
@@ -248,6 +250,9 @@ class BuildRun:
             return  # built ahead of doit (shown already)
         result = build_cell(self.store, cell)
         self.results[cell.id] = result
+        self._finished(cell, result)
+
+    def _finished(self, cell: Cell, result: CellResult) -> None:
         if result.ok:
             what = (
                 f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
