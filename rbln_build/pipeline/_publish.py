@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +76,15 @@ def collect(store: Store, cells: list[Cell]) -> list[tuple[Cell, CellResult | No
 
 
 def publish(
-    build_dir: Path, rows: list[tuple[Cell, CellResult | None]], sections: dict[str, Any] | None = None
+    build_dir: Path,
+    rows: list[tuple[Cell, CellResult | None]],
+    sections: dict[str, Any] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``manifest.json`` (only when its bytes change), then point every ok cell's link at its
     artifact and remove the links of cells that have none. Returns the manifest entries.
-    ``sections``: more top-level manifest keys (a deployment's record)."""
+    ``sections``: more top-level manifest keys (a deployment's record). ``warn`` hears of a link of
+    ours that pointed elsewhere although the manifest did not change (tampering, repaired)."""
     entries = [entry_for(cell, result) for cell, result in rows]
     data = render_manifest(entries, sections)
     path = build_dir / MANIFEST_FILE
@@ -109,7 +114,13 @@ def publish(
                 raise BuildError(
                     f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
                 )
-            link_atomic(link, f"../cache/artifacts/{result.artifact_key}/files")
+            target = f"../cache/artifacts/{result.artifact_key}/files"
+            if same and warn is not None and ours(link) and os.readlink(link) != target:
+                warn(
+                    f"{link} pointed at {os.readlink(link)}, not at the artifact {MANIFEST_FILE} names for it "
+                    f"(changed since the last build); re-linked to {target}"
+                )
+            link_atomic(link, target)
         except (OSError, BuildError) as exc:
             problems[cell.id] = str(exc)
     if problems:  # the manifest names only links that exist: a cell whose link failed is a failed cell

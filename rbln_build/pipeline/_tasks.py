@@ -221,7 +221,10 @@ class BuildRun:
                 r for r in collect(self.store, self.kept) if r[1] is not None
             ]
             entries = publish(
-                self.build_dir, rows + others, None if self.sections is None else self.sections(self.store, rows)
+                self.build_dir,
+                rows + others,
+                None if self.sections is None else self.sections(self.store, rows),
+                warn=self._warn,
             )
             self.entries = entries[: len(rows)]  # this run's cells (its table and summary)
         except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
