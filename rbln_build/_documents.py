@@ -33,6 +33,7 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_DEPTH",
     "MAX_YAML_NODES",
+    "absent",
     "read_document",
     "parse_json",
     "load_json",
@@ -47,6 +48,20 @@ MAX_DEPTH = 64  # nesting levels of a JSON or YAML document (ours use at most 6)
 MAX_YAML_NODES = 100_000  # a YAML document's nodes with every alias expanded
 
 ErrorType = type[RblnBuildError]
+
+
+def absent(path: Path | str, *, error: ErrorType = InputError, hint: str = "") -> bool:
+    """Whether nothing is at ``path`` (not even a dangling link). A path the OS refuses to look at
+    (a name too long, a file where a folder belongs, a loop) is ``error`` naming it, not a traceback:
+    ``Path.exists`` raises for those."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError) as exc:
+        tail = f"; {hint}" if hint else ""
+        raise error(f"{str(path)[:300]}: cannot use it ({getattr(exc, 'strerror', None) or exc}){tail}.") from None
+    return False
 
 
 def read_document(

@@ -25,7 +25,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ._documents import load_json
 from .errors import InputError, IntegrityError, RblnBuildError, UserError
@@ -43,8 +43,16 @@ def _token_ids(text: str) -> list[int]:
     return ids
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line (exit 2), as every other error of this command."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}; see python -m rbln_build.run --help", file=sys.stderr)
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m rbln_build.run",
         description=(
             "Load a cell artifact built by the 'torch' backend (a folder with program.pt2, "

@@ -140,18 +140,85 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build verify shipped/v1-signed --key release.pub": Elsewhere("tests/test_release.py", "the signed release"),
     "rbln-build release v1 --to s3://my-bucket/releases": Elsewhere("tests/test_release.py", CLUSTER),
     "rbln-build verify s3://my-bucket/releases/v1": Elsewhere("tests/test_release.py", CLUSTER),
+    "rbln-build gc --remote released/manifest.json cache.remote=s3://bucket/cache": Elsewhere(
+        "tests/test_gc_remote.py", "a bucket (the test runs gc --remote on moto's S3 server)"
+    ),
+    "python -m rbln_build.run build/tiny_llama-atom_max-b5 --prompt-ids 1,2,3 --prompt-ids 4,5 --max-new-tokens 8": Elsewhere(
+        "tests/test_runtime.py", "an artifact folder of the reader's (the test runs two prompts through a built cell)"
+    ),
+    "python -m rbln_build.run build/tiny_llama-atom_max-b5 --prompt-ids <3000 ids> --prompt-ids <3000 ids> "
+    "--max-new-tokens 8": Elsewhere("tests/test_runtime.py", "prompts past the pool, on an artifact of the reader's"),
+    "pip install -e . optimum-rbln==0.12.0 --extra-index-url https://download.pytorch.org/whl/cpu": Elsewhere(
+        ".ci/run", "needs the PyTorch CPU index, which this machine cannot reach; CI installs optimum-rbln --no-deps"
+    ),
+    "rbln-build build_dir=/scratch/rbln recipes_dir=/data/recipes progress=false": Elsewhere(
+        "tests/test_config.py", "folders of the reader's (the tests set build_dir and recipes_dir to their own)"
+    ),
+    "doit list --all": Elsewhere(
+        "tests/test_cli.py", "runs from the repo root: test_doit_from_the_repo_root_sees_the_same_tasks"
+    ),
+    "doit info cell:qwen3_8b.rebel100.b0.3": Elsewhere("tests/test_cli.py", "the same doit test"),
+    "doit forget cell:qwen3_8b.rebel100.b0.3": Elsewhere("tests/test_cli.py", "the same doit test"),
+    "rbln-build matrix=release executor=ray executor.address=HEAD:6379 executor.auth_token_env=CLUSTER_TOKEN": Elsewhere(
+        "tests/test_ray_auth.py", CLUSTER
+    ),
+    "rbln-build cache.remote=s3://team-bucket/rbln-cache cache.remote_mode=read": Elsewhere(
+        "tests/test_remote_safety.py", CLUSTER
+    ),
+    "rbln-build cache.remote=s3://team-bucket/rbln-cache cache.endpoint=http://10.0.0.5:9000 cache.key_env=CI_S3_KEY "
+    "cache.secret_env=CI_S3_SECRET": Elsewhere("tests/test_remote_safety.py", CLUSTER),
+    "rbln-build matrix=release shard=3/8 cache.remote=s3://team-bucket/rbln-cache": Elsewhere(
+        "tests/test_shard.py", CLUSTER
+    ),
+    "rbln-build matrix=release cache.remote=s3://team-bucket/rbln-cache": Elsewhere("tests/test_shard.py", CLUSTER),
+    "rbln-build build_dir=build-a cache.dir=~/.cache/rbln-build/shared": Elsewhere(
+        "tests/test_shared_cache.py", "a folder in the reader's home (the test shares a cache between two build dirs)"
+    ),
+    "rbln-build build_dir=build-b cache.dir=~/.cache/rbln-build/shared": Elsewhere(
+        "tests/test_shared_cache.py", "the second build dir of the same test"
+    ),
+    "rbln-build --cfg job": Run(),
+    "rbln-build model=qwen3_8b": Run(),
+    "rbln-build device=atom_max_x4 budget=0.3": Run(),
+    "rbln-build budget=null": Run(),
+    "rbln-build 'budget=[0.3,0.5]'": Run(),
+    "rbln-build 'matrix.budgets=[1,1.0,\"10GB\"]'": Run(exit=1),
+    "rbln-build matrix=plans matrix.batch_sizes=[1,8]": Run(exit=1),
+    "rbln-build matrix=plans matrix.kvcache_num_blocks=[0,12] budget=null": Run(),
+    # an infeasible plan, shown with what it prints: exit 1
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.reservations.0.bytes=110GB "
+    "deployment.reservations.0.chiplet=null": Run(exit=1),
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.device=atom_max "
+    "'deployment.reservations=[{name:vision_encoder,bytes:4GB}]'": Run(exit=1),
 }
 # After `rbln-build init my-release && cd my-release`, these README commands run inside the project.
 IN_PROJECT = ("rbln-build status",)
+
+
+def _shell_blocks(text: str) -> list[list[str]]:
+    """The lines of each fenced code block whose info string is empty or a shell's (a ```python or
+    ```text block is skipped whole: its closing fence never opens another block)."""
+    blocks: list[list[str]] = []
+    current: list[str] | None = None
+    keep = False
+    for line in text.splitlines():
+        fence = re.match(r"\s*(```+|~~~+)\s*([\w+-]*)", line)
+        if fence and current is None:
+            current, keep = [], fence.group(2) in ("", "bash", "sh", "console", "shell")
+        elif fence and line.strip().startswith(fence.group(1)[:3]) and not fence.group(2):
+            if keep:
+                blocks.append(current)
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
 
 
 def documented() -> list[tuple[str, str]]:
     """(doc, command) for every command line in a code block, in document order, each once."""
     seen: dict[str, str] = {}
     for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        for block in re.findall(r"```(?:bash|sh|console|shell)?\n(.*?)```", text, re.S):
-            lines = block.splitlines()
+        for lines in _shell_blocks(doc.read_text(encoding="utf-8")):
             i = 0
             while i < len(lines):
                 line = lines[i].strip()

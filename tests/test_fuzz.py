@@ -419,6 +419,8 @@ def _targets(command: str, args: list[str]) -> list[str]:
         return [a for a in args if not a.startswith("-")][:1] or ["."]
     if command == "report":
         return [a.split("=", 1)[1] + "/report" for a in args if a.startswith("build_dir=")] or ["build/report"]
+    if command == "gc":  # it holds the build directory's lock while it removes
+        return [a.split("=", 1)[1] for a in args if a.startswith("build_dir=")][-1:] or ["build"]
     if command == "recipe" and "--to" in args:
         return [args[args.index("--to") + 1]]
     return []
@@ -439,7 +441,12 @@ def check_subcommand(command: str, args: list[str]) -> None:
         assert len(lines) == 1, (command, args, err)
     places = [os.path.normpath(os.path.join("work", t)) for t in _targets(command, args)]
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    stray = [k for k in changed if not any(k == p or k.startswith(p.rstrip("/") + "/") for p in places)]
+    # inside a place, or a folder on the way to one (init DIR and recipe add --to make their parents)
+    stray = [
+        k
+        for k in changed
+        if not any(k == p or k.startswith(p.rstrip("/") + "/") or p.startswith(k + "/") for p in places)
+    ]
     assert stray == [], (command, args, stray)
     assert after.get("victim/data.txt") == b"keep me"
 
@@ -457,7 +464,10 @@ def _run_in(work: Path, argv: list[str]) -> tuple[int, str]:
             from rbln_build.run import main as run_main
 
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-                code = run_main(argv[1:]) if argv[1:] else 2
+                try:
+                    code = run_main(argv[1:]) if argv[1:] else 2
+                except SystemExit as exc:  # argparse's usage errors
+                    code = exc.code
         else:
             mp.setattr(sys, "argv", ["rbln-build", *argv])
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):

@@ -10,6 +10,7 @@
     backends   -> memory, estimator, errors
     memory     -> estimator, errors
     estimator  -> errors
+    _documents -> errors                      (bounded reads of user documents; every layer but the estimator)
 
 Checked statically over every module's imports (top level and inside functions), so a lazy import
 cannot hide a wrong direction.
@@ -50,7 +51,11 @@ ALLOWED = {
         "errors",
     },
     "release": {"pipeline", "store", "errors"},
+    "_documents": {"errors"},  # bounded reads of user documents: a base like errors, below every layer
 }
+for _layer_name, _below in ALLOWED.items():
+    if _layer_name not in ("estimator", "_documents"):  # the estimator stays standard library + errors
+        _below.add("_documents")
 ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "cli.py", "__init__.py", "errors.py"}  # top-level modules
 
 

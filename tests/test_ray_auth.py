@@ -152,3 +152,24 @@ def test_a_private_cluster_starts_under_a_temp_dir_too_long_for_unix_sockets(
     assert len(str(long_dir)) > 107
     assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
     assert not list(Path("/tmp").glob("rbr-*/session_*"))  # the short folder went with the cluster
+
+
+def test_ray_workers_publish_to_the_remote_and_the_driver_fetches_from_it(
+    plans_build: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    remote = tmp_path / "remote"
+    out = tmp_path / "build"
+    proc = rbln(
+        [*PLANS, "executor=ray", "executor.address=local", f"build_dir={out}", f"cache.remote=file://{remote}"],
+        cwd=tmp_path,
+        env=_env(home, RAY_TMPDIR=str(tmp_path / "r")),
+        timeout=600,
+    )
+    check_ok(proc)
+    assert summary(out)["compiled"] == 4 and proc.stderr.count(": plan (") == 4
+    assert len(list((remote / "compile").iterdir())) == 4  # each worker's entry is in the remote
+    assert "Ray compiles per node: " in proc.stdout and " 4 ok." in proc.stdout  # one node here
+    assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()

@@ -225,6 +225,9 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
     print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
     if shard_line is not None:
         print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
+    nodes = _per_node(build)
+    if nodes:
+        print(nodes)
     for line in records.lines if records is not None else ():
         print(line)
     for problem in records.problems if records is not None else ():
@@ -238,6 +241,20 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any]) -> int:
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
     return 1 if code or (records is not None and records.problems) else 0
+
+
+def _per_node(build: Any) -> str | None:
+    """executor=ray: where this run's compiles ran (host: compiles), from the workers' reports."""
+    parallel = build.parallel
+    if parallel is None or parallel.scale.executor != "ray" or not parallel.compile_results:
+        return None
+    counts: dict[str, list[int]] = {}
+    for done in parallel.compile_results.values():
+        host = done.where.rsplit(":", 1)[0] if done.where != "-" else "(lost worker)"
+        row = counts.setdefault(host, [0, 0])
+        row[0 if done.error is None else 1] += 1
+    parts = [f"{h} {ok} ok" + (f", {bad} failed" if bad else "") for h, (ok, bad) in sorted(counts.items())]
+    return f"Ray compiles per node: {'; '.join(parts)}."
 
 
 def _declared(jobs: list[Any], cells: list[Any]) -> list[Any]:

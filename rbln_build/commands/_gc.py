@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._documents import load_json
+from .._documents import absent, load_json
 from ..errors import ConfigError
 from ..pipeline._publish import ours
 from ..store import RECORD_KINDS, CellResult, Store, is_key
@@ -73,9 +73,9 @@ def _size(path: Path) -> int:
 def _manifest_cells(path: Path) -> dict[str, Any]:
     """The cells of the manifest at ``path`` ({} when there is none); gc removes nothing on the word
     of a manifest it cannot read, so anything else is an error naming the file."""
-    if not path.exists() and not path.is_symlink():
-        return {}
     hint = "gc removes nothing without it; rebuild it with rbln-build or drop the --keep"
+    if absent(path, error=ConfigError, hint=hint):
+        return {}
     data = load_json(path, error=ConfigError, hint=hint)
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, dict) or not all(isinstance(e, dict) for e in cells.values()):
@@ -91,7 +91,9 @@ def plan_gc(
     store = Store(build_dir / "cache", warn=lambda message: None)
     kept = Kept()
     for manifest in [build_dir / "manifest.json", *keep]:
-        if manifest != build_dir / "manifest.json" and not manifest.exists():
+        if manifest != build_dir / "manifest.json" and absent(
+            manifest, error=ConfigError, hint="give a manifest to --keep"
+        ):
             raise ConfigError(f"--keep {manifest}: no such manifest.")
         for cid, entry in _manifest_cells(manifest).items():
             kept.add_cell(store, cid, entry.get("compile_key"), entry.get("cell_key"))

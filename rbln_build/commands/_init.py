@@ -32,6 +32,8 @@ conf: conf         # Hydra config groups: matrix/, model/, device/ (and config.y
 recipes: recipes   # recipes/<name>/recipe.yaml + config.json
 """
 
+# The keys below the defaults are the shipped root config's (every key, each with its comment), so a
+# project accepts every override a clone does; only build_dir and recipes_dir say what they mean here.
 _ROOT_CONFIG = """\
 # The project's root config. `rbln-build --help` lists the groups and the overrides.
 defaults:
@@ -45,14 +47,7 @@ defaults:
   - override hydra/hydra_logging: none
   - _self_
 
-build_dir: build                 # relative to this project's root (rbln-build.yaml's folder)
-recipes_dir: null                # null: this project's recipes/, then the shipped ones
-progress: true
-jobs: null                       # compile worker processes (null: the cores, capped by the compiles)
-cache:
-  remote: null                   # a shared cache behind build_dir/cache: file:///path or s3://bucket/prefix
-  require_remote: false          # true: an unreachable remote fails the build (else warn, build locally)
-
+{keys}
 hydra:
   job:
     chdir: false
@@ -118,11 +113,26 @@ _GITIGNORE = """\
 """
 
 
+def _root_keys() -> str:
+    """The shipped root config's keys (``build_dir:`` up to ``hydra:``), with the two whose meaning
+    differs in a project reworded."""
+    shipped = (shipped_dir("conf") / "config.yaml").read_text(encoding="utf-8")
+    keys = shipped[shipped.index("\nbuild_dir:") + 1 : shipped.index("\nhydra:") + 1]
+    lines = []
+    for line in keys.splitlines(keepends=True):
+        if line.startswith("build_dir:"):
+            line = "build_dir: build                 # relative to this project's root (rbln-build.yaml's folder)\n"
+        elif line.startswith("recipes_dir:"):
+            line = "recipes_dir: null                # null: this project's recipes/, then the shipped ones\n"
+        lines.append(line)
+    return "".join(lines)
+
+
 def _files() -> dict[str, bytes]:
     config = (shipped_dir("recipes") / "tiny_llama" / "config.json").read_bytes()
     return {
         MARKER: _MARKER.encode(),
-        "conf/config.yaml": _ROOT_CONFIG.encode(),
+        "conf/config.yaml": _ROOT_CONFIG.replace("{keys}\n", _root_keys()).encode(),
         "conf/matrix/main.yaml": _MATRIX.encode(),
         "conf/device/my_device.yaml": _DEVICE.encode(),
         "conf/model/my_llama.yaml": _MODEL.encode(),
@@ -169,9 +179,14 @@ def main(argv: list[str]) -> int:
     root = Path(argv[0] if argv else ".")
     if "\0" in str(root):
         raise InputError(f"{root!r}: not a usable folder name; give a new or existing folder.")
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"{root} exists and is not a folder; give a new or existing folder.")
-    written = scaffold(root)
+    try:
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"{root} exists and is not a folder; give a new or existing folder.")
+        written = scaffold(root)
+    except OSError as exc:  # the OS refuses to look at the path (a name too long, a loop, ...)
+        raise InputError(
+            f"{str(root)[:300]}: cannot use it ({exc.strerror or exc}); give a new or existing folder."
+        ) from None
     for path in written:
         print(f"created {path}")
     where = "" if not argv else f"cd {root} && "

@@ -178,7 +178,11 @@ def main(argv: list[str]) -> int:
             "no rbln-build project here (no rbln-build.yaml in this folder or above); run "
             "`rbln-build init` first, or give --to RECIPES_DIR."
         )
-    written = add_recipe(opts.name, opts.source, recipes_dir, conf_dir, opts.max_seq_len, opts.batch_size)
+    try:
+        written = add_recipe(opts.name, opts.source, recipes_dir, conf_dir, opts.max_seq_len, opts.batch_size)
+    except OSError as exc:  # the OS refuses to look at a path the user gave (a name too long, a loop, ...)
+        where = str(exc.filename or opts.source)[:300]
+        raise InputError(f"{where}: cannot use it ({exc.strerror or exc}); check --from and --to.") from None
     for path in written:
         print(f"created {path}")
     if not any(p.name in TOKENIZER_FILE_NAMES for p in written):

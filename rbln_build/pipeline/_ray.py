@@ -1,8 +1,10 @@
 """``executor=ray``: each compile key is a Ray task (``pip install 'rbln-build[ray]'``).
 
 A task compiles into a private Store in the worker's temporary folder (with the remote cache as its
-second level, when one is configured, so the compile is looked up there first and uploaded after),
-and returns the entry packed as a tar through Ray's object store. The driver verifies it (sha256 of
+second level, when one is configured, so the compile is looked up there first and uploaded after).
+With a remote cache the task returns only the key's content hash, and the driver downloads the
+entry from the remote and verifies it; without one (or when the worker's upload did not land) it
+returns the entry packed as a tar through Ray's object store. The driver verifies it (sha256 of
 the tar, then the entry's content hash) and installs it in the build directory's Store; the cells
 and the manifest are the driver's, exactly as in a local build. Nothing of a task is visible until
 the driver installs the whole entry, so a worker killed mid-compile leaves nothing in the build:
@@ -80,9 +82,20 @@ def _compile_task(
         store = ref.open(lambda _msg: None)
         entry = store.lookup("compile", key)
         assert entry is not None
+        if remote is not None and _published(store, key):
+            return done, None, entry.content_hash  # in the remote: the driver fetches and verifies it there
         return done, pack_entry(entry, work / "entry.tar"), entry.content_hash
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _published(store: Any, key: str) -> bool:
+    """Is ``key``'s compile entry on the remote cache (this worker uploaded it, or found it there)?"""
+    try:
+        fs, base = store._filesystem()
+        return bool(store._call(fs.exists, f"{base}/compile/{key}"))
+    except Exception:
+        return False  # then the entry travels back through Ray's object store
 
 
 class RayCompiler:
@@ -96,7 +109,7 @@ class RayCompiler:
         self.ray = ray
         self.ref = ref
         self.scale = scale
-        self.started = False
+        self.owns_cluster = False  # this build started the cluster (and stops it); not `started`: the scheduler asks LocalPool.started()
         self._temp_dir: str | None = None  # a short folder of ours for a private cluster (_ray_setup)
         if not ray.is_initialized():
             from ._ray_setup import auth_hint, prepare_auth, remove_temp_dir, short_temp_dir
@@ -120,7 +133,7 @@ class RayCompiler:
                     f"executor.address: cannot reach the Ray cluster at {scale.address!r} ({why}); start one with "
                     f"`ray start --head`, or use executor.address=local for a cluster on this machine; {auth_hint()}."
                 ) from None
-            self.started = True
+            self.owns_cluster = True
         nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
         self.description = f"Ray ({len(nodes)} node(s), {cpus:g} CPU(s))"
@@ -164,6 +177,21 @@ class RayCompiler:
                         True,
                         done.warnings,
                     )
+            elif done.error is None and recorded is not None:  # the worker published it to cache.remote
+                store = self.ref.open(lambda _msg: None)
+                entry = store.lookup("compile", key)  # downloaded and verified (sha256 and content hash)
+                if entry is None or entry.content_hash != recorded:
+                    done = replace(
+                        done,
+                        produced=None,
+                        fresh=False,
+                        error=(
+                            "the entry a Ray worker published to cache.remote cannot be fetched or fails its "
+                            "content hash here; the next run retries it"
+                        ),
+                        error_kind="build_failed",
+                        retry=True,
+                    )
             elif done.error is not None:
                 outcome = CompileOutcome(key, done.error, done.error_kind or "build_failed", done.retry)
                 self.ref.open(lambda _msg: None).save_record("failures", key, outcome.to_json())
@@ -178,7 +206,7 @@ class RayCompiler:
                     self.ray.cancel(ref, force=True)
                 except Exception:
                     pass  # finished already
-        if self.started:
+        if self.owns_cluster:
             self.ray.shutdown()
             from ._ray_setup import remove_temp_dir
 

@@ -8,7 +8,11 @@ _dest        publish to a folder or an fsspec URL: all at once, release.json las
 _verify      check a release where a consumer has it (no build directory, no torch)
 _sign        detached Ed25519 signatures of release.json (the `sign` extra)
 
-Nothing is imported here eagerly: ``verify`` must stay light.
+Only the consumer's side is re-exported here: importing this package must stay light (verify needs
+neither the store nor the pipeline). The writer's side is ``rbln_build.release._bundle`` / ``_dest``.
 """
 
-__all__: list[str] = []
+from ._format import FORMAT, RELEASE_FILE, SIGNATURE_FILE
+from ._verify import Verdict, verify_release
+
+__all__ = ["FORMAT", "RELEASE_FILE", "SIGNATURE_FILE", "Verdict", "verify_release"]

@@ -96,9 +96,8 @@ def main(argv: list[str]) -> int:
         build_dir, open_it, compare = _parse(argv)
         path, cells, missing = write_report(build_dir, compare)
     except RblnBuildError as error:
-        sys.stderr.write(
-            f"rbln-build {error}\n" if str(error).startswith("report:") else f"rbln-build report: {error}\n"
-        )
+        text = " ".join(str(error).split())  # one line, whatever a path held
+        sys.stderr.write(f"rbln-build {text}\n" if text.startswith("report:") else f"rbln-build report: {text}\n")
         return 2
     url = path.resolve().as_uri()
     print(f"report: {path} ({cells} cells)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._documents import load_json, parse_json, read_document
+from .._documents import absent, load_json, parse_json, read_document
 from ..errors import UserError
 from ..estimator import AllocationReport
 
@@ -118,7 +118,7 @@ def outcome(entry: dict[str, Any]) -> str:
 
 def _read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
     path = build_dir / "manifest.json"
-    if not path.exists() and not path.is_symlink():
+    if absent(path, error=ReportInputError, hint="pass build_dir=PATH"):
         raise ReportInputError(
             f"report: no manifest at {path}; build first (rbln-build build_dir={build_dir}) or pass build_dir=PATH."
         )
