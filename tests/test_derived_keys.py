@@ -100,3 +100,21 @@ def test_rolling_links_forward_never_follows_a_forged_record(clean: Path, tmp_pa
     (build / PUBLISHING_FILE).write_bytes(b"")  # an interrupted publish: the next run rolls links forward
     assert recover(build, store) == 0
     assert not os.path.lexists(build / "artifacts" / small[0])  # not linked to the 40-block artifact
+
+
+def test_a_link_repointed_at_another_artifact_is_repaired_with_a_warning_naming_it(
+    clean: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build = tmp_path / "build"
+    shutil.copytree(clean, build, symlinks=True)
+    cells = json.loads((build / MANIFEST_FILE).read_text())["cells"]
+    small, large = sorted(cells, key=lambda cid: cells[cid]["kvcache_num_blocks"])
+    link = build / "artifacts" / small
+    original = os.readlink(link)
+    link.unlink()
+    link.symlink_to(os.readlink(build / "artifacts" / large))  # a link of ours' shape, at the 40-block artifact
+    run = _build(build, monkeypatch)
+    assert run.output_error is None
+    assert os.readlink(link) == original
+    [warning] = [w for w in run.warnings if str(link) in w]
+    assert "re-linked" in warning and "changed since the last build" in warning

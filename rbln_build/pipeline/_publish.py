@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,13 @@ def publish(
     rows: list[tuple[Cell, CellResult | None]],
     sections: dict[str, Any] | None = None,
     entries: list[dict[str, Any]] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``manifest.json`` (only when its bytes change), then point every ok cell's link at its
     artifact and remove the links of cells that have none. Returns the manifest entries (``entries``:
     the rows' entries, when the caller has them already). ``sections``: more top-level manifest
-    keys (a deployment's record)."""
+    keys (a deployment's record). ``warn`` hears of a link of ours that pointed elsewhere although
+    the manifest did not change (tampering, repaired)."""
     if entries is None:
         entries = [entry_for(cell, result) for cell, result in rows]
     data = render_manifest(entries, sections)
@@ -86,7 +89,14 @@ def publish(
     problems: dict[str, str] = {}  # cell id -> why its link could not be made or removed
     for (cell, result), entry in zip(rows, entries, strict=True):
         try:
-            _link(folder, links, cell.id, None if entry["artifact"] is None or result is None else result, outside)
+            _link(
+                folder,
+                links,
+                cell.id,
+                None if entry["artifact"] is None or result is None else result,
+                outside,
+                warn if same else None,
+            )
         except (OSError, BuildError) as exc:
             problems[cell.id] = str(exc)
     if problems:  # the manifest names only links that exist: a cell whose link failed is a failed cell
@@ -102,9 +112,17 @@ def publish(
     return entries
 
 
-def _link(folder: str, links: Path, cell_id: str, result: CellResult | None, outside: str | None) -> None:
+def _link(
+    folder: str,
+    links: Path,
+    cell_id: str,
+    result: CellResult | None,
+    outside: str | None,
+    warn: Callable[[str], None] | None,
+) -> None:
     """Point ``artifacts/<cell_id>`` at the result's artifact (None: remove our link there), with
-    one readlink when it is right already. A user's file, folder or link there is an error naming it."""
+    one readlink when it is right already. A user's file, folder or link there is an error naming it;
+    ``warn`` (the manifest did not change) hears of a link of ours that pointed elsewhere."""
     if outside is not None:
         raise BuildError(outside)
     problem = cell_id_problem(cell_id)  # checked at expansion; a name here is never a path elsewhere
@@ -133,6 +151,11 @@ def _link(folder: str, links: Path, cell_id: str, result: CellResult | None, out
     if current is not None and not _our_target(current):
         raise BuildError(
             f"{link} is a link rbln-build did not make; move it out of {links} (rbln-build never replaces it)."
+        )
+    if current is not None and warn is not None:
+        warn(
+            f"{link} pointed at {current}, not at the artifact {MANIFEST_FILE} names for it "
+            f"(changed since the last build); re-linked to {target}"
         )
     link_atomic(Path(link), target)
 

@@ -291,6 +291,7 @@ class BuildRun:
                 rows + others,
                 None if self.sections is None else self.sections(self.store, rows),
                 entries=self.entries + [entry_for(cell, result) for cell, result in others],
+                warn=self._warn,
             )
             index_cells(self.ledger, self.store, self.cells)  # what the next run's survey reads
         except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
