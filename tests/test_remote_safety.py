@@ -86,9 +86,11 @@ def test_a_server_that_never_answers_costs_a_bounded_time_and_one_warning(tmp_pa
     assert "Read timeout" in hung.stderr or "no answer within" in hung.stderr
     assert summary(tmp_path / "hung")["compiled"] == 4
     assert (tmp_path / "hung" / "manifest.json").read_bytes() == (tmp_path / "local" / "manifest.json").read_bytes()
-    # the same build with a remote that never answers takes at most 3x the one without (measured here:
-    # the hung remote adds one read_timeout, 2 s, to a build of several seconds)
-    assert t_hung < 3 * t_local, (t_hung, t_local)
+    # The same build with a remote that never answers finishes in a bounded multiple of the one without
+    # (before the timeouts it never finished). The remote's timeouts add a fixed cost (a few connect and
+    # read timeouts of 2 s), so the ratio is largest when the local build is fastest: measured 1.2x at
+    # load 10 (31.1 s vs 26.0 s) and 3.7x on an idle machine (16.9 s vs 4.6 s).
+    assert t_hung < 8 * t_local, (t_hung, t_local)
 
 
 @pytest.mark.integration
