@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..store import CellResult, CompileOutcome, Store
-from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job, worker_died
+from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job, show_cell_finished, worker_died
 from ._stages import compile_done, reusable
 from ._workers import InlineCells, LocalPool
 
@@ -228,12 +228,5 @@ class Parallel:
                 True,
             )
         self.cell_results[cell.id] = result
-        if result.ok:
-            what = (
-                f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
-                f"{result.produced}"
-            )
-        else:
-            what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
         self.shown.add(cell.id)
-        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
+        show_cell_finished(self.display, cell, result)

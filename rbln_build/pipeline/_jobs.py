@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..config import Cell
     from ..store._remote_io import RemoteOptions
 
-__all__ = ["StoreRef", "CompileDone", "CellDone", "compile_job", "cell_job", "worker_died"]
+__all__ = ["show_cell_finished", "StoreRef", "CompileDone", "CellDone", "compile_job", "cell_job", "worker_died"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +122,15 @@ def worker_died(key: str, why: str) -> CompileDone:
         "build_failed",
         True,
     )
+
+
+def show_cell_finished(display: Any, cell: Cell, result: CellResult) -> None:
+    """One finished cell on the progress display (the same line whichever executor built it)."""
+    if result.ok:
+        what = (
+            f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
+            f"{result.produced}"
+        )
+    else:
+        what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
+    display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)

@@ -43,6 +43,7 @@ from ..errors import BuildError
 from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key
 from ..store._remote_io import DOWN_MARKER, once_key
 from ._executors import Parallel, StoreRef
+from ._jobs import show_cell_finished
 from ._ledger import Ledger, index_cells, survey
 from ._manifest import entry_for, summarize
 from ._progress import HISTORY_FILE, make_progress
@@ -253,14 +254,7 @@ class BuildRun:
         self._finished(cell, result)
 
     def _finished(self, cell: Cell, result: CellResult) -> None:
-        if result.ok:
-            what = (
-                f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
-                f"{result.produced}"
-            )
-        else:
-            what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
-        self.display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
+        show_cell_finished(self.display, cell, result)
 
     def rows(self, cells: list[Cell]) -> list[tuple[Cell, CellResult | None]]:
         """Each cell with its result: redone in this run, else as the survey found it (None when it
