@@ -42,21 +42,30 @@ MATRIX = [
 def run(label: str, work: Path, *overrides: str, env: dict[str, str] | None = None) -> dict[str, object]:
     build = work / re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")  # a plain Hydra override value
     started = time.perf_counter()
-    proc = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-m", "rbln_build.cli", *MATRIX, f"build_dir={build}", *overrides],
         cwd=work,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-    )
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})},
+    ) as proc:
+        assert proc.stdout is not None
+        lines = [(time.perf_counter(), line) for line in proc.stdout]
+        code = proc.wait()
     took = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"{label}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    if code != 0:
+        raise SystemExit(f"{label}: exit {code}\n" + "".join(ln for _, ln in lines)[-3000:])
+    # The end: from the last line of work (the last cell's) to the result table, which the build prints
+    # once its workers are gone (their interpreter teardown once held it back 10-16 s).
+    table = next(i for i, (_, ln) in enumerate(lines) if ln.startswith("cell "))
+    end = lines[table][0] - lines[table - 1][0] if table else 0.0
     summary = json.loads((build / "summary.json").read_text())
-    print(f"  {label:<34} {took:7.1f} s   compiled {summary['compiled']}", flush=True)
+    print(f"  {label:<34} {took:7.1f} s   compiled {summary['compiled']}   end {end:.2f} s", flush=True)
     return {
         "label": label,
         "wall_s": round(took, 2),
+        "end_s": round(end, 2),
         "compiled": summary["compiled"],
         "manifest": (build / "manifest.json").read_bytes().decode(),
     }
@@ -90,9 +99,11 @@ def main() -> None:
         rows.append(run("fresh build dir, from cache.remote", work, "jobs=2", remote))
         manifests = {r["manifest"] for r in rows}
         base = rows[0]["wall_s"]
-        print("\nrun                                  wall s   vs jobs=1  compiled")
+        print("\nrun                                  wall s   vs jobs=1  compiled  end s (last cell -> table)")
         for r in rows:
-            print(f"{r['label']:<36} {r['wall_s']:7.1f}   {base / r['wall_s']:6.2f}x   {r['compiled']}")  # type: ignore[operator]
+            print(
+                f"{r['label']:<36} {r['wall_s']:7.1f}   {base / r['wall_s']:6.2f}x   {r['compiled']!s:<8}  {r['end_s']:.2f}"  # type: ignore[operator]
+            )
         print(f"manifests identical across all runs: {len(manifests) == 1}")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
         if args.out:

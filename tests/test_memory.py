@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import time
 
 import pytest
 from memory_helpers import MiB, inventory, report, spec
@@ -160,10 +159,8 @@ def test_tied_model_charges_the_lm_head_once_on_the_last_chiplet():
     assert w[3] - w[0] == lm_head + 2 * MiB  # plus the final norm; 7 layers on every chiplet
 
 
-def test_report_round_trips_and_is_cheap():
+def test_report_round_trips():
     s = spec("qwen3_8b", "RBLN-CR03")
     inv = inventory("qwen3_8b")
-    start = time.perf_counter()
     rep = build_report(s, inv)
-    assert time.perf_counter() - start < 0.5
     assert AllocationReport.from_json(rep.to_json()) == rep

@@ -338,25 +338,22 @@ def test_two_workers_show_real_start_times_and_never_zero_time_left(tmp_path: Pa
         assert float(sleeps[f"{model}.{family}"]) <= real, (label, real)
 
 
-@pytest.mark.slow
-@pytest.mark.integration
-def test_a_torch_build_ends_when_its_work_ends(tmp_path: Path) -> None:
-    """jobs=2 over matrix=tiny (two torch exports on two worker processes, six cells): the time from
-    the last cell's line (the count line at cells 6/6) to the summary is under 2% of the build's.
-    Before the workers exited without the interpreter's teardown, their collection of torch's objects
-    held the summary back for 10-16 s while the pool shut down."""
-    args = [sys.executable, "-m", "rbln_build.cli", "matrix=tiny", "jobs=2", f"build_dir={tmp_path / 'b'}"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    started = time.monotonic()
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-        assert proc.stdout is not None
-        lines = [(time.monotonic(), line.rstrip("\n")) for line in proc.stdout]
-        assert proc.wait(timeout=60) == 0, "\n".join(ln for _, ln in lines)
-    last_cell = next(t for t, ln in reversed(lines) if ln.startswith("[progress 100%] compiles 2/2 | cells 6/6"))
-    summary = next(t for t, ln in lines if re.match(r"6 cells: 2 compiled, ", ln))
-    share = (summary - last_cell) / (summary - started)
-    print(f"last cell -> summary: {summary - last_cell:.2f}s of {summary - started:.1f}s ({share:.2%})")
-    assert share < 0.02, "\n".join(f"{t - started:7.2f} {ln}" for t, ln in lines)
+def test_a_worker_that_ends_skips_the_interpreters_teardown(tmp_path: Path) -> None:
+    """A local pool's worker leaves without the interpreter's teardown: an exit handler registered in
+    it never runs, and it exits with status 0. That teardown (the collection of torch's objects) held a
+    torch build's summary back for 10-16 s while the pool shut down; `bench/parallel.py` measures the
+    time from the last cell to the summary."""
+    from rbln_build.pipeline._jobs import StoreRef
+    from rbln_build.pipeline._workers import LocalPool
+
+    marker = tmp_path / "teardown-ran"
+    pool = LocalPool(StoreRef(root=str(tmp_path / "cache")), jobs=1)
+    code = f"import atexit, pathlib; atexit.register(pathlib.Path({str(marker)!r}).write_text, 'ran')"
+    pool._pool.submit(exec, code).result(timeout=120)  # registered in the worker, as torch's objects live there
+    workers = list(pool._pool._processes.values())
+    pool.close(cancel=False)
+    assert [w.exitcode for w in workers] == [0]
+    assert not marker.exists()
 
 
 def test_each_distinct_cell_warning_is_said_once_with_its_cells() -> None:
