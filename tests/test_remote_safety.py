@@ -86,10 +86,12 @@ def test_a_server_that_never_answers_costs_a_bounded_time_and_one_warning(tmp_pa
     assert "Read timeout" in hung.stderr or "no answer within" in hung.stderr
     assert summary(tmp_path / "hung")["compiled"] == 4
     assert (tmp_path / "hung" / "manifest.json").read_bytes() == (tmp_path / "local" / "manifest.json").read_bytes()
-    # It finishes at all (before the timeouts it never did): `rbln` stops it at its 300 s timeout.
-    # How much the remote's timeouts add is a fixed cost of a few 2 s timeouts (measured 16.9 s
-    # against 4.6 s on an idle machine); printed here, not asserted: a test does not time the machine.
+    # Liveness, not speed (the "bounded time"): before the timeouts this build never finished.
+    # The remote's timeouts add a fixed cost (a few connect and read timeouts of 2 s), so the ratio is
+    # largest when the local build is fastest: measured 1.2x at load 10 (31.1 s vs 26.0 s) and 3.7x on
+    # an idle machine (16.9 s vs 4.6 s). The bound leaves room for either.
     print(f"with the silent remote {t_hung:.1f}s, without {t_local:.1f}s")
+    assert t_hung < 8 * t_local, (t_hung, t_local)
 
 
 @pytest.mark.integration
