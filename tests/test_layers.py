@@ -1,15 +1,21 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    commands   -> release, pipeline, config, store, deploy, reporting, backends, memory, estimator, errors
-    release    -> pipeline (the serve command), store (content hash, remote timeouts), errors
-    pipeline   -> config, store, deploy, backends, memory, estimator, errors
-    config     -> store, deploy, backends, memory, estimator, errors
-    store      -> backends, memory, estimator, errors   (the content-addressed cache)
-    deploy     -> estimator, errors           (the co-location planner: pure arithmetic over reports)
-    reporting  -> estimator, errors           (reads manifests and compile entries as files)
-    backends   -> memory, estimator, errors
-    memory     -> estimator, errors
-    estimator  -> errors
+    commands    -> every layer below (dispatch, help, the one error boundary; build, status, gc, init, recipe)
+    inspection  -> release, pipeline, colocation, config, store, deploy, reporting, figures, backends,
+                   memory, estimator, errors   (explain, plan, serve-command, diff: questions, no build)
+    release     -> pipeline, config, store, errors  (the release and verify commands and their work)
+    pipeline    -> execution, progress, colocation, config, store, deploy, backends, memory, estimator, errors
+    execution   -> config, store, backends, memory, estimator, errors  (stages, ledger, executors, Ray)
+    colocation  -> config, store, deploy, backends, memory, estimator, errors  (a run's cells, deployments)
+    config      -> store, deploy, backends, memory, estimator, errors
+    store       -> backends, memory, estimator, errors   (the content-addressed cache)
+    deploy      -> estimator, errors           (the co-location planner: pure arithmetic over reports)
+    reporting   -> figures, estimator, errors  (reads manifests and compile entries as files)
+    figures     -> estimator, errors           (matplotlib figures and the numbers behind them)
+    progress    -> errors                      (what a build shows while it runs)
+    backends    -> memory, estimator, errors
+    memory      -> estimator, errors
+    estimator   -> errors
     _documents -> errors                      (bounded reads of user documents; every layer but the estimator)
 
 Checked statically over every module's imports (top level and inside functions), so a lazy import
@@ -29,28 +35,36 @@ import pytest
 import rbln_build
 
 PKG = Path(rbln_build.__file__).resolve().parent
+_LOW = {"backends", "memory", "estimator", "errors"}
 ALLOWED = {
     "estimator": {"errors"},
     "memory": {"estimator", "errors"},
     "backends": {"memory", "estimator", "errors"},
+    "progress": {"errors"},
+    "figures": {"estimator", "errors"},
     "deploy": {"estimator", "errors"},
-    "reporting": {"estimator", "errors"},
-    "store": {"backends", "memory", "estimator", "errors"},
-    "config": {"store", "deploy", "backends", "memory", "estimator", "errors"},
-    "pipeline": {"config", "store", "deploy", "backends", "memory", "estimator", "errors"},
+    "reporting": {"figures", "estimator", "errors"},
+    "store": set(_LOW),
+    "config": {"store", "deploy"} | _LOW,
+    "colocation": {"config", "store", "deploy"} | _LOW,
+    "execution": {"config", "store"} | _LOW,
+    "pipeline": {"execution", "progress", "colocation", "config", "store", "deploy"} | _LOW,
+    "release": {"pipeline", "config", "store", "errors"},
+    "inspection": {"release", "pipeline", "colocation", "config", "store", "deploy", "reporting", "figures"} | _LOW,
     "commands": {
+        "inspection",
         "release",
         "pipeline",
+        "execution",
+        "progress",
+        "colocation",
         "config",
         "store",
         "deploy",
         "reporting",
-        "backends",
-        "memory",
-        "estimator",
-        "errors",
-    },
-    "release": {"pipeline", "store", "errors"},
+        "figures",
+    }
+    | _LOW,
     "_documents": {"errors"},  # bounded reads of user documents: a base like errors, below every layer
 }
 for _layer_name, _below in ALLOWED.items():
@@ -188,8 +202,12 @@ def test_no_import_cycles() -> None:
             if len(scc) > 1:
                 cycles.append(sorted(scc))
 
+    limit = sys.getrecursionlimit()
     sys.setrecursionlimit(10_000)
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)  # a raised limit would change how later tests' parsers fail
     assert cycles == [], f"import cycles: {cycles}"

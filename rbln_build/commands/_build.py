@@ -149,7 +149,7 @@ def _results(entries: list[dict[str, Any]], redone: set[str], build_dir: Path, f
 
 
 def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False) -> int:
-    from ..config import expand_all
+    from ..colocation import expand_all
     from ..pipeline import BuildRun
 
     if any(j.deployment is not None for j in jobs):  # rbln: plan from the compiled reports, in this build
@@ -168,9 +168,9 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         mine = len({c.compile_key for c in cells if c.compile_key is not None})
         shard_line = f"shard {index}/{count}: {mine} of {total} compile keys, {len(cells)} cells"
     kept = _declared(jobs, cells)  # a narrowed run keeps the declared matrix's other cells in the manifest
-    records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
+    records = None  # a deployment's record for the manifest (rbln_build.colocation._colocation)
     if any(j.deployment is not None for j in jobs):
-        from ..config import DeploymentRecords
+        from ..colocation import DeploymentRecords
 
         records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
@@ -251,7 +251,7 @@ def _per_node(build: Any) -> str | None:
 def _declared(jobs: list[Any], cells: list[Any]) -> list[Any]:
     """The declared matrix's cells this narrowed run does not build (_matrix.declared_cells). When
     the declared matrix does not expand (another model's recipe is broken), a warning, and none."""
-    from ..config import declared_cells
+    from ..colocation import declared_cells
     from ..errors import RblnBuildError
 
     try:

@@ -155,7 +155,8 @@ def _remove(what: str, path: Path, build_dir: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from ..config import check_contained, expand_all
+    from ..colocation import expand_all
+    from ..config import check_contained
     from ..store import acquire_build_lock
     from ._build import compose
 

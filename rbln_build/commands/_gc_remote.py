@@ -46,7 +46,7 @@ class RemotePlan:
 
 def referenced(manifests: list[Path]) -> dict[str, set[str]]:
     """The compile and artifact keys the manifests reference. Raises ConfigError on an unreadable one."""
-    from ..pipeline._stages import artifact_key_of
+    from ..execution._stages import artifact_key_of
 
     keys: dict[str, set[str]] = {"compile": set(), "artifacts": set()}
     for path in manifests:

@@ -8,16 +8,14 @@ _scale       the jobs / executor / cache keys
 _project     a user's project: its conf/ and recipes/ layered over the shipped ones
 _deployment  conf/deployment/*.yaml: models sharing one target
 _matrix      settings -> cells (stable order, stable ids, their keys)
-_colocation  a deployment's plan (from the compile cache's reports or the memory model) -> cells
+_shard       shard=I/N: which compile keys one CI run builds
+_groups      conf/<group>/<option>.yaml read and checked
 _layout      what a build dir holds: nothing in it followed out; cache.dir, a cache shared by build dirs
 """
 
 from __future__ import annotations
 
-from ._cells import declared_cells, expand_all
-from ._colocation import DeploymentRecords, plan_for
 from ._config import compose_settings, register_configs, settings_from_config
-from ._deploy_overrides import overrides_for
 from ._groups import device_from_node, list_group_options, load_group_option, model_from_node
 from ._layout import check_contained
 from ._matrix import Cell
@@ -25,9 +23,7 @@ from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_
 from ._scale import Scale
 
 __all__ = [
-    "overrides_for",
     "Cell",
-    "DeploymentRecords",
     "MARKER",
     "PROJECT_ENV",
     "Project",
@@ -35,13 +31,10 @@ __all__ = [
     "check_contained",
     "compose_settings",
     "device_from_node",
-    "declared_cells",
-    "expand_all",
     "find_project",
     "list_group_options",
     "load_group_option",
     "model_from_node",
-    "plan_for",
     "register_configs",
     "settings_from_config",
     "split_project_arg",

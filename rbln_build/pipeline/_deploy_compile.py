@@ -31,9 +31,9 @@ def compile_for_planning(jobs: Sequence[BuildSettings], out: TextIO | None = Non
     """Compile the models of the jobs' deployments whose backend is in ``COMPILED_REPORTS``; returns
     how many compiles ran (progress lines go to ``out``, default stdout)."""
     from ..backends import get_backend
-    from ..config._colocation import _Tenants
+    from ..colocation._colocation import _Tenants
+    from ..execution._stages import compile_done, compile_once
     from ..store import Store, compile_key
-    from ._stages import compile_done, compile_once
     from ._startup import scope_inventory_cache
 
     out = out or sys.stdout

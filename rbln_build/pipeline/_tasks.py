@@ -40,13 +40,15 @@ from typing import Any, TextIO
 from ..config import Cell, Scale
 from ..config._layout import CACHE_DIR, check_contained, owner_tag
 from ..errors import BuildError
+from ..execution._executors import Parallel, StoreRef
+from ..execution._jobs import show_cell_finished
+from ..execution._ledger import Ledger, index_cells, survey
+from ..execution._stages import LOG_DIR, build_cell, compile_once, describe
+from ..progress._progress import HISTORY_FILE, make_progress
+from ..progress._reporter import doit_reporter
 from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key
 from ..store._remote_io import DOWN_MARKER, once_key
-from ._executors import Parallel, StoreRef
-from ._jobs import show_cell_finished
-from ._ledger import Ledger, index_cells, survey
 from ._manifest import entry_for, summarize
-from ._progress import HISTORY_FILE, make_progress
 from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
@@ -55,8 +57,6 @@ from ._publish import (
     publish,
     write_summary,
 )
-from ._reporter import doit_reporter
-from ._stages import LOG_DIR, build_cell, compile_once, describe
 from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
@@ -419,7 +419,8 @@ def _cells_digest(cells: list[Cell]) -> str:
 def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
     """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
     e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
-    from ..config import compose_settings, expand_all
+    from ..colocation import expand_all
+    from ..config import compose_settings
 
     if overrides is None:
         overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()

@@ -7,6 +7,7 @@ _format      release.json's names, rendering and self-hash (shared by the writer
 _dest        publish to a folder or an fsspec URL: all at once, release.json last, names immutable
 _verify      check a release where a consumer has it (no build directory, no torch)
 _sign        detached Ed25519 signatures of release.json (the `sign` extra)
+_cli         the ``release`` and ``verify`` commands: arguments and messages
 
 Only the consumer's side is re-exported here: importing this package must stay light (verify needs
 neither the store nor the pipeline). The writer's side is ``rbln_build.release._bundle`` / ``_dest``.

@@ -8,9 +8,9 @@ import json
 from html import escape
 from typing import Any
 
+from ..figures._figcache import FigureCache
+from ..figures._figures import OUTCOME_GLYPHS
 from ._data import BuildView, budget_label, outcome
-from ._figcache import FigureCache
-from ._figures import OUTCOME_GLYPHS
 from ._html import OUTCOME_TEXT, png, size, table
 
 __all__ = ["MAX_GRID_COLUMNS", "device_anchor", "grid_section"]
@@ -50,8 +50,8 @@ def _square(e: dict[str, Any], slugs: dict[tuple[str, str], str]) -> str:
 
 
 def _draw_grid(*args: Any) -> bytes:
-    from ._bars import grid_figure
-    from ._figures import render
+    from ..figures._bars import grid_figure
+    from ..figures._figures import render
 
     return render(grid_figure(*args))
 

@@ -20,16 +20,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..config._config import BuildSettings, Matrix, Model, SubMatrix
+from ..config._deployment import Deployment, DeploymentModel
+from ..config._groups import device_from_node, list_group_options, load_group_option
+from ..config._matrix import BUILD_OPTIONS, Cell, expand
 from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
 from ..errors import BackendUnavailable, ConfigError, EstimateError, UserError
 from ..estimator import AllocationReport, resolve_npu
 from ..memory import CompileSpec, Recipe, load_recipe
 from ..store import CellResult, Store, compile_key
-from ._config import BuildSettings, Matrix, Model, SubMatrix
 from ._deploy_overrides import overrides_for
-from ._deployment import Deployment, DeploymentModel
-from ._groups import device_from_node, list_group_options, load_group_option
-from ._matrix import BUILD_OPTIONS, Cell, expand
 
 __all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRecords"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config._matrix import Cell, expand
+from ..config._settings import BuildSettings
 from ..errors import ConfigError
 from ._colocation import deployment_cells
-from ._matrix import Cell, expand
-from ._settings import BuildSettings
 
 __all__ = ["expand_all", "declared_cells"]
 
