@@ -11,12 +11,13 @@ The planning arithmetic is ``rbln_build.deploy``; the settings come from ``rbln_
 from __future__ import annotations
 
 from ._cells import declared_cells, expand_all
-from ._colocation import DeploymentRecords, Reports, deployment_cells, plan_for, target_of
+from ._colocation import DeploymentRecords, Reports, Tenants, deployment_cells, plan_for, target_of
 from ._deploy_overrides import overrides_for
 
 __all__ = [
     "DeploymentRecords",
     "Reports",
+    "Tenants",
     "declared_cells",
     "deployment_cells",
     "expand_all",

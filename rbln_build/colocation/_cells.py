@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config._matrix import Cell, expand
-from ..config._settings import BuildSettings
+from ..config import BuildSettings, Cell, expand
 from ..errors import ConfigError
 from ._colocation import deployment_cells
 

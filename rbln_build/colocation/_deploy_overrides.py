@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..config._deployment import Deployment, DeploymentModel
+from ..config import Deployment, DeploymentModel
 from ..deploy import Suggestion
 
 __all__ = ["overrides_for"]

@@ -13,6 +13,10 @@ serve-command, diff), ``rbln_build.release`` (release, verify), ``rbln_build.rep
 
 from __future__ import annotations
 
+from ._guard import report_internal
 from ._main import main
 
-__all__ = ["main"]
+__all__ = [
+    "main",
+    "report_internal",
+]

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._documents import absent, load_json
 from ..errors import ConfigError
-from ..pipeline._publish import ours
+from ..pipeline import ours
 from ..store import RECORD_KINDS, CellResult, Store, is_key
 
 __all__ = ["Kept", "plan_gc", "main"]

@@ -16,26 +16,42 @@ _layout      what a build dir holds: nothing in it followed out; cache.dir, a ca
 from __future__ import annotations
 
 from ._config import compose_settings, register_configs, settings_from_config
+from ._deployment import Deployment, DeploymentModel
 from ._groups import device_from_node, list_group_options, load_group_option, model_from_node
-from ._layout import check_contained
-from ._matrix import Cell
+from ._layout import CACHE_DIR, check_contained, link_shared_cache, owner_tag
+from ._matrix import BUILD_OPTIONS, Cell, expand
 from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_arg
 from ._scale import Scale
+from ._settings import BuildSettings, Device, Matrix, Model, SubMatrix
+from ._shard import select as select_shard
 
 __all__ = [
+    "BUILD_OPTIONS",
+    "BuildSettings",
+    "CACHE_DIR",
     "Cell",
+    "Deployment",
+    "DeploymentModel",
+    "Device",
     "MARKER",
+    "Matrix",
+    "Model",
     "PROJECT_ENV",
     "Project",
     "Scale",
+    "SubMatrix",
     "check_contained",
     "compose_settings",
     "device_from_node",
+    "expand",
     "find_project",
+    "link_shared_cache",
     "list_group_options",
     "load_group_option",
     "model_from_node",
+    "owner_tag",
     "register_configs",
+    "select_shard",
     "settings_from_config",
     "split_project_arg",
 ]

@@ -14,15 +14,18 @@ The stages, the ledger and the executors are ``rbln_build.execution``; what the 
 
 from __future__ import annotations
 
-from ..execution._ledger import Ledger, entry_state, read_record, survey
-from ..progress._progress import failure_summary, warning_summary
+from ..execution import Ledger, entry_state, read_record, survey
+from ..progress import failure_summary, warning_summary
+from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
 from ._manifest import entry_for
+from ._publish import ours
 from ._serving import command_for, with_budget
-from ._startup import STATE_FILE
+from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun, dodo_namespace, doit_config
 
 __all__ = [
+    "sweep_jobs",
     "BuildRun",
     "Ledger",
     "STATE_FILE",
@@ -33,7 +36,9 @@ __all__ = [
     "entry_for",
     "entry_state",
     "failure_summary",
+    "ours",
     "read_record",
+    "scope_inventory_cache",
     "survey",
     "warning_summary",
     "with_budget",

@@ -37,17 +37,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import Cell, Scale
-from ..config._layout import CACHE_DIR, check_contained, owner_tag
+from ..config import CACHE_DIR, Cell, Scale, check_contained, owner_tag
 from ..errors import BuildError
-from ..execution._executors import Parallel, StoreRef
-from ..execution._jobs import show_cell_finished
-from ..execution._ledger import Ledger, index_cells, survey
-from ..execution._stages import LOG_DIR, build_cell, compile_once, describe
-from ..progress._progress import HISTORY_FILE, make_progress
-from ..progress._reporter import doit_reporter
-from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key
-from ..store._remote_io import DOWN_MARKER, once_key
+from ..execution import (
+    LOG_DIR,
+    Ledger,
+    Parallel,
+    StoreRef,
+    build_cell,
+    compile_once,
+    describe,
+    index_cells,
+    show_cell_finished,
+    survey,
+)
+from ..progress import HISTORY_FILE, doit_reporter, make_progress
+from ..store import DOWN_MARKER, LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key, once_key
 from ._manifest import entry_for, summarize
 from ._publish import (
     ARTIFACTS_DIR,
@@ -344,7 +349,7 @@ class BuildRun:
         """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
         if getattr(self.store, "url", None) is None or getattr(self.store, "down", True):
             return
-        from ..store._remote_sync import upload_missing
+        from ..store import upload_missing
 
         keys = [("compile", key) for key in self.compiles]
         for cell in self.cells:

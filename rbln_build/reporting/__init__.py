@@ -15,7 +15,8 @@ optional extra (``pip install 'rbln-build[report]'``); it is imported only when 
 
 from __future__ import annotations
 
-from ..figures._curve import BlocksCurve, ChipletStack, blocks_curve, dram_stacks
+from ..figures import BlocksCurve, ChipletStack, blocks_curve, dram_stacks
+from ._changes import FIELDS, diff_manifests
 from ._cli import main, write_report
 from ._data import BuildView, Group, load_build
 from ._plot import plot_explanation
@@ -24,8 +25,10 @@ __all__ = [
     "BlocksCurve",
     "BuildView",
     "ChipletStack",
+    "FIELDS",
     "Group",
     "blocks_curve",
+    "diff_manifests",
     "dram_stacks",
     "load_build",
     "main",

@@ -49,10 +49,10 @@ def write_report(build_dir: Path, compare: Path | None = None) -> tuple[Path, in
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:  # checked without importing it (figures may be cached)
-        from ..figures._figures import require_matplotlib
+        from ..figures import require_matplotlib
 
         require_matplotlib()  # raises MissingExtra with the install hint
-    from ..figures._figcache import FIGURES_DIR, FigureCache
+    from ..figures import FIGURES_DIR, FigureCache
     from ._data import load_build, read_old_manifest
     from ._page import render_page
 

@@ -8,8 +8,7 @@ import json
 from html import escape
 from typing import Any
 
-from ..figures._figcache import FigureCache
-from ..figures._figures import OUTCOME_GLYPHS
+from ..figures import OUTCOME_GLYPHS, FigureCache
 from ._data import BuildView, budget_label, outcome
 from ._html import OUTCOME_TEXT, png, size, table
 
@@ -50,8 +49,7 @@ def _square(e: dict[str, Any], slugs: dict[tuple[str, str], str]) -> str:
 
 
 def _draw_grid(*args: Any) -> bytes:
-    from ..figures._bars import grid_figure
-    from ..figures._figures import render
+    from ..figures import grid_figure, render
 
     return render(grid_figure(*args))
 

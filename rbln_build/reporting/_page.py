@@ -15,8 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from ..errors import EstimateError
-from ..figures._figcache import FigureCache
-from ..figures._figures import GRID_COLORS, OUTCOME_GLYPHS
+from ..figures import GRID_COLORS, OUTCOME_GLYPHS, FigureCache
 from ._compare import compare_section
 from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
 from ._grid import MAX_GRID_COLUMNS, device_anchor, grid_section
