@@ -190,7 +190,7 @@ def _state(ledger: Ledger, cell: Cell, old: dict[str, Any] | None, links: str, e
 
 
 def main(argv: list[str]) -> int:
-    from ..config import declared_cells, expand_all
+    from ..colocation import declared_cells, expand_all
     from ._build import compose
 
     as_json = "--json" in argv
