@@ -100,7 +100,7 @@ class Recorder:
 
     def outputs(self, build_dir: Path, jobs: list[Any], build: Any, summary: dict[str, Any]) -> None:
         """Holding the lock, after every output is written: if the run was a no-op, the outputs' digest."""
-        from ..pipeline import _sweep
+        from ..pipeline import sweep_jobs as _sweep
 
         job = jobs[0]
         scale = job.scale
