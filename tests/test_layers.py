@@ -13,6 +13,7 @@
     reporting   -> figures, estimator, errors  (reads manifests and compile entries as files)
     figures     -> estimator, errors           (matplotlib figures and the numbers behind them)
     progress    -> errors                      (what a build shows while it runs)
+    noop        -> errors                      (the no-op short cut: stamps of a run's inputs and outputs)
     backends    -> memory, estimator, errors
     memory      -> estimator, errors
     estimator   -> errors
@@ -44,6 +45,7 @@ ALLOWED = {
     "memory": {"estimator", "errors"},
     "backends": {"memory", "estimator", "errors"},
     "progress": {"errors"},
+    "noop": {"errors"},
     "figures": {"estimator", "errors"},
     "deploy": {"estimator", "errors"},
     "reporting": {"figures", "estimator", "errors"},
@@ -55,6 +57,7 @@ ALLOWED = {
     "release": {"pipeline", "config", "store", "errors"},
     "inspection": {"release", "pipeline", "colocation", "config", "store", "deploy", "reporting", "figures"} | _LOW,
     "commands": {
+        "noop",
         "inspection",
         "release",
         "pipeline",

@@ -1,4 +1,4 @@
-"""The no-op short cut (rbln_build.commands._noop), through the real CLI on a small project of
+"""The no-op short cut (rbln_build.noop), through the real CLI on a small project of
 plans: after a no-op, an unchanged build (and ``status``) answers exactly as the full path does
 without importing Hydra; any changed input or damaged output sends it back to the full path, which
 repairs what it must and decides with doit as always."""
@@ -58,7 +58,7 @@ def cli(root: Path, *args: str) -> Run:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project built once (its build dir is copied by each test); its files older than RACY_NS."""
-    from rbln_build.commands._noop import RACY_NS
+    from rbln_build.noop._check import RACY_NS
 
     root = tmp_path_factory.mktemp("noop") / "proj"
     (root / "conf" / "matrix").mkdir(parents=True)
