@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 MATRIX = "models: [llama3_2_1b]\ndevices: [rebel100]\nbudgets: [0.3, 0.5]\n"
-# runs the real CLI, then says whether Hydra was imported (the full path composes; the short cut does not)
+# runs the real CLI, then says which path it took (the full path composes, or renders the report)
 RUNNER = """
 import sys
 out = sys.argv[1]
@@ -28,7 +28,8 @@ try:
     from rbln_build.cli import main
     main()
 finally:
-    open(out, "w").write("full" if "hydra" in sys.modules else "short")
+    full = {"hydra", "rbln_build.reporting._page"} & set(sys.modules)  # composed, or rendered a page
+    open(out, "w").write("full" if full else "short")
 """
 TIME = re.compile(r"\(\d+\.\ds\)\. Manifest")
 
@@ -199,3 +200,26 @@ def test_a_changed_input_takes_the_full_path_and_a_touched_one_does_not(project:
     again = cli(project, "progress=false")
     assert again.path == "full" and "0 finalized, 2 skipped" in again.stdout
     assert not armed(project)
+
+
+def test_report_answers_from_its_stamp_until_something_it_read_or_wrote_changes(project: Path) -> None:
+    pytest.importorskip("matplotlib")
+    page = project / "build" / "report" / "index.html"
+    drawn = cli(project, "report")
+    assert drawn.code == 0 and drawn.path == "full", drawn.stderr
+    time.sleep(2.2)  # the figures it drew are read by the next report: too fresh to stamp (RACY_NS)
+    full = cli(project, "report")
+    assert full.path == "full"
+    html = page.read_bytes()
+    before = page.stat()
+    short = cli(project, "report")
+    assert short.path == "short" and short.same_answer(full)
+    assert page.stat() == before  # nothing written: the page is what the report would write
+    figure = sorted((project / "build" / "report" / ".figures").glob("*.png"))[0]
+    figure.unlink()
+    again = cli(project, "report")
+    assert again.path == "full" and page.read_bytes() == html and figure.is_file()
+    # a build that changes the build dir (here: its cache, a record removed and redone)
+    sorted((project / "build" / "cache" / "results").iterdir())[0].unlink()
+    assert cli(project, "progress=false").code == 0
+    assert cli(project, "report").path == "full" and page.read_bytes() == html
