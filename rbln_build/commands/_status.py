@@ -234,19 +234,19 @@ def show(statuses: list[CellStatus], removed: list[str], build_dir: Path | str, 
 
 
 def main(argv: list[str]) -> int:
-    from ..colocation import declared_cells, expand_all
-    from ._build import compose
+    from ..noop import status_ids
 
     as_json = "--json" in argv
     args = [a for a in argv if a != "--json"]
-    from ..noop import status_ids
-
     unchanged = status_ids(args)  # the build's no-op stamp of the same arguments holds: all up to date
     if unchanged is not None:
         ids, shown_dir = unchanged
         show([CellStatus(cid, UP_TO_DATE) for cid in ids], [], shown_dir, as_json)
         sys.stdout.flush()
         return 0
+    from ..colocation import declared_cells, expand_all
+    from ._build import compose
+
     jobs = compose(args, prog="rbln-build status")
     if jobs is None:
         return 0
