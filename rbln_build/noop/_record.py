@@ -74,7 +74,8 @@ class _Tee:
 class Recording:
     """What one full run printed and opened, and the stamp written from it (see the module docstring).
     ``name``: the stamp's file name in ``<build_dir>/.noop/``; ``trees``: the folders whose files
-    (with content digests) are inputs besides the modules, ``sys.path`` and the files opened."""
+    (with content digests) are inputs besides the modules, ``sys.path`` and the files opened; a name
+    ending in a separator stands for the folder's own listing only."""
 
     def __init__(self, key: str, build_dir: Path, replay_variant: list[bool], name: str) -> None:
         global _OPENED, _HOOKED
@@ -152,7 +153,10 @@ class Recording:
         recently to trust its fingerprint (or changed during the run)."""
         digested: dict[str, bool] = {}
         for top, with_digest in trees.items():
-            _tree(top, digested, with_digest)
+            if top.endswith(os.sep):  # the folder alone (its listing), not what it holds
+                digested.setdefault(top.rstrip(os.sep) or os.sep, with_digest)
+            else:
+                _tree(top, digested, with_digest)
         stdlib = os.path.dirname(os.__file__) + os.sep
         # a build's reads in its build dir are its outputs, in the outputs' digest; a report's are inputs
         build = os.path.realpath(self.build_dir) + os.sep if self.name != f"report-{self.key}" else "\0"
@@ -234,6 +238,7 @@ class Recorder(Recording):
         trees[str(Path(__file__).resolve().parents[1])] = True  # the rbln_build package
         if project.marker is not None:
             trees[str(project.marker)] = True
+        trees[os.path.join(str(project.root), "")] = True  # a conf/ or recipes/ folder made there later
         for cell in self.cells + self.kept:
             if cell.recipe.weights_path is not None:
                 trees.setdefault(str(cell.recipe.weights_path), False)  # large: fingerprints only
