@@ -39,19 +39,24 @@ _HOOKED = False
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event != "open" or _OPENED is None:
+    if _OPENED is None or event not in _WATCHED:
         return
     try:
-        path, mode, flags = args
+        path = args[0]
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if not isinstance(path, str):
             return
-        writes = flags & (os.O_WRONLY | os.O_RDWR) if mode is None else any(c in mode for c in "wax+")
-        if not writes:
-            _OPENED.add(os.path.abspath(path))
+        if event == "open":
+            mode, flags = args[1], args[2]
+            if flags & (os.O_WRONLY | os.O_RDWR) if mode is None else any(c in mode for c in "wax+"):
+                return  # written: an output, not an input
+        _OPENED.add(os.path.join(os.path.abspath(path), "") if event != "open" else os.path.abspath(path))
     except Exception:  # an audit hook must never fail the operation it watches
         return
+
+
+_WATCHED = frozenset({"open", "os.listdir", "os.scandir"})  # a folder listed: its listing is an input
 
 
 class _Tee:
@@ -157,7 +162,10 @@ class Recording:
                 digested.setdefault(top.rstrip(os.sep) or os.sep, with_digest)
             else:
                 _tree(top, digested, with_digest)
+        import tempfile
+
         stdlib = os.path.dirname(os.__file__) + os.sep
+        temp = os.path.join(os.path.realpath(tempfile.gettempdir()), "")
         # a build's reads in its build dir are its outputs, in the outputs' digest; a report's are inputs
         build = os.path.realpath(self.build_dir) + os.sep if self.name != f"report-{self.key}" else "\0"
         for folder in sys.path:
@@ -165,10 +173,20 @@ class Recording:
                 digested.setdefault(os.path.abspath(folder), True)
         files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
         for path in [f for f in files if isinstance(f, str)] + sorted(self.opened):
-            real = os.path.realpath(path)
+            real = os.path.join(os.path.realpath(path), "") if path.endswith(os.sep) else os.path.realpath(path)
             if real.startswith((stdlib, build, "/proc/", "/dev/", "/sys/")) or real.endswith(".pyc"):
                 continue
-            digested.setdefault(path, False)
+            name = path.rstrip(os.sep) or os.sep
+            if not os.path.lexists(name):  # gone: a temporary of the run's own, or a name it looked for
+                if not real.startswith(temp):
+                    digested.setdefault(name, False)  # stamped absent: its appearing is a change
+            elif path.endswith(os.sep):  # a folder the run listed
+                digested.setdefault(name, True)
+            elif os.path.isdir(path):
+                continue  # a folder opened to fsync what was written in it: not read
+            else:  # a file it read, and its folder's listing (a file made beside it may be looked up first)
+                digested.setdefault(path, False)
+                digested.setdefault(os.path.dirname(path), True)
         out: list[list[Any]] = []
         oldest_allowed = self.started_ns - RACY_NS
         for path, with_digest in sorted(digested.items()):
