@@ -48,14 +48,15 @@ ROOT: list[Path] = []  # the template project's root (its files aged past RACY_N
 
 def cli(where: Path, *args: str, root: Path | None = None) -> Run:
     """``rbln-build [status|report] ARGS`` for the build dir ``where/build`` of the project ``root``
-    (the template's by default), run from ``where``."""
+    (the template's by default), run from the template's folder (aged: the folder a run starts in is
+    an input, its listing read by every import)."""
     words = [a for a in args[:1] if a in ("status", "report")]
     rest = list(args[len(words) :])
     project = [] if words == ["report"] else ["--project", str(root or ROOT[0])]
     marker = where / "path.txt"
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, str(marker), *words, *project, *rest, f"build_dir={where / 'build'}"],
-        cwd=where,
+        cwd=ROOT[0].parent,
         capture_output=True,
         text=True,
         timeout=600,
@@ -74,12 +75,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "conf" / "matrix").mkdir(parents=True)
     (root / "rbln-build.yaml").write_text("# a project\n")
     (root / "conf" / "matrix" / "default.yaml").write_text(MATRIX)
-    made = time.time()
     ROOT[:] = [root]
     built = cli(base, "progress=false")
     assert built.code == 0, built.stderr
     shutil.rmtree(base / "build" / ".noop", ignore_errors=True)
-    time.sleep(max(0.0, RACY_NS / 1e9 + 0.2 - (time.time() - made)))  # inputs this fresh are never stamped
+    time.sleep(RACY_NS / 1e9 + 0.2)  # inputs this fresh are never stamped (the folder too: path.txt)
     return base
 
 

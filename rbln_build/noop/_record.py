@@ -166,15 +166,20 @@ class Recording:
 
         stdlib = os.path.dirname(os.__file__) + os.sep
         temp = os.path.join(os.path.realpath(tempfile.gettempdir()), "")
-        # a build's reads in its build dir are its outputs, in the outputs' digest; a report's are inputs
-        build = os.path.realpath(self.build_dir) + os.sep if self.name != f"report-{self.key}" else "\0"
+        # what a run reads in its build dir is in the outputs' digest (a report's reads: files stamped too)
+        build = os.path.join(os.path.realpath(self.build_dir), "")
+        report = self.name == f"report-{self.key}"
         for folder in sys.path:
             if folder and os.path.isdir(folder):
                 digested.setdefault(os.path.abspath(folder), True)
         files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
         for path in [f for f in files if isinstance(f, str)] + sorted(self.opened):
             real = os.path.join(os.path.realpath(path), "") if path.endswith(os.sep) else os.path.realpath(path)
-            if real.startswith((stdlib, build, "/proc/", "/dev/", "/sys/")) or real.endswith(".pyc"):
+            if real.startswith((stdlib, "/proc/", "/dev/", "/sys/")) or real.endswith(".pyc"):
+                continue
+            if real.startswith(build) or real == build[:-1]:
+                if report and not path.endswith(os.sep) and os.path.isfile(path):
+                    digested.setdefault(path, False)
                 continue
             name = path.rstrip(os.sep) or os.sep
             if not os.path.lexists(name):  # gone: a temporary of the run's own, or a name it looked for
