@@ -8,7 +8,7 @@ JSON-lines estimator.
   every example: exit 0 or 2, no traceback, a configuration error is exactly one line, and nothing
   at all was created (the build stops before writing, and a configuration error writes nothing).
   A few hostile cases also run through the real CLI as a subprocess, build included.
-* Estimator: ``rbln_build.estimator._jsonl.run`` with generated lines (valid requests with fields
+* Estimator: ``rbln_build.inspection._jsonl.run`` with generated lines (valid requests with fields
   replaced by arbitrary JSON, raw text, deep nesting, huge numbers): exactly one result per
   non-blank line, in order, each a JSON object with every result key.
 
@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 
 from rbln_build import cli
 from rbln_build.commands import _build as build_command
-from rbln_build.estimator._jsonl import run as estimate_lines
+from rbln_build.inspection._jsonl import run as estimate_lines
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MANY = settings(
