@@ -441,11 +441,12 @@ def check_subcommand(command: str, args: list[str]) -> None:
         assert len(lines) == 1, (command, args, err)
     places = [os.path.normpath(os.path.join("work", t)) for t in _targets(command, args)]
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    # inside a place, or a folder on the way to one (init DIR and recipe add --to make their parents)
+    # inside a place, or a folder on the way to one (init DIR and recipe add --to make their parents);
+    # a place that is the whole tree ("init .." from work/) holds everything
     stray = [
         k
         for k in changed
-        if not any(k == p or k.startswith(p.rstrip("/") + "/") or p.startswith(k + "/") for p in places)
+        if not any(p == "." or k == p or k.startswith(p.rstrip("/") + "/") or p.startswith(k + "/") for p in places)
     ]
     assert stray == [], (command, args, stray)
     assert after.get("victim/data.txt") == b"keep me"
