@@ -79,6 +79,7 @@ def _compile_task(
 
             message, kind, retry = describe(exc)
             done = CompileDone(key, None, False, 0.0, _where(), message, kind, retry)
+        done = replace(done, attempt=_attempt())
         if done.error is not None:
             text = driver_text(done.error, work / "inputs", inputs)
             return replace(done, error=text), None, None
@@ -104,6 +105,17 @@ def _compile_task(
         return done, pack_entry(entry, work / "entry.tar"), entry.content_hash
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _attempt() -> int:
+    """Which run of this Ray task this is (0: the first; Ray runs it again when its worker died)."""
+    try:
+        import ray
+
+        worker: Any = ray._private.worker.global_worker
+        return int(worker.core_worker.get_current_task_attempt_number())
+    except Exception:
+        return 0  # another Ray: retries are then not shown
 
 
 def _published(store: Any, key: str) -> bool:
@@ -192,16 +204,13 @@ class RayCompiler:
                 store = self.ref.open(lambda _msg: None)
                 local = Store.lookup(store, "compile", key)  # this level only: the bytes are here
                 if local is None and not install_packed(store, "compile", key, packed, recorded):
-                    done = CompileDone(
-                        key,
-                        None,
-                        False,
-                        done.elapsed_s,
-                        done.where,
-                        "the entry a Ray worker sent back fails its content hash; the next run retries it",
-                        "build_failed",
-                        True,
-                        done.warnings,
+                    done = replace(
+                        done,
+                        produced=None,
+                        fresh=False,
+                        error="the entry a Ray worker sent back fails its content hash; the next run retries it",
+                        error_kind="build_failed",
+                        retry=True,
                     )
             elif done.error is None and recorded is not None:  # the worker published it to cache.remote
                 store = self.ref.open(lambda _msg: None)
