@@ -2,7 +2,7 @@
 
 import sys
 
-from .estimator._jsonl import main
+from .estimator import jsonl_main as main
 
 if __name__ == "__main__":
     sys.exit(main())

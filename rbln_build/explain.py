@@ -1,8 +1,8 @@
-"""``python -m rbln_build.explain``: the same as ``rbln-build explain`` (rbln_build.commands._explain)."""
+"""``python -m rbln_build.explain``: the same as ``rbln-build explain`` (rbln_build.inspection)."""
 
 import sys
 
-from .commands._explain import main
+from .inspection import explain_main as main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -107,7 +107,7 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     The hash is the build cache's (``store._store.content_hash``): every file of the folder, by
     relative path, size and bytes, then the cache entry's metadata. A mismatch raises IntegrityError.
     """
-    from .store._store import ENTRY_FILE, content_hash
+    from .store import ENTRY_FILE, content_hash
 
     manifest_path = Path(manifest_path)
     manifest = load_json(manifest_path, hint="pass <build_dir>/manifest.json")
@@ -145,7 +145,7 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
 
 def _text_side(folder: Path) -> tuple[Any, list[int]]:
     """The cell's tokenizer (its own files, no hub) and the eos ids of its generation config."""
-    from .backends._record import read_record
+    from .backends import read_record
 
     record = read_record(folder)
     if not record.get("tokenizer"):
@@ -154,7 +154,7 @@ def _text_side(folder: Path) -> tuple[Any, list[int]]:
             "none); pass token ids with --prompt-ids, or add the checkpoint's tokenizer files to the recipe "
             "(tokenizer: {files: [...]}) and rebuild."
         )
-    from .memory._companions import verify_data_files
+    from .memory import verify_data_files
 
     verify_data_files(folder, record)  # the files the tokenizer and the eos ids come from, before they load
     from transformers import AutoTokenizer
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: one line, the traceback in a file
         if os.environ.get("RBLN_BUILD_FULL_ERROR") == "1":
             raise
-        from .commands._guard import report_internal
+        from .commands import report_internal
 
         print(report_internal(exc, None), file=sys.stderr)
         return 3

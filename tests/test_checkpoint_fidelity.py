@@ -250,7 +250,7 @@ def test_serving_takes_the_tokenizer_from_the_cell_and_refuses_what_it_cannot_se
 
 
 def test_serve_command_takes_a_built_or_a_released_cell_folder(checkpoints, tmp_path, capsys) -> None:
-    from rbln_build.commands._deploy import main as deploy_main
+    from rbln_build.inspection._deploy import main as deploy_main
 
     cell, serving = _serving(recipe_of(checkpoints["qwen3"], tmp_path / "recipes"), "rbln")
     entry = {"cell": cell.id, "status": "ok", "serving": serving}

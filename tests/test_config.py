@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from rbln_build.config import expand_all
+from rbln_build.colocation import expand_all
 from rbln_build.config._config import CONF_DIR, compose_settings, list_group_options, load_group_option
 from rbln_build.errors import ConfigError
 

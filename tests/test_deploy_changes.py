@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from memory_helpers import _CACHE, inventory
 
-from rbln_build.commands._deploy import main
+from rbln_build.inspection._deploy import main
 
 FLOORS = {"tiny_llama": (5, 8), "tiny_qwen3": (9, 16)}  # floor and full pool at the recipe's batch 2
 

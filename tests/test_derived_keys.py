@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from rbln_build.colocation import expand_all
 from rbln_build.commands._status import cell_statuses
-from rbln_build.config import compose_settings, expand_all
+from rbln_build.config import compose_settings
 from rbln_build.pipeline import BuildRun
 from rbln_build.pipeline._publish import MANIFEST_FILE, publish
 from rbln_build.store import CellResult, Store

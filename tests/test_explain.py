@@ -11,7 +11,7 @@ import sys
 import pytest
 from memory_helpers import _CACHE, inventory
 
-from rbln_build.commands._explain import main as explain_main
+from rbln_build.inspection._explain import main as explain_main
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import pytest
 from test_cli import PLANS, check_ok, rbln, summary
 from test_remote import s3  # noqa: F401  (the moto server fixture)
 
-from rbln_build.pipeline._stages import artifact_key_of
+from rbln_build.execution._stages import artifact_key_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 URL = "s3://rbln-cache/gc"

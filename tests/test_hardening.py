@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rbln_build.config import expand_all
+from rbln_build.colocation import expand_all
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
 from rbln_build.errors import ConfigError, RecipeError

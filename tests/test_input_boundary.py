@@ -196,7 +196,7 @@ def test_run_manifest_on_hostile_documents(hostile: Path, document: str, says: s
 def test_a_bug_in_a_subcommand_is_exit_3_with_its_traceback_in_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rbln_build.commands import _diff
+    from rbln_build.inspection import _diff
 
     def broken(argv: list[str]) -> int:
         raise ZeroDivisionError("a bug")
@@ -393,7 +393,7 @@ def test_a_remote_pointer_is_read_with_a_size_limit(tmp_path: Path) -> None:
 
 
 def test_unwritable_links_are_failed_cells_in_manifest_and_summary(tmp_path: Path) -> None:
-    from rbln_build.config import expand_all
+    from rbln_build.colocation import expand_all
     from rbln_build.pipeline._tasks import BuildRun
 
     build = tmp_path / "build"

@@ -1,19 +1,28 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    commands   -> release, pipeline, config, store, deploy, reporting, backends, memory, estimator, errors
-    release    -> pipeline (the serve command), store (content hash, remote timeouts), errors
-    pipeline   -> config, store, deploy, backends, memory, estimator, errors
-    config     -> store, deploy, backends, memory, estimator, errors
-    store      -> backends, memory, estimator, errors   (the content-addressed cache)
-    deploy     -> estimator, errors           (the co-location planner: pure arithmetic over reports)
-    reporting  -> estimator, errors           (reads manifests and compile entries as files)
-    backends   -> memory, estimator, errors
-    memory     -> estimator, errors
-    estimator  -> errors
+    commands    -> every layer below (dispatch, help, the one error boundary; build, status, gc, init, recipe)
+    inspection  -> release, pipeline, colocation, config, store, deploy, reporting, figures, backends,
+                   memory, estimator, errors   (explain, plan, serve-command, diff: questions, no build)
+    release     -> pipeline, config, store, errors  (the release and verify commands and their work)
+    pipeline    -> execution, progress, colocation, config, store, deploy, backends, memory, estimator, errors
+    execution   -> config, store, backends, memory, estimator, errors  (stages, ledger, executors, Ray)
+    colocation  -> config, store, deploy, backends, memory, estimator, errors  (a run's cells, deployments)
+    config      -> store, deploy, backends, memory, estimator, errors
+    store       -> backends, memory, estimator, errors   (the content-addressed cache)
+    deploy      -> estimator, errors           (the co-location planner: pure arithmetic over reports)
+    reporting   -> figures, estimator, errors  (reads manifests and compile entries as files)
+    figures     -> estimator, errors           (matplotlib figures and the numbers behind them)
+    progress    -> errors                      (what a build shows while it runs)
+    backends    -> memory, estimator, errors
+    memory      -> estimator, errors
+    estimator   -> errors
     _documents -> errors                      (bounded reads of user documents; every layer but the estimator)
 
 Checked statically over every module's imports (top level and inside functions), so a lazy import
 cannot hide a wrong direction.
+
+A package's public names are what its __init__ exports: no module imports another package's
+_private module or name (tests may).
 """
 
 from __future__ import annotations
@@ -29,28 +38,36 @@ import pytest
 import rbln_build
 
 PKG = Path(rbln_build.__file__).resolve().parent
+_LOW = {"backends", "memory", "estimator", "errors"}
 ALLOWED = {
     "estimator": {"errors"},
     "memory": {"estimator", "errors"},
     "backends": {"memory", "estimator", "errors"},
+    "progress": {"errors"},
+    "figures": {"estimator", "errors"},
     "deploy": {"estimator", "errors"},
-    "reporting": {"estimator", "errors"},
-    "store": {"backends", "memory", "estimator", "errors"},
-    "config": {"store", "deploy", "backends", "memory", "estimator", "errors"},
-    "pipeline": {"config", "store", "deploy", "backends", "memory", "estimator", "errors"},
+    "reporting": {"figures", "estimator", "errors"},
+    "store": set(_LOW),
+    "config": {"store", "deploy"} | _LOW,
+    "colocation": {"config", "store", "deploy"} | _LOW,
+    "execution": {"config", "store"} | _LOW,
+    "pipeline": {"execution", "progress", "colocation", "config", "store", "deploy"} | _LOW,
+    "release": {"pipeline", "config", "store", "errors"},
+    "inspection": {"release", "pipeline", "colocation", "config", "store", "deploy", "reporting", "figures"} | _LOW,
     "commands": {
+        "inspection",
         "release",
         "pipeline",
+        "execution",
+        "progress",
+        "colocation",
         "config",
         "store",
         "deploy",
         "reporting",
-        "backends",
-        "memory",
-        "estimator",
-        "errors",
-    },
-    "release": {"pipeline", "store", "errors"},
+        "figures",
+    }
+    | _LOW,
     "_documents": {"errors"},  # bounded reads of user documents: a base like errors, below every layer
 }
 for _layer_name, _below in ALLOWED.items():
@@ -100,6 +117,73 @@ def test_imports_point_down(path: Path) -> None:
     assert layer in ALLOWED, f"{path.relative_to(PKG)}: a new subpackage; add its layer to ALLOWED (and the docs)"
     wrong = _imported_layers(path) - ALLOWED[layer] - {layer, "__version__"}  # the package version: any layer
     assert not wrong, f"{path.relative_to(PKG)} ({layer}) imports {sorted(wrong)}; imports point down only"
+
+
+# Reaches into another package's private module that stay, each with the reason.
+PRIVATE_REACHES = {
+    # python -m rbln_build.run is the command line over the torch runtime; backends.torch exports
+    # nothing so that importing it never imports torch (backends/torch/__init__.py)
+    ("run.py", "rbln_build.backends.torch._runtime"),
+}
+
+
+def _private_reaches(rel: Path, source: str) -> list[str]:
+    """``from ..pkg._private import x``, ``import rbln_build.pkg._private`` and ``from ..pkg import _x``
+    in the module at ``rel`` (under rbln_build/) where pkg is not the module's own package (top-level
+    modules such as ``rbln_build._documents`` are shared bases, not a package's privates)."""
+    own = rel.parts[0] if len(rel.parts) > 1 else None
+    package = ["rbln_build", *rel.parts[:-1]]
+    tree = ast.parse(source)
+    found: list[str] = []
+
+    def check(parts: list[str], names: list[str], lineno: int) -> None:
+        if parts[0] != "rbln_build" or len(parts) < 2 or parts[1] == own or not (PKG / parts[1]).is_dir():
+            return
+        target = ".".join(parts)
+        private = [p for p in parts[2:] if p.startswith("_")] + [n for n in names if n.startswith("_")]
+        if private and (rel.as_posix(), target) not in PRIVATE_REACHES:
+            found.append(f"{rel}:{lineno}: {target} {names}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - (node.level - 1)] if node.level else []
+            parts = base + (node.module.split(".") if node.module else [])
+            check(parts, [a.name for a in node.names], node.lineno)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                check(a.name.split("."), [], node.lineno)
+    return found
+
+
+def test_no_package_reaches_into_another_packages_private_modules() -> None:
+    """A package's public names are what its ``__init__`` exports; nothing outside the package
+    imports its ``_modules`` (or ``_names``). Tests may; rbln_build's own code may not."""
+    reaches = [
+        r
+        for p in sorted(PKG.rglob("*.py"))
+        for r in _private_reaches(p.relative_to(PKG), p.read_text(encoding="utf-8"))
+    ]
+    assert reaches == [], "import these from the package (export them in its __init__):\n" + "\n".join(reaches)
+
+
+def test_the_private_reach_check_sees_every_form() -> None:
+    """The check above finds each form of a reach (so an empty list means none, not a blind check)."""
+    source = (
+        "from ..store._store import Store\n"
+        "import rbln_build.config._matrix\n"
+        "from ..execution import _stages\n"
+        "from rbln_build.memory._recipes import Recipe\n"
+        "from ._tasks import BuildRun\n"  # its own package: fine
+        "from .._documents import load_json\n"  # a shared top-level module: fine
+        "from ..store import Store\n"  # the public name: fine
+    )
+    found = _private_reaches(Path("pipeline/_probe.py"), source)
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "rbln_build.store._store ['Store']",
+        "rbln_build.config._matrix []",
+        "rbln_build.execution ['_stages']",
+        "rbln_build.memory._recipes ['Recipe']",
+    ]
 
 
 @pytest.mark.integration
@@ -188,8 +272,12 @@ def test_no_import_cycles() -> None:
             if len(scc) > 1:
                 cycles.append(sorted(scc))
 
+    limit = sys.getrecursionlimit()
     sys.setrecursionlimit(10_000)
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)  # a raised limit would change how later tests' parsers fail
     assert cycles == [], f"import cycles: {cycles}"

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.config import Cell, compose_settings, expand_all
+from rbln_build.colocation import expand_all
+from rbln_build.config import Cell, compose_settings
+from rbln_build.execution._ledger import INDEX_KIND, read_index
 from rbln_build.pipeline import BuildRun, survey
-from rbln_build.pipeline._ledger import INDEX_KIND, read_index
 from rbln_build.store import Store
 
 

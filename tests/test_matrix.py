@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rbln_build.config import expand_all
+from rbln_build.colocation import expand_all
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand, format_budget
 from rbln_build.errors import ConfigError

@@ -18,9 +18,9 @@ from rbln_build.reporting._data import BuildView, Group, _varying
 PIL = pytest.importorskip("PIL.Image")
 pytest.importorskip("matplotlib")
 
-from rbln_build.reporting._bars import grid_figure  # noqa: E402
+from rbln_build.figures._bars import grid_figure  # noqa: E402
+from rbln_build.figures._figures import OUTCOME_COLORS, render  # noqa: E402
 from rbln_build.reporting._compose import dram_cells  # noqa: E402
-from rbln_build.reporting._figures import OUTCOME_COLORS, render  # noqa: E402
 from rbln_build.reporting._grid import grid_section  # noqa: E402
 from rbln_build.reporting._page import render_page  # noqa: E402
 
@@ -204,8 +204,8 @@ def test_report_compare_pairs_budget_edits_and_counts_what_changed() -> None:
 
 
 def test_dram_labels_never_overprint_even_with_budgets_above_the_scale() -> None:
-    from rbln_build.reporting._bars import DramCase, dram_figure
-    from rbln_build.reporting._curve import ChipletStack
+    from rbln_build.figures._bars import DramCase, dram_figure
+    from rbln_build.figures._curve import ChipletStack
 
     stack = ChipletStack(
         0, 0, {"weights": 200 << 20, "workspace": 10 << 20, "runtime_buffers": 0, "other": 0, "kv": 30 << 20}
@@ -222,10 +222,10 @@ def test_dram_labels_never_overprint_even_with_budgets_above_the_scale() -> None
 
 def test_explain_plot_keeps_the_requested_budgets_on_the_picture() -> None:
     from rbln_build.estimator import AllocationReport
+    from rbln_build.figures._bars import DramCase
+    from rbln_build.figures._figures import Point, zoom_limit
     from rbln_build.reporting import blocks_curve, dram_stacks
-    from rbln_build.reporting._bars import DramCase
     from rbln_build.reporting._compose import explain_figure
-    from rbln_build.reporting._figures import Point, zoom_limit
 
     report = AllocationReport.from_json(
         {

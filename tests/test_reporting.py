@@ -24,10 +24,10 @@ import pytest
 from memory_helpers import _CACHE, inventory
 
 from rbln_build.estimator import estimate
+from rbln_build.figures._curve import request_for
+from rbln_build.figures._figures import GRID_COLORS
 from rbln_build.reporting import blocks_curve, load_build, plot_explanation
-from rbln_build.reporting._curve import request_for
 from rbln_build.reporting._data import budget_label, outcome
-from rbln_build.reporting._figures import GRID_COLORS
 
 PIL = pytest.importorskip("PIL.Image")
 matplotlib = pytest.importorskip("matplotlib")
@@ -130,7 +130,7 @@ def _step_value(xs: list[int], ys: list[int], x: int) -> int:
 
 
 def test_the_drawn_curve_passes_through_every_cell_and_the_floor_and_full_pool(build: Path) -> None:
-    from rbln_build.reporting._figures import curve_figure
+    from rbln_build.figures._figures import curve_figure
 
     checked = 0
     for group in load_build(build).groups:
@@ -208,7 +208,7 @@ def test_a_second_report_reuses_every_figure(build: Path, page: str) -> None:
 def test_figures_use_the_font_matplotlib_ships() -> None:
     from matplotlib import font_manager
 
-    from rbln_build.reporting._figures import style
+    from rbln_build.figures._figures import style
 
     with style():
         found = Path(font_manager.findfont(font_manager.FontProperties(family=matplotlib.rcParams["font.family"])))
@@ -284,7 +284,7 @@ def test_explain_plot_draws_a_png_and_an_svg_identically_twice(
 
 def test_svg_figures_are_byte_identical() -> None:
     from rbln_build.estimator import AllocationReport
-    from rbln_build.reporting._figures import Point, curve_figure, render
+    from rbln_build.figures._figures import Point, curve_figure, render
 
     report = AllocationReport.from_json(
         {
@@ -493,7 +493,7 @@ def test_a_thousand_cell_sweep_with_compare_renders_in_headless_chromium(build: 
     assert shot.is_file()
     img = PIL.open(shot).convert("RGB")
     on_screen = {c for _, c in img.getcolors(1 << 24) or []}
-    from rbln_build.reporting._figures import OUTCOME_COLORS
+    from rbln_build.figures._figures import OUTCOME_COLORS
 
     for status in ("full_pool", "cut", "failed"):  # the grid pictures, 500 cells each
         assert hex_rgb(OUTCOME_COLORS[status]) in on_screen, f"no {status} squares on screen"

@@ -35,7 +35,8 @@ def test_two_shards_and_a_merge_give_the_single_build_manifest_compiling_nothing
 
 
 def test_the_assignment_is_deterministic_and_covers_every_key() -> None:
-    from rbln_build.config import compose_settings, expand_all
+    from rbln_build.colocation import expand_all
+    from rbln_build.config import compose_settings
     from rbln_build.config._shard import assign
 
     _, cells = expand_all([compose_settings(["matrix=plans"])])

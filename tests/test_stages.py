@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.config import expand_all
+from rbln_build.colocation import expand_all
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import Cell
-from rbln_build.pipeline._stages import build_cell, compile_done, compile_once, resolve, reusable
+from rbln_build.execution._stages import build_cell, compile_done, compile_once, resolve, reusable
 from rbln_build.store._result import CellResult, CompileOutcome
 from rbln_build.store._store import Entry, Store
 
 CHILD = """
 import json, pickle, sys
-from rbln_build.pipeline._stages import build_cell
+from rbln_build.execution._stages import build_cell
 from rbln_build.store._store import Store
 cell = pickle.loads(open(sys.argv[2], "rb").read())
 print(json.dumps(build_cell(Store(sys.argv[1]), cell).to_json()))

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from rbln_build.commands._diff import diff_manifests
 from rbln_build.commands._status import changed_inputs
+from rbln_build.inspection._diff import diff_manifests
 from rbln_build.memory._shipped import shipped_dir
 
 MATRIX = "models: [llama3_2_1b]\ndevices: [rebel100]\nbudgets: [0.3, 0.5]\n"

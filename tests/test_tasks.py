@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rbln_build.config import expand_all
+from rbln_build.colocation import expand_all
 from rbln_build.config._config import compose_settings
 from rbln_build.pipeline._tasks import BuildRun, scope_inventory_cache
 

@@ -14,5 +14,16 @@ Importing this package is cheap: a backend module (and torch) is imported only w
 from __future__ import annotations
 
 from ._base import BACKENDS, Backend, CompileResult, CompileSpec, backend_path, get_backend
+from ._record import read_record
+from ._verify import verify_entry_files
 
-__all__ = ["BACKENDS", "Backend", "CompileResult", "CompileSpec", "backend_path", "get_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "CompileResult",
+    "CompileSpec",
+    "backend_path",
+    "get_backend",
+    "read_record",
+    "verify_entry_files",
+]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..estimator._report import AllocationReport
+from ..estimator import AllocationReport
 from ..memory import CompileSpec
 from ._record import record_for, write_json, write_record
 
@@ -80,7 +80,7 @@ def compile_plan(spec: CompileSpec, out_dir: Path, **baseline: Any) -> CompileRe
     Writes ``config.json``, ``report.json`` and ``baseline.json`` (``produced: plan`` + ``baseline``).
     """
     from .. import memory  # lazily: the memory model pulls in the inventory machinery
-    from ..memory._companions import copy_companions
+    from ..memory import copy_companions
 
     report = memory.build_report(spec)
     write_json(out_dir / "config.json", spec.recipe.hf_config)
@@ -94,7 +94,7 @@ def finalize_plan(spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_di
     """The cell of a plan: ``rbln-build.json`` with ``"artifact": "plan"`` and the HF config, no program
     (and no ``rbln_config.json``, so no loader takes it for a compiled model), with the recipe's
     tokenizer and generation config when it has them."""
-    from ..memory._companions import copy_from
+    from ..memory import copy_from
 
     shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
     copy_from(baseline_dir, out_dir)

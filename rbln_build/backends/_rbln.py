@@ -60,8 +60,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnavailable, BuildError, InputFailure, RecipeError
-from ..estimator._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
-from ..memory._companions import GENERATION_CONFIG, copy_companions, remove_preprocessor_files
+from ..estimator import DRAM_TENSOR_KEY, AllocationReport, KVTensor
+from ..memory import GENERATION_CONFIG, copy_companions, remove_preprocessor_files
 from ._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
 from ._record import record_for, sha256_file, verify_programs, write_json, write_record
 
@@ -182,7 +182,7 @@ def quantization_option(spec: CompileSpec) -> dict[str, str] | None:
     where = f"{recipe.directory / 'recipe.yaml'}: quantization.weight_bits is {bits}"
     scales: list[str] = []
     if recipe.weights_path is not None:
-        from ..memory._checkpoint import inspect_checkpoint
+        from ..memory import inspect_checkpoint
 
         scales = [n for n in inspect_checkpoint(recipe.weights_path).tensors if n.endswith("weight_scale")]
     if not scales:

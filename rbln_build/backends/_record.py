@@ -75,7 +75,7 @@ def record_for(
     """The cell's record: optimum-rbln 0.12.0 key names for the compiled shape, plus the target NPU,
     what the artifact is, the sha256 of every program file, and the companion files (tokenizer,
     generation config) that ``directory``, the cell folder, holds (call after copying them in)."""
-    from ..memory._companions import companions_record
+    from ..memory import companions_record
 
     assert artifact in ARTIFACT_KINDS, artifact
     att = spec.attention

@@ -1,16 +1,22 @@
-"""The commands: one module per subcommand, each a thin layer over config, store and pipeline.
+"""The command line: dispatch, help, the one error boundary, and the commands that build.
 
 _main     dispatch, --help, --version, unknown commands, and the one error boundary
 _build    the build (the default command): compose with Hydra, run the pipeline, print the table
+_table    the build's table (summary or every cell)
 _help     the build's help (this project's config groups and the overrides)
-_explain  explain one model on one target;  _deploy: plan, serve-command, explain deployment=
-_status   status;  _diff: diff;  _gc: gc;  _init: init;  _recipe: recipe add
-_release  release and verify (over rbln_build.release)
+_status   status;  _gc: gc (_gc_remote: gc of cache.remote);  _init: init;  _recipe: recipe add
 _guard    Hydra's errors condensed to one line, internal errors logged, a sweep's deferred files
+
+Other commands live with what they work on: ``rbln_build.inspection`` (explain, plan,
+serve-command, diff), ``rbln_build.release`` (release, verify), ``rbln_build.reporting`` (report).
 """
 
 from __future__ import annotations
 
+from ._guard import report_internal
 from ._main import main
 
-__all__ = ["main"]
+__all__ = [
+    "main",
+    "report_internal",
+]

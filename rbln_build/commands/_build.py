@@ -44,7 +44,7 @@ def _compose_jobs(
 
     from ..config import register_configs, settings_from_config
     from ..errors import ConfigError, RblnBuildError
-    from ..pipeline import _sweep
+    from ..pipeline import sweep_jobs
     from ._guard import one_line
 
     register_configs()
@@ -54,7 +54,7 @@ def _compose_jobs(
 
     @hydra.main(version_base="1.3", config_path=str(project.primary_conf), config_name=project.config_name)
     def job(cfg: Any) -> None:
-        if _sweep.in_worker():  # a launcher runs this job in its own process: it builds its cells there
+        if sweep_jobs.in_worker():  # a launcher runs this job in its own process: it builds its cells there
             hc = HydraConfig.get()
             try:
                 settings = settings_from_config(
@@ -67,7 +67,7 @@ def _compose_jobs(
                 error = None
             except RblnBuildError as exc:
                 settings, error = None, exc
-            _sweep.run_job(hc.job.num, list(hc.overrides.task), settings, error)
+            sweep_jobs.run_job(hc.job.num, list(hc.overrides.task), settings, error)
             return
         called[0] = True
         try:
@@ -89,7 +89,7 @@ def _compose_jobs(
 
     searchpath = project.searchpath_override()
     sys.argv = [prog, *args, *([searchpath] if searchpath else [])]
-    launch = _sweep.begin()
+    launch = sweep_jobs.begin()
     captured = io.StringIO()  # Hydra's own error reports span several lines; the user gets one
     try:
         with contextlib.redirect_stderr(captured):
@@ -103,7 +103,7 @@ def _compose_jobs(
         sys.stderr.write(captured.getvalue())
         raise
     finally:
-        elsewhere = _sweep.finish(launch, project)
+        elsewhere = sweep_jobs.finish(launch, project)
     sys.stderr.write(captured.getvalue())  # warnings of a successful composition
     if elsewhere:  # the launcher ran the jobs in other processes; they built, this merges
         return elsewhere, errors, True
@@ -113,7 +113,7 @@ def _compose_jobs(
         and {"-m", "--multirun"} & set(argv)
         and not {"-h", "--help", "--hydra-help", "-c", "--cfg", "--info", "-i"} & set(argv)
     ):
-        raise _sweep.no_report_error(argv)
+        raise sweep_jobs.no_report_error(argv)
     return jobs, errors, called[0]
 
 
@@ -149,7 +149,7 @@ def _results(entries: list[dict[str, Any]], redone: set[str], build_dir: Path, f
 
 
 def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False) -> int:
-    from ..config import expand_all
+    from ..colocation import expand_all
     from ..pipeline import BuildRun
 
     if any(j.deployment is not None for j in jobs):  # rbln: plan from the compiled reports, in this build
@@ -159,18 +159,18 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
     build_dir, cells = expand_all(jobs)
     shard_line = None
     if jobs[0].scale.shard is not None:  # CI without Ray: 1/N of the compile keys (rbln_build.config._shard)
-        from ..config._shard import select
-        from ..pipeline._startup import scope_inventory_cache
+        from ..config import select_shard
+        from ..pipeline import scope_inventory_cache
 
         scope_inventory_cache(build_dir)
         index, count = jobs[0].scale.shard
-        cells, total = select(cells, jobs[0].scale.shard)
+        cells, total = select_shard(cells, jobs[0].scale.shard)
         mine = len({c.compile_key for c in cells if c.compile_key is not None})
         shard_line = f"shard {index}/{count}: {mine} of {total} compile keys, {len(cells)} cells"
     kept = _declared(jobs, cells)  # a narrowed run keeps the declared matrix's other cells in the manifest
-    records = None  # a deployment's record for the manifest (rbln_build.config._colocation)
+    records = None  # a deployment's record for the manifest (rbln_build.colocation._colocation)
     if any(j.deployment is not None for j in jobs):
-        from ..config import DeploymentRecords
+        from ..colocation import DeploymentRecords
 
         records = DeploymentRecords.for_jobs(jobs)
     progress = all(j.progress for j in jobs)
@@ -185,11 +185,11 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         sweep.publish(build_dir)
         build = BuildRun(build_dir, cells, progress=progress, sections=records, scale=jobs[0].scale, kept=kept)
         code = build.run()
-        from ..pipeline import _sweep
+        from ..pipeline import sweep_jobs
 
         # a launcher's jobs compiled and built in their processes; this run merged: count their work
-        build.compiled.extend(k for k in _sweep.reported["compiled"] if k not in build.compiled)
-        build.redone.update(_sweep.reported["redone"])
+        build.compiled.extend(k for k in sweep_jobs.reported["compiled"] if k not in build.compiled)
+        build.redone.update(sweep_jobs.reported["redone"])
         summary = build.summary()
         entries = build.entries or []
     finally:
@@ -255,7 +255,7 @@ def _per_node(build: Any) -> str | None:
 def _declared(jobs: list[Any], cells: list[Any]) -> list[Any]:
     """The declared matrix's cells this narrowed run does not build (_matrix.declared_cells). When
     the declared matrix does not expand (another model's recipe is broken), a warning, and none."""
-    from ..config import declared_cells
+    from ..colocation import declared_cells
     from ..errors import RblnBuildError
 
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._documents import absent, load_json
 from ..errors import ConfigError
-from ..pipeline._publish import ours
+from ..pipeline import ours
 from ..store import RECORD_KINDS, CellResult, Store, is_key
 
 __all__ = ["Kept", "plan_gc", "main"]
@@ -155,7 +155,8 @@ def _remove(what: str, path: Path, build_dir: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from ..config import check_contained, expand_all
+    from ..colocation import expand_all
+    from ..config import check_contained
     from ..store import acquire_build_lock
     from ._build import compose
 

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..store import is_key
-from ..store._remote_io import bounded, open_filesystem
+from ..store import bounded, is_key, open_filesystem
 
 __all__ = ["RemotePlan", "referenced", "plan_remote_gc", "main"]
 
@@ -46,7 +45,7 @@ class RemotePlan:
 
 def referenced(manifests: list[Path]) -> dict[str, set[str]]:
     """The compile and artifact keys the manifests reference. Raises ConfigError on an unreadable one."""
-    from ..pipeline._stages import artifact_key_of
+    from ..execution import artifact_key_of
 
     keys: dict[str, set[str]] = {"compile": set(), "artifacts": set()}
     for path in manifests:

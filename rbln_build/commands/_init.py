@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..config import MARKER
 from ..errors import ConfigError, InputError
-from ..memory._shipped import shipped_dir
+from ..memory import shipped_dir
 
 __all__ = ["scaffold", "main"]
 

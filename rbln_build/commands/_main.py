@@ -33,13 +33,11 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "build": Command("rbln_build.commands._build:run", "build the matrix (the default command)", ""),
     "explain": Command(
-        "rbln_build.commands._explain:main", "budget breakdown of one model on one target (--json, --plot)", ""
+        "rbln_build.inspection:explain_main", "budget breakdown of one model on one target (--json, --plot)", ""
     ),
-    "plan": Command(
-        "rbln_build.commands._deploy:plan_main", "the co-location plan of a deployment, or what to change", ""
-    ),
+    "plan": Command("rbln_build.inspection:plan_main", "the co-location plan of a deployment, or what to change", ""),
     "serve-command": Command(
-        "rbln_build.commands._deploy:serve_main",
+        "rbln_build.inspection:serve_main",
         "one vllm-rbln command per model of a built deployment, or of one built or released cell folder",
         "",
     ),
@@ -53,7 +51,7 @@ COMMANDS: dict[str, Command] = {
         "Exit status: 0 up to date, 1 a build would redo something, 2 a configuration error.\n",
     ),
     "diff": Command(
-        "rbln_build.commands._diff:main",
+        "rbln_build.inspection:diff_main",
         "compare two manifests cell by cell (exit 1 when a resolved count changed)",
         "usage: rbln-build diff OLD.json NEW.json [--json]\n\n"
         "Compare two manifests: added, removed and changed cells (blocks, budgets, keys, status).\n"
@@ -78,12 +76,12 @@ COMMANDS: dict[str, Command] = {
         "",
     ),
     "release": Command(
-        "rbln_build.commands._release:release_main",
+        "rbln_build.release:release_main",
         "built cells as self-contained folders + release.json, to a folder or URL (--sign)",
         "",
     ),
     "verify": Command(
-        "rbln_build.commands._release:verify_main",
+        "rbln_build.release:verify_main",
         "check a release (folder or URL) against its release.json, without the build dir (--key)",
         "",
     ),
@@ -223,7 +221,7 @@ def dispatch(argv: list[str]) -> int:
         name, args = "build", argv
     if name == "explain" and any(a.startswith("deployment=") for a in args):
         name = "explain-deployment"
-        command = Command("rbln_build.commands._deploy:explain_main", "", "")
+        command = Command("rbln_build.inspection:explain_deployment_main", "", "")
     else:
         command = COMMANDS[name]
     if command.usage and any(a in ("-h", "--help") for a in args):

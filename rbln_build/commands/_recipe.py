@@ -25,8 +25,8 @@ import yaml
 
 from .._documents import MAX_CONFIG_BYTES, parse_json, read_document
 from ..errors import ConfigError, InputError, RecipeError
-from ..estimator._limits import count_problem, name_problem
-from ..memory._recipes import _geometry
+from ..estimator import count_problem, name_problem
+from ..memory import geometry_from_config
 
 __all__ = ["main", "add_recipe"]
 
@@ -41,8 +41,7 @@ def add_recipe(
     max_seq_len: int | None = None,
     batch_size: int = 1,
 ) -> list[Path]:
-    from ..memory._checkpoint import inspect_checkpoint
-    from ..memory._companions import checkpoint_companions
+    from ..memory import checkpoint_companions, inspect_checkpoint
 
     # what the build would refuse is refused here, by the build's own checks, before anything is written
     problem = name_problem(name)
@@ -67,7 +66,7 @@ def add_recipe(
         raise RecipeError(
             f"{config_file}: expected a JSON object (the model's HF config), got {type(config).__name__}."
         )
-    _geometry(config, config_file)  # the geometry the build reads, checked as the build checks it
+    geometry_from_config(config, config_file)  # the geometry the build reads, checked as the build checks it
     checkpoint = inspect_checkpoint(source, config)
     tokenizer, generation = checkpoint_companions(source)
     directory = recipes_dir / name
@@ -141,7 +140,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str]) -> int:
     from ..config import find_project, split_project_arg
-    from ..memory._companions import TOKENIZER_FILE_NAMES
+    from ..memory import TOKENIZER_FILE_NAMES
 
     chosen, rest = split_project_arg(argv)
     parser = _Parser(prog="rbln-build recipe", description="Manage recipes of a project.")

@@ -217,7 +217,7 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path) -> s
 
 
 def main(argv: list[str]) -> int:
-    from ..config import declared_cells, expand_all
+    from ..colocation import declared_cells, expand_all
     from ._build import compose
 
     as_json = "--json" in argv

@@ -8,41 +8,50 @@ _scale       the jobs / executor / cache keys
 _project     a user's project: its conf/ and recipes/ layered over the shipped ones
 _deployment  conf/deployment/*.yaml: models sharing one target
 _matrix      settings -> cells (stable order, stable ids, their keys)
-_colocation  a deployment's plan (from the compile cache's reports or the memory model) -> cells
+_shard       shard=I/N: which compile keys one CI run builds
+_groups      conf/<group>/<option>.yaml read and checked
 _layout      what a build dir holds: nothing in it followed out; cache.dir, a cache shared by build dirs
 """
 
 from __future__ import annotations
 
-from ._cells import declared_cells, expand_all
-from ._colocation import DeploymentRecords, plan_for
 from ._config import compose_settings, register_configs, settings_from_config
-from ._deploy_overrides import overrides_for
+from ._deployment import Deployment, DeploymentModel
 from ._groups import device_from_node, list_group_options, load_group_option, model_from_node
-from ._layout import check_contained
-from ._matrix import Cell
+from ._layout import CACHE_DIR, check_contained, link_shared_cache, owner_tag
+from ._matrix import BUILD_OPTIONS, Cell, expand
 from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_arg
 from ._scale import Scale
+from ._settings import BuildSettings, Device, Matrix, Model, SubMatrix
+from ._shard import select as select_shard
 
 __all__ = [
-    "overrides_for",
+    "BUILD_OPTIONS",
+    "BuildSettings",
+    "CACHE_DIR",
     "Cell",
-    "DeploymentRecords",
+    "Deployment",
+    "DeploymentModel",
+    "Device",
     "MARKER",
+    "Matrix",
+    "Model",
     "PROJECT_ENV",
     "Project",
     "Scale",
+    "SubMatrix",
     "check_contained",
     "compose_settings",
     "device_from_node",
-    "declared_cells",
-    "expand_all",
+    "expand",
     "find_project",
+    "link_shared_cache",
     "list_group_options",
     "load_group_option",
     "model_from_node",
-    "plan_for",
+    "owner_tag",
     "register_configs",
+    "select_shard",
     "settings_from_config",
     "split_project_arg",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..estimator._limits import count_problem, name_problem
+from ..estimator import count_problem, name_problem
 
 __all__ = [
     "check_name",

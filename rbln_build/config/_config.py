@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..errors import ConfigError, EstimateError
-from ..estimator._budget import check_budget
-from ..memory._recipes import DEFAULT_RECIPES_DIR
+from ..estimator import check_budget
+from ..memory import DEFAULT_RECIPES_DIR
 from ._checks import check_build_dir, check_count, check_name, expected_failure_fields
 from ._groups import CONF_DIR, _plain, device_from_node, list_group_options, load_group_option, model_from_node
 from ._layout import check_cache_dir

@@ -36,8 +36,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..deploy import Reservation
 from ..errors import ConfigError, EstimateError
-from ..estimator import BYTE_UNITS, check_budget
-from ..estimator._limits import LIMITS
+from ..estimator import BYTE_UNITS, LIMITS, check_budget
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
 from ._settings import Device, Model
 

@@ -13,7 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .._documents import MAX_CONFIG_BYTES, read_document, yaml_problem
 from ..errors import ConfigError
-from ..memory._shipped import shipped_dir
+from ..memory import shipped_dir
 from ._checks import check_count, check_name, check_options
 from ._schema import DeviceConf, ModelConf
 from ._settings import Device, Model

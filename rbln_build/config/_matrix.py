@@ -26,11 +26,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, EstimateError
-from ..estimator import ATTENTION_OPTIONS, attention_options, format_budget, resolve_attention
-from ..estimator._limits import cell_id_problem
-from ..estimator._npu import NpuTarget, resolve_npu
-from ..memory import CompileSpec
-from ..memory._recipes import Recipe, load_recipe
+from ..estimator import (
+    ATTENTION_OPTIONS,
+    NpuTarget,
+    attention_options,
+    cell_id_problem,
+    format_budget,
+    resolve_attention,
+    resolve_npu,
+)
+from ..memory import CompileSpec, Recipe, load_recipe
 from ..store import cell_key, compile_key, digest, key_code_versions
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .._documents import MAX_CONFIG_BYTES, parse_yaml, read_document, yaml_problem
 from ..errors import ConfigError
-from ..memory._shipped import shipped_dir
+from ..memory import shipped_dir
 
 __all__ = ["Project", "MARKER", "PROJECT_ENV", "SHIPPED_ROOT", "find_project", "split_project_arg", "shipped_project"]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..estimator._limits import count_problem
-from ..store._remote_io import REMOTE_MODES, RemoteOptions
+from ..estimator import count_problem
+from ..store import REMOTE_MODES, RemoteOptions
 
 __all__ = ["ExecutorKind", "ExecutorConf", "CacheConf", "Scale", "scale_from_config", "REMOTE_SCHEMES"]
 

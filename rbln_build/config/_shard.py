@@ -46,7 +46,7 @@ def parse_shard(value: Any, remote: str | None, writes: bool) -> tuple[int, int]
 
 def _size(cell: Cell, cache_dir: Path | None) -> int:
     """The memory model's estimate of what a compile of ``cell`` handles: its weight bytes."""
-    from ..memory._inventory import inventory_for_recipe
+    from ..memory import inventory_for_recipe
 
     try:
         params = inventory_for_recipe(cell.recipe, cache_dir).total_parameters

@@ -35,6 +35,8 @@ from ._budget import (
     resolve_budget,
 )
 from ._estimate import Request, Resolution, estimate
+from ._jsonl import main as jsonl_main
+from ._limits import LIMITS, cell_id_problem, count_problem, name_problem
 from ._npu import KNOWN_FAMILIES, NPU_ALIASES, AttentionLimits, NpuTarget, resolve_npu
 from ._pool import fits, kv_bytes_at
 from ._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
@@ -57,6 +59,7 @@ __all__ = [
     "KNOWN_FAMILIES",
     "KVTensor",
     "KiB",
+    "LIMITS",
     "MiB",
     "NPU_ALIASES",
     "NpuTarget",
@@ -69,14 +72,18 @@ __all__ = [
     "attention_options",
     "budget_from_text",
     "budget_hints",
+    "cell_id_problem",
     "check_budget",
+    "count_problem",
     "estimate",
     "fits",
     "format_budget",
     "fraction_for_bytes",
+    "jsonl_main",
     "kv_bytes_at",
     "max_blocks_within",
     "min_budget_for_blocks",
+    "name_problem",
     "resolve_attention",
     "resolve_budget",
     "resolve_npu",

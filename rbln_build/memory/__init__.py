@@ -12,25 +12,51 @@ Importing this package imports neither torch nor transformers.
 
 from __future__ import annotations
 
-from ._inventory import Inventory, TensorEntry, cached_inventory, inventory_for_recipe
+from ._checkpoint import INDEX_FILE, inspect_checkpoint
+from ._companions import (
+    GENERATION_CONFIG,
+    TOKENIZER_FILE_NAMES,
+    checkpoint_companions,
+    companions_record,
+    copy_companions,
+    copy_from,
+    remove_preprocessor_files,
+    verify_data_files,
+)
+from ._inventory import Inventory, TensorEntry, cache_key, cached_inventory, inventory_for_recipe, inventory_from_model
 from ._model import ACTIVATION_LIVE_SETS, ModelFacts, build_report, layer_placement, model_facts
-from ._recipes import DEFAULT_RECIPES_DIR, Geometry, Recipe, list_recipes, load_recipe
+from ._recipes import DEFAULT_RECIPES_DIR, Geometry, Recipe, geometry_from_config, list_recipes, load_recipe
+from ._shipped import shipped_dir
 from ._spec import CompileSpec
 
 __all__ = [
     "ACTIVATION_LIVE_SETS",
     "CompileSpec",
     "DEFAULT_RECIPES_DIR",
+    "GENERATION_CONFIG",
     "Geometry",
+    "INDEX_FILE",
     "Inventory",
     "ModelFacts",
     "Recipe",
+    "TOKENIZER_FILE_NAMES",
     "TensorEntry",
     "build_report",
+    "cache_key",
     "cached_inventory",
+    "checkpoint_companions",
+    "companions_record",
+    "copy_companions",
+    "copy_from",
+    "geometry_from_config",
+    "inspect_checkpoint",
     "inventory_for_recipe",
+    "inventory_from_model",
     "layer_placement",
     "list_recipes",
     "load_recipe",
     "model_facts",
+    "remove_preprocessor_files",
+    "shipped_dir",
+    "verify_data_files",
 ]

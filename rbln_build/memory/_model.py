@@ -56,8 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..estimator._report import AllocationReport, KVTensor
-from ..estimator._units import align
+from ..estimator import AllocationReport, KVTensor, align
 from ._inventory import Inventory, TensorEntry, inventory_for_recipe
 
 __all__ = [

@@ -29,11 +29,11 @@ from typing import Any
 
 from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
-from ..estimator._limits import count_problem, name_problem
+from ..estimator import count_problem, name_problem
 from ._companions import companion_names, parse_companions
 from ._shipped import shipped_dir
 
-__all__ = ["Recipe", "Geometry", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
+__all__ = ["Recipe", "Geometry", "geometry_from_config", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
 
 DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (config._project)
 
@@ -96,7 +96,7 @@ class Recipe:
 
     @property
     def geometry(self) -> Geometry:
-        return _geometry(self.hf_config, self.directory / "config.json")
+        return geometry_from_config(self.hf_config, self.directory / "config.json")
 
 
 # Defaults of transformers' config classes for fields a published config.json may omit.
@@ -114,7 +114,7 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return text if isinstance(text, dict) else cfg
 
 
-def _geometry(cfg: dict[str, Any], where: Path) -> Geometry:
+def geometry_from_config(cfg: dict[str, Any], where: Path) -> Geometry:
     c = _text_config(cfg)
 
     def need(key: str) -> int:

@@ -168,8 +168,7 @@ def explain_with_report(
     ``resolve`` turns the names into a recipe and a device. The CLI passes the build's own config
     loader (``model=`` is a conf/model file whose build options apply, as in a build; ``device=`` is
     checked against the device schema; a project's configs come first)."""
-    from ..estimator import Request, estimate
-    from ..estimator._npu import resolve_npu
+    from ..estimator import Request, estimate, resolve_npu
     from ._model import ACTIVATION_LIVE_SETS, build_report
     from ._spec import CompileSpec
 

@@ -1,30 +1,31 @@
 """The pipeline: cells -> compile -> resolve -> finalize -> manifest, run by doit.
 
-_stages     the pure stages (compile_once, resolve, finalize, build_cell, reusable)
-_ledger     the single pass over the Store that decides what is up to date (and the results index)
 _tasks      the doit wiring (one place that turns cells into doit tasks)
 _startup    what a run does first: leftovers cleaned, links rolled forward, doit's state checked
-_executors  compiles in worker processes (jobs=N), scheduled ahead of doit; _ray: as Ray tasks
 _publish    artifact links and the manifest, written last
 _manifest   manifest.json and summary.json entries
 _serving    the vllm-rbln serve command of a cell
 _deploy_compile  a deployment's models compiled first (rbln), so one build plans from their reports
-_progress   what the terminal shows (live line or plain lines), the failure and warning summaries
-_eta        the time left: compile history, this run's durations, spread over the workers
 _sweep      Hydra launchers' sweep jobs (a job builds its own cells; the driver merges)
+
+The stages, the ledger and the executors are ``rbln_build.execution``; what the terminal shows is
+``rbln_build.progress``.
 """
 
 from __future__ import annotations
 
+from ..execution import Ledger, entry_state, read_record, survey
+from ..progress import failure_summary, warning_summary
+from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
-from ._ledger import Ledger, entry_state, read_record, survey
 from ._manifest import entry_for
-from ._progress import failure_summary, warning_summary
+from ._publish import ours
 from ._serving import command_for, with_budget
-from ._startup import STATE_FILE
+from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun, dodo_namespace, doit_config
 
 __all__ = [
+    "sweep_jobs",
     "BuildRun",
     "Ledger",
     "STATE_FILE",
@@ -35,7 +36,9 @@ __all__ = [
     "entry_for",
     "entry_state",
     "failure_summary",
+    "ours",
     "read_record",
+    "scope_inventory_cache",
     "survey",
     "warning_summary",
     "with_budget",

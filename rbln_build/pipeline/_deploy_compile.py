@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from ..config._settings import BuildSettings
+from ..config import BuildSettings
 
 __all__ = ["COMPILED_REPORTS", "compile_for_planning"]
 
@@ -31,9 +31,9 @@ def compile_for_planning(jobs: Sequence[BuildSettings], out: TextIO | None = Non
     """Compile the models of the jobs' deployments whose backend is in ``COMPILED_REPORTS``; returns
     how many compiles ran (progress lines go to ``out``, default stdout)."""
     from ..backends import get_backend
-    from ..config._colocation import _Tenants
+    from ..colocation import Tenants
+    from ..execution import compile_done, compile_once
     from ..store import Store, compile_key
-    from ._stages import compile_done, compile_once
     from ._startup import scope_inventory_cache
 
     out = out or sys.stdout
@@ -44,7 +44,7 @@ def compile_for_planning(jobs: Sequence[BuildSettings], out: TextIO | None = Non
         if d is None or backend not in COMPILED_REPORTS:
             continue
         scope_inventory_cache(job.build_dir)  # as the build does: inventories in its cache
-        tenants = _Tenants(job)
+        tenants = Tenants(job)
         store = Store(job.build_dir / "cache")
         toolchain = get_backend(backend).toolchain()
         for i, dm in enumerate(d.models):

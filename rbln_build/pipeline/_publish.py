@@ -22,10 +22,10 @@ from typing import Any
 
 from ..config import Cell
 from ..errors import BuildError
-from ..estimator._limits import cell_id_problem
+from ..estimator import cell_id_problem
+from ..execution import artifact_key_of
 from ..store import CellResult, Store, is_key, write_atomic
 from ._manifest import entry_for, render_json, render_manifest, summarize
-from ._stages import artifact_key_of
 
 __all__ = [
     "ARTIFACTS_DIR",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config._layout import check_contained, link_shared_cache
+from ..config import check_contained, link_shared_cache
 from ..store import Store
 from ._publish import clean_leftovers, recover
 

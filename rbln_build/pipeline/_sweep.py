@@ -59,7 +59,7 @@ def run_job(num: int, overrides: list[str], settings: Any, error: BaseException 
     """In a launcher's worker: build this job's cells (under the build lock), then record the job."""
     from filelock import FileLock
 
-    from ..config import expand_all
+    from ..colocation import expand_all
     from ..store import write_atomic
     from ._tasks import LOCK_FILE, BuildRun
 

@@ -37,16 +37,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import Cell, Scale
-from ..config._layout import CACHE_DIR, check_contained, owner_tag
+from ..config import CACHE_DIR, Cell, Scale, check_contained, owner_tag
 from ..errors import BuildError
-from ..store import LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key
-from ..store._remote_io import DOWN_MARKER, once_key
-from ._executors import Parallel, StoreRef
-from ._jobs import show_cell_finished
-from ._ledger import Ledger, index_cells, survey
+from ..execution import (
+    LOG_DIR,
+    Ledger,
+    Parallel,
+    StoreRef,
+    build_cell,
+    compile_once,
+    describe,
+    index_cells,
+    show_cell_finished,
+    survey,
+)
+from ..progress import HISTORY_FILE, doit_reporter, make_progress
+from ..store import DOWN_MARKER, LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key, once_key
 from ._manifest import entry_for, summarize
-from ._progress import HISTORY_FILE, make_progress
 from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
@@ -55,8 +62,6 @@ from ._publish import (
     publish,
     write_summary,
 )
-from ._reporter import doit_reporter
-from ._stages import LOG_DIR, build_cell, compile_once, describe
 from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
@@ -344,7 +349,7 @@ class BuildRun:
         """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
         if getattr(self.store, "url", None) is None or getattr(self.store, "down", True):
             return
-        from ..store._remote_sync import upload_missing
+        from ..store import upload_missing
 
         keys = [("compile", key) for key in self.compiles]
         for cell in self.cells:
@@ -419,7 +424,8 @@ def _cells_digest(cells: list[Cell]) -> str:
 def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
     """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
     e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
-    from ..config import compose_settings, expand_all
+    from ..colocation import expand_all
+    from ..config import compose_settings
 
     if overrides is None:
         overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()

@@ -7,12 +7,14 @@ _format      release.json's names, rendering and self-hash (shared by the writer
 _dest        publish to a folder or an fsspec URL: all at once, release.json last, names immutable
 _verify      check a release where a consumer has it (no build directory, no torch)
 _sign        detached Ed25519 signatures of release.json (the `sign` extra)
+_cli         the ``release`` and ``verify`` commands: arguments and messages
 
-Only the consumer's side is re-exported here: importing this package must stay light (verify needs
+Only the consumer's side and the two commands' entry points are re-exported here: importing this package must stay light (verify needs
 neither the store nor the pipeline). The writer's side is ``rbln_build.release._bundle`` / ``_dest``.
 """
 
+from ._cli import release_main, verify_main
 from ._format import FORMAT, RELEASE_FILE, SIGNATURE_FILE
 from ._verify import Verdict, verify_release
 
-__all__ = ["FORMAT", "RELEASE_FILE", "SIGNATURE_FILE", "Verdict", "verify_release"]
+__all__ = ["FORMAT", "RELEASE_FILE", "SIGNATURE_FILE", "Verdict", "release_main", "verify_main", "verify_release"]

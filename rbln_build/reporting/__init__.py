@@ -1,23 +1,23 @@
 """Reports people would rather look at: ``rbln-build report`` and ``explain --plot``.
 
     _data      read a build directory: manifest.json and each compile entry's AllocationReport
-    _curve     the exact blocks-vs-budget step curve and the per-chiplet DRAM stacks (estimator only)
-    _figures   matplotlib (Agg) figures, byte-identical from run to run; the curve
-    _bars      the DRAM bars per chiplet and the matrix grid as a picture
     _compose   the figures of one compile (the report's pair, explain's picture)
+    _grid      the matrix grid section;  _compare: report --compare;  _changes: manifest changes
     _page      the self-contained index.html
     _plot      ``explain --plot FILE``
     _cli       ``rbln-build report [build_dir=PATH] [--open]``
 
-Imports only ``rbln_build.estimator`` and ``rbln_build.errors`` (a test checks it): never torch,
+The figures themselves are ``rbln_build.figures``. Imports only ``rbln_build.figures``,
+``rbln_build.estimator`` and ``rbln_build.errors`` (a test checks it): never torch,
 transformers, Hydra or the build machinery, so a report of any build is cheap. matplotlib is an
 optional extra (``pip install 'rbln-build[report]'``); it is imported only when a figure is drawn.
 """
 
 from __future__ import annotations
 
+from ..figures import BlocksCurve, ChipletStack, blocks_curve, dram_stacks
+from ._changes import FIELDS, diff_manifests
 from ._cli import main, write_report
-from ._curve import BlocksCurve, ChipletStack, blocks_curve, dram_stacks
 from ._data import BuildView, Group, load_build
 from ._plot import plot_explanation
 
@@ -25,8 +25,10 @@ __all__ = [
     "BlocksCurve",
     "BuildView",
     "ChipletStack",
+    "FIELDS",
     "Group",
     "blocks_curve",
+    "diff_manifests",
     "dram_stacks",
     "load_build",
     "main",

@@ -49,11 +49,11 @@ def write_report(build_dir: Path, compare: Path | None = None) -> tuple[Path, in
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:  # checked without importing it (figures may be cached)
-        from ._figures import require_matplotlib
+        from ..figures import require_matplotlib
 
         require_matplotlib()  # raises MissingExtra with the install hint
+    from ..figures import FIGURES_DIR, FigureCache
     from ._data import load_build, read_old_manifest
-    from ._figcache import FIGURES_DIR, FigureCache
     from ._page import render_page
 
     old = None if compare is None else read_old_manifest(Path(compare))

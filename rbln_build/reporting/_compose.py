@@ -8,10 +8,23 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ._bars import DramCase, dram_figure, draw_dram
-from ._curve import BlocksCurve, blocks_curve, dram_stacks
+from ..figures import (
+    BlocksCurve,
+    DramCase,
+    Point,
+    blocks_curve,
+    curve_figure,
+    dram_figure,
+    dram_stacks,
+    draw_curve,
+    draw_dram,
+    new_figure,
+    render,
+    size_label,
+    style,
+    zoom_limit,
+)
 from ._data import Group, budget_label, outcome
-from ._figures import Point, curve_figure, draw_curve, new_figure, render, size_label, style, zoom_limit
 
 __all__ = ["MAX_DRAM_CASES", "dram_cells", "explain_figure", "group_figures"]
 

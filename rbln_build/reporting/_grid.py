@@ -8,9 +8,8 @@ import json
 from html import escape
 from typing import Any
 
+from ..figures import OUTCOME_GLYPHS, FigureCache
 from ._data import BuildView, budget_label, outcome
-from ._figcache import FigureCache
-from ._figures import OUTCOME_GLYPHS
 from ._html import OUTCOME_TEXT, png, size, table
 
 __all__ = ["MAX_GRID_COLUMNS", "device_anchor", "grid_section"]
@@ -50,8 +49,7 @@ def _square(e: dict[str, Any], slugs: dict[tuple[str, str], str]) -> str:
 
 
 def _draw_grid(*args: Any) -> bytes:
-    from ._bars import grid_figure
-    from ._figures import render
+    from ..figures import grid_figure, render
 
     return render(grid_figure(*args))
 

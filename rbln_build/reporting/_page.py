@@ -15,10 +15,9 @@ from importlib import metadata
 from typing import Any
 
 from ..errors import EstimateError
+from ..figures import GRID_COLORS, OUTCOME_GLYPHS, FigureCache
 from ._compare import compare_section
 from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
-from ._figcache import FigureCache
-from ._figures import GRID_COLORS, OUTCOME_GLYPHS
 from ._grid import MAX_GRID_COLUMNS, device_anchor, grid_section
 from ._html import OUTCOME_TEXT, SHORT_TEXT, num, png, table
 

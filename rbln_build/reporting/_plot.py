@@ -18,15 +18,13 @@ def plot_explanation(data: dict[str, Any], report: AllocationReport, path: Path)
     fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise UserError(f"explain: --plot {path}: the file must end in .png or .svg.")
+    from ..figures import blocks_curve, dram_stacks, require_matplotlib
     from ._cli import write_file
-    from ._curve import blocks_curve, dram_stacks
     from ._data import budget_label
-    from ._figures import require_matplotlib
 
     require_matplotlib()
-    from ._bars import DramCase
+    from ..figures import DramCase, Point, render
     from ._compose import explain_figure
-    from ._figures import Point, render
 
     curve = blocks_curve(report, data["npu"], data["num_devices"], data["attention"])
     points, cases = [], []

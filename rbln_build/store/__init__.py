@@ -12,6 +12,8 @@ from __future__ import annotations
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
 from ._remote import REMOTE_TIMEOUTS, RemoteStore, install_packed, pack_entry
+from ._remote_io import DOWN_MARKER, REMOTE_MODES, RemoteOptions, bounded, once_key, open_filesystem
+from ._remote_sync import upload_missing
 from ._result import CellResult, CompileOutcome
 from ._store import (
     ENTRY_FILE,
@@ -30,15 +32,19 @@ from ._store import (
 __all__ = [
     "CellResult",
     "CompileOutcome",
+    "DOWN_MARKER",
     "ENTRY_FILE",
     "Entry",
     "FILES_DIR",
     "LOCK_FILE",
     "RECORD_KINDS",
+    "REMOTE_MODES",
     "REMOTE_TIMEOUTS",
+    "RemoteOptions",
     "RemoteStore",
     "Store",
     "acquire_build_lock",
+    "bounded",
     "canonical_json",
     "cell_key",
     "compile_key",
@@ -50,7 +56,10 @@ __all__ = [
     "key_code_versions",
     "lock_for_doit",
     "meta_hash",
+    "once_key",
+    "open_filesystem",
     "pack_entry",
     "result_hash",
+    "upload_missing",
     "write_atomic",
 ]

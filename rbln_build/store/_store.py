@@ -326,7 +326,7 @@ class Store:
 
 def program_problem(files_dir: Path) -> str | None:
     """Why the entry's programs are not safe to hand to a loader (``backends._verify``), or None."""
-    from ..backends._verify import verify_entry_files
+    from ..backends import verify_entry_files
     from ..errors import IntegrityError
 
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import IntegrityError
-from ...estimator._limits import LIMITS, name_problem
+from ...estimator import LIMITS, name_problem
 
 __all__ = ["check_cell_record", "DTYPES"]
 

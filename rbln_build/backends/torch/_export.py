@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildError, InputFailure
-from ...memory._companions import copy_companions, copy_from
+from ...memory import copy_companions, copy_from
 from .._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
 from .._record import record_for, sha256_file, write_json, write_record
 from ._archive import check_program_archive
@@ -151,7 +151,7 @@ class TorchExportBackend(Backend):
 def _inventory_of(model: Any, recipe: Any) -> Any:
     """The inventory of the live model if the inventory module offers it; else None (from config)."""
     try:
-        from ...memory._inventory import inventory_from_model
+        from ...memory import inventory_from_model
     except ImportError:
         return None
     sha = hashlib.sha256((recipe.directory / "config.json").read_bytes()).hexdigest()

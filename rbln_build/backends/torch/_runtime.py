@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ...errors import BuildError, IntegrityError, RuntimeLimitError, UserError
-from ...estimator._limits import LIMITS
+from ...estimator import LIMITS
 from .._record import RECORD_FILE, read_record, verify_programs
 from ._archive import check_program_archive
 from ._cellrecord import check_cell_record, graph_of

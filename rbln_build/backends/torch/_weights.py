@@ -22,7 +22,7 @@ import torch
 from ...errors import RecipeError
 
 if TYPE_CHECKING:
-    from ...memory._recipes import Recipe
+    from ...memory import Recipe
 
 __all__ = ["build_model", "seeded_state_dict", "load_weights", "param_seed"]
 
@@ -62,7 +62,7 @@ def load_weights(model: torch.nn.Module, directory: Path) -> None:
     """Load every ``*.safetensors`` file of a local HF checkpoint directory into ``model``."""
     from safetensors.torch import load_file
 
-    from ...memory._checkpoint import INDEX_FILE, inspect_checkpoint
+    from ...memory import INDEX_FILE, inspect_checkpoint
 
     checkpoint = inspect_checkpoint(Path(directory))  # present and complete, or an error naming the file
     state: dict[str, torch.Tensor] = {}

@@ -20,16 +20,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..config import (
+    BUILD_OPTIONS,
+    BuildSettings,
+    Cell,
+    Deployment,
+    DeploymentModel,
+    Matrix,
+    Model,
+    SubMatrix,
+    device_from_node,
+    expand,
+    list_group_options,
+    load_group_option,
+)
 from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
 from ..errors import BackendUnavailable, ConfigError, EstimateError, UserError
 from ..estimator import AllocationReport, resolve_npu
 from ..memory import CompileSpec, Recipe, load_recipe
 from ..store import CellResult, Store, compile_key
-from ._config import BuildSettings, Matrix, Model, SubMatrix
 from ._deploy_overrides import overrides_for
-from ._deployment import Deployment, DeploymentModel
-from ._groups import device_from_node, list_group_options, load_group_option
-from ._matrix import BUILD_OPTIONS, Cell, expand
 
 __all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRecords"]
 
@@ -54,7 +64,7 @@ class Reports:
     def _inventories(self, spec: CompileSpec) -> Path | None:
         if not self.stage or self.inventory_dir is None:
             return self.inventory_dir
-        from ..memory._inventory import cache_key
+        from ..memory import cache_key
 
         config = Path(spec.recipe.directory) / "config.json"
         try:
@@ -120,7 +130,7 @@ def _options(dm: DeploymentModel, recipe: Recipe) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-class _Tenants:
+class Tenants:
     """The deployment's models as planner tenants, on its target or (for suggestions) another one."""
 
     def __init__(self, settings: BuildSettings, stage: bool = False) -> None:
@@ -185,7 +195,7 @@ def shipped_targets() -> list[Target]:
 def plan_for(settings: BuildSettings, stage: bool = False) -> DeploymentPlan:
     """Plan the configured deployment (both modes; suggestions when its mode has no plan).
     ``stage``: write into the build directory only when the plan fits (a build's planning)."""
-    tenants = _Tenants(settings, stage)
+    tenants = Tenants(settings, stage)
     try:
         d = tenants.deployment
         built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]

@@ -23,7 +23,7 @@ from ._stages import build_cell, compile_once
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ..config import Cell
-    from ..store._remote_io import RemoteOptions
+    from ..store import RemoteOptions
 
 __all__ = ["show_cell_finished", "StoreRef", "CompileDone", "CellDone", "compile_job", "cell_job", "worker_died"]
 

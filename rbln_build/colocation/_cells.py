@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import BuildSettings, Cell, expand
 from ..errors import ConfigError
 from ._colocation import deployment_cells
-from ._matrix import Cell, expand
-from ._settings import BuildSettings
 
 __all__ = ["expand_all", "declared_cells"]
 

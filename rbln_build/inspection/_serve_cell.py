@@ -65,7 +65,7 @@ def _devices(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str]) -> int:
-    from ..pipeline._serving import command_for
+    from ..pipeline import command_for
 
     parser = argparse.ArgumentParser(
         prog="rbln-build serve-command",

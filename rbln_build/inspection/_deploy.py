@@ -62,7 +62,7 @@ def _compose(overrides: list[str]) -> Any:
 
 
 def _plan(settings: Any, as_json: bool) -> int:
-    from ..config import overrides_for, plan_for
+    from ..colocation import overrides_for, plan_for
     from ..deploy import plan_json, render_plan
 
     plan = plan_for(settings)
@@ -76,7 +76,7 @@ def _plan(settings: Any, as_json: bool) -> int:
 
 
 def _explain(settings: Any, as_json: bool) -> int:
-    from ..config import plan_for
+    from ..colocation import plan_for
     from ..deploy import Demand, mib, plan_json, render_chiplets
 
     plan = plan_for(settings)

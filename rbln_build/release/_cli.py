@@ -58,9 +58,9 @@ def _release_parser() -> argparse.ArgumentParser:
 def release_main(argv: list[str]) -> int:
     args = _release_parser().parse_args(argv)
     from ..config import find_project
-    from ..release._bundle import Selection, check_name, stage_release
-    from ..release._dest import is_url, local_staging, publish
-    from ..release._format import SIGNATURE_FILE, redact
+    from ._bundle import Selection, check_name, stage_release
+    from ._dest import is_url, local_staging, publish
+    from ._format import SIGNATURE_FILE, redact
 
     check_name(args.name, "release name")
     project = find_project(args.project)
@@ -96,7 +96,7 @@ def release_main(argv: list[str]) -> int:
             if lock is not None:
                 lock.release()
         if args.sign:
-            from ..release._sign import sign
+            from ._sign import sign
 
             (staging / SIGNATURE_FILE).write_bytes(sign(staged.data, Path(args.sign)))
         location, outcome = publish(staging, to, args.name)
@@ -148,8 +148,8 @@ def _verify_parser() -> argparse.ArgumentParser:
 
 def verify_main(argv: list[str]) -> int:
     args = _verify_parser().parse_args(argv)
-    from ..release._format import redact
-    from ..release._verify import verify_release
+    from ._format import redact
+    from ._verify import verify_release
 
     verdict = verify_release(args.release, Path(args.key) if args.key else None)
     where = redact(verdict.location).rstrip("/")

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._documents import load_json
 from ..errors import InputError
-from ..reporting._changes import FIELDS, diff_manifests
+from ..reporting import FIELDS, diff_manifests
 
 __all__ = ["diff_manifests", "main"]
 

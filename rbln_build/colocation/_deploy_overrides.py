@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..config import Deployment, DeploymentModel
 from ..deploy import Suggestion
-from ._deployment import Deployment, DeploymentModel
 
 __all__ = ["overrides_for"]
 

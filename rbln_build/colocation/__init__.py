@@ -1,0 +1,27 @@
+"""Every cell of a run: the matrix's, and a configured deployment's, planned from real reports.
+
+_cells              expand_all: the union of a run's jobs' matrices and deployments; declared_cells
+_colocation         a deployment's reports (compile cache or memory model), its plan, the plan as cells
+                    (``deployment_cells``) and the deployment record of the manifest
+_deploy_overrides   a suggested change as the command-line overrides that apply it
+
+The planning arithmetic is ``rbln_build.deploy``; the settings come from ``rbln_build.config``.
+"""
+
+from __future__ import annotations
+
+from ._cells import declared_cells, expand_all
+from ._colocation import DeploymentRecords, Reports, Tenants, deployment_cells, plan_for, target_of
+from ._deploy_overrides import overrides_for
+
+__all__ = [
+    "DeploymentRecords",
+    "Reports",
+    "Tenants",
+    "declared_cells",
+    "deployment_cells",
+    "expand_all",
+    "overrides_for",
+    "plan_for",
+    "target_of",
+]
