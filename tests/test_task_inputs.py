@@ -1,4 +1,4 @@
-"""Compile tasks carry their inputs by content (pipeline/_task_inputs.py, store/_remote_inputs.py):
+"""Compile tasks carry their inputs by content (execution/_task_inputs.py, store/_remote_inputs.py):
 the driver packs a recipe's files and a local checkpoint's weights (on a file:// remote cache, by
 sha256); a worker materializes them in its own folder after the driver's folders are gone, checks
 them against the compile key's digests, and refuses anything altered. No Ray here (the remote path
@@ -15,10 +15,9 @@ from test_checkpoint import CONFIG, checkpoint
 
 from rbln_build.errors import IntegrityError
 from rbln_build.estimator import resolve_npu
-from rbln_build.memory import CompileSpec
-from rbln_build.memory._recipes import load_recipe
-from rbln_build.pipeline._jobs import StoreRef
-from rbln_build.pipeline._task_inputs import (
+from rbln_build.execution import StoreRef
+from rbln_build.execution._input_digests import file_digests, weights_digest
+from rbln_build.execution._task_inputs import (
     InputPacker,
     PluginSource,
     driver_text,
@@ -26,6 +25,8 @@ from rbln_build.pipeline._task_inputs import (
     plugin_loaded,
     recipe_digest,
 )
+from rbln_build.memory import CompileSpec, inspect_checkpoint
+from rbln_build.memory._recipes import load_recipe
 from rbln_build.store import RemoteStore
 
 RECIPE = "name: ck\nweights: {path: ../../ck}\ndtype: float32\nbuild: {batch_size: 1, max_seq_len: 128}\n"
@@ -74,11 +75,13 @@ def test_a_worker_compiles_from_the_content_after_the_driver_folders_are_gone(tm
             assert (local.recipe.weights_path / name).read_bytes() == data
 
 
-def test_the_recipe_digest_is_the_one_load_recipe_computes(tmp_path: Path) -> None:
+def test_the_digests_are_the_ones_load_recipe_computes(tmp_path: Path) -> None:
     recipe = load_recipe("ck", _project(tmp_path))
     files = {n: (recipe.directory / n).read_bytes() for n in ("recipe.yaml", "config.json")}
     companions = [(n, (recipe.directory / n).read_bytes()) for n in ("tokenizer.json", "generation_config.json")]
     assert recipe_digest(files["recipe.yaml"], files["config.json"], companions) == recipe.content_hash
+    assert recipe.weights_path is not None
+    assert weights_digest(file_digests(inspect_checkpoint(recipe.weights_path))) == recipe.weights_hash
 
 
 def test_altered_inputs_are_refused_and_messages_name_the_drivers_paths(tmp_path: Path) -> None:

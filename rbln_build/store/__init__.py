@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
 from ._remote import REMOTE_TIMEOUTS, RemoteStore, install_packed, pack_entry
+from ._remote_inputs import INPUTS_DIR, fetch_input, publish_input, sha256_of
 from ._remote_io import DOWN_MARKER, REMOTE_MODES, RemoteOptions, bounded, once_key, open_filesystem
 from ._remote_sync import upload_missing
 from ._result import CellResult, CompileOutcome
@@ -30,6 +31,10 @@ from ._store import (
 )
 
 __all__ = [
+    "INPUTS_DIR",
+    "fetch_input",
+    "publish_input",
+    "sha256_of",
     "CellResult",
     "CompileOutcome",
     "DOWN_MARKER",

@@ -23,7 +23,6 @@ build's manifest equals a local build's.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import sys
 import types
@@ -33,12 +32,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IntegrityError
+from ._input_digests import file_digests, recipe_digest, recipe_files, weights_digest
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ._jobs import StoreRef
 
-__all__ = ["WeightFile", "PluginSource", "TaskInputs", "InputPacker", "materialize", "plugin_loaded", "driver_text"]
+__all__ = [
+    "WeightFile",
+    "PluginSource",
+    "TaskInputs",
+    "InputPacker",
+    "materialize",
+    "plugin_loaded",
+    "driver_text",
+    "recipe_digest",
+]
 
 
 @dataclass(frozen=True)
@@ -88,19 +97,17 @@ class InputPacker:
         return replace(self._recipes[mark], plugin=self._plugin(backend))
 
     def _weights(self, directory: Path, config: dict[str, Any]) -> tuple[WeightFile, ...]:
-        from ..memory._checkpoint import inspect_checkpoint
+        from ..memory import inspect_checkpoint
 
-        checkpoint = inspect_checkpoint(directory, config)
         shipped = []
-        for name, (size, sha) in file_digests(checkpoint).items():
+        for name, (size, sha) in file_digests(inspect_checkpoint(directory, config)).items():
             if sha not in self._shipped:
                 self._shipped[sha] = self._ship(directory / name, sha, size)
             shipped.append(replace(self._shipped[sha], name=name))
         return tuple(shipped)
 
     def _ship(self, path: Path, sha: str, size: int) -> WeightFile:
-        from ..store import RemoteStore
-        from ..store._remote_inputs import publish_input
+        from ..store import RemoteStore, publish_input
 
         if self._store is None:
             self._store = self.ref.open(lambda _msg: None)
@@ -115,10 +122,10 @@ class InputPacker:
         return WeightFile(path.name, size, sha, self.ray.put(path.read_bytes()))
 
     def _plugin(self, backend: str) -> PluginSource | None:
-        from ..store._keys import _PACKAGE_NAME, backend_module
+        from ..backends import backend_path
 
-        module = backend_module(backend)
-        if module.split(".")[0] == _PACKAGE_NAME:
+        module = backend_path(backend).split(":")[0]
+        if module.split(".")[0] == __name__.split(".")[0]:
             return None  # the workers' installed rbln-build is the code the key hashes
         if module not in self._plugins:
             try:
@@ -132,35 +139,6 @@ class InputPacker:
         return self._plugins[module]
 
 
-def recipe_files(recipe: Any) -> list[str]:
-    """The files of a recipe's folder its content hash covers, in hashing order (``memory._recipes``)."""
-    from ..memory._companions import companion_names
-
-    return ["recipe.yaml", "config.json", *companion_names(recipe.tokenizer_files, recipe.generation_config)]
-
-
-def recipe_digest(recipe_bytes: bytes, config_bytes: bytes, companions: list[tuple[str, bytes]]) -> str:
-    """A recipe's content hash as ``memory._recipes.load_recipe`` computes it (a test holds them equal;
-    that module is not edited here because it is part of the backends' code version, and so of every
-    compile key)."""
-    digest = hashlib.sha256()
-    for part in (b"recipe.yaml\0", recipe_bytes, b"\0config.json\0", config_bytes):
-        digest.update(part)
-    for name, data in companions:
-        digest.update(b"\0" + name.encode() + b"\0" + data)
-    return digest.hexdigest()
-
-
-def file_digests(checkpoint: Any) -> dict[str, tuple[int, str]]:
-    """Each weight file's (size, sha256) by name, as ``weights_digest`` hashed them (its per-file digests,
-    kept under the files' stat: no file is read again when the build has digested it already)."""
-    from ..memory import _checkpoint
-
-    _checkpoint.weights_digest(checkpoint)
-    fresh = _checkpoint._memory_cache[str(checkpoint.directory.resolve())]
-    return {name: (int(stat[0]), str(sha)) for name, (stat, sha) in sorted(fresh.items())}
-
-
 def _plain(name: str) -> bool:
     return bool(name) and Path(name).name == name and name not in (".", "..")
 
@@ -168,7 +146,7 @@ def _plain(name: str) -> bool:
 def materialize(inputs: TaskInputs, spec: CompileSpec, work: Path, store: Any) -> CompileSpec:
     """The worker's side: the inputs written under ``work`` and checked; the spec that names them.
     ``store``: the task's Store (a RemoteStore when weights are on the remote cache)."""
-    from ..memory._checkpoint import inspect_checkpoint, weights_digest
+    from ..memory import inspect_checkpoint
 
     recipe = spec.recipe
     folder = work / "recipe" / recipe.name
@@ -190,7 +168,7 @@ def materialize(inputs: TaskInputs, spec: CompileSpec, work: Path, store: Any) -
         weights_path.mkdir()
         for w in inputs.weights:
             _fetch(w, weights_path, inputs.weights_dir or "weights.path", store)
-        digest = weights_digest(inspect_checkpoint(weights_path, recipe.hf_config))
+        digest = weights_digest(file_digests(inspect_checkpoint(weights_path, recipe.hf_config)))
         if digest != recipe.weights_hash:
             raise IntegrityError(
                 f"{inputs.weights_dir}: the weights a worker received hash to {digest}, not the compile key's "
@@ -200,7 +178,7 @@ def materialize(inputs: TaskInputs, spec: CompileSpec, work: Path, store: Any) -
 
 
 def _fetch(w: WeightFile, folder: Path, label: str, store: Any) -> None:
-    from ..store._remote_inputs import fetch_input, sha256_of
+    from ..store import fetch_input, sha256_of
 
     if not _plain(w.name):
         raise IntegrityError(f"{label}: the task names a weight file {w.name!r}; its inputs are damaged.")
