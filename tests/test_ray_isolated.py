@@ -9,10 +9,13 @@ entries are in the remote, and the checkpoint's weights went there once, by thei
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,13 +24,17 @@ from pathlib import Path
 
 import pytest
 from test_cli import check_ok, rbln, summary
-from test_ray_auth import _env, _free_port, _full
 
-pytest.importorskip("ray")
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# Ray is not imported in this process (test_ray.py's in-process clusters read their loopback setting
+# when Ray is first imported): only the CLI and `ray start` subprocesses use it.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (the ray extra)"),
+]
 
 MATRIX = "models: [ck, my_llama]\ndevices: [rebel100]\nbudgets: [null]\n"
-# Ray keeps a "single node" flag from the head's environment (test_ray_auth's loopback setting, 0)
+# Ray refuses a second node when the head's environment holds 0 here (test_ray.py's loopback setting)
 MULTI_NODE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
 PLUGIN = '''"""A project's own backend: the torch export under another name (the workers do not have this file)."""
 from rbln_build.backends.torch._export import TorchExportBackend
@@ -36,6 +43,21 @@ from rbln_build.backends.torch._export import TorchExportBackend
 class ProjectBackend(TorchExportBackend):
     name = "project"
 '''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(home: Path, **more: str) -> dict[str, str]:
+    """On top of os.environ for a process of this test: its own HOME (where Ray keeps the token)."""
+    return {"RAY_USAGE_STATS_ENABLED": "0", "HOME": str(home), **more}
+
+
+def _full(env: dict[str, str]) -> dict[str, str]:
+    return dict(os.environ, **env)
 
 
 def _unshare_problem() -> str | None:
@@ -171,6 +193,4 @@ def test_a_worker_node_that_cannot_see_the_project_or_checkpoint_builds_the_loca
     keys = {c["compile_key"] for c in cells.values()}
     assert len(keys) == 2 and keys == {p.name for p in (remote / "compile").iterdir()}  # the worker's entries
     weights = (project["checkpoint"] / "model.safetensors").read_bytes()
-    import hashlib
-
     assert [p.name for p in (remote / "inputs").iterdir()] == [hashlib.sha256(weights).hexdigest()]
