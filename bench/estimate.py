@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rbln_build.estimator import Request, estimate  # noqa: E402
-from rbln_build.estimator._jsonl import run  # noqa: E402
 from rbln_build.estimator._report import AllocationReport  # noqa: E402
+from rbln_build.inspection._jsonl import run  # noqa: E402
 
 MiB, GiB = 2**20, 2**30
 LAYERS = 36

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.commands._recipe import add_recipe
 from rbln_build.errors import ConfigError, RecipeError
 from rbln_build.memory import _checkpoint
 from rbln_build.memory._checkpoint import INDEX_FILE, inspect_checkpoint, weights_digest
 from rbln_build.memory._recipes import load_recipe
+from rbln_build.scaffold._recipe import add_recipe
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],

@@ -20,10 +20,10 @@ from _rbln_sdk import needs_optimum_rbln, sdk_on_path
 from _torch_cells import spec_for
 
 from rbln_build.backends import get_backend
-from rbln_build.commands._recipe import add_recipe
-from rbln_build.commands._recipe import main as recipe_main
 from rbln_build.errors import InputFailure, RecipeError, UserError
 from rbln_build.memory._recipes import load_recipe
+from rbln_build.scaffold._recipe import add_recipe
+from rbln_build.scaffold._recipe import main as recipe_main
 
 ALL_FILES = sorted([*TOKENIZER_FILES, "generation_config.json"])
 

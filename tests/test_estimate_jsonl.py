@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rbln_build.estimator._jsonl import EXAMPLE_IN, handle_line, main, run
+from rbln_build.inspection._jsonl import EXAMPLE_IN, handle_line, main, run
 
 MiB, GiB = 2**20, 2**30
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from rbln_build.estimator import AllocationReport, KVTensor, Request, estimate
-from rbln_build.estimator._jsonl import handle_line
+from rbln_build.inspection._jsonl import handle_line
 
 MiB, GiB = 2**20, 2**30
 FLASH_8 = dict(max_seq_len=40_960, batch_size=8, kvcache_partition_len=8_192, attn_impl="flash_attn")

@@ -8,7 +8,7 @@ JSON-lines estimator.
   every example: exit 0 or 2, no traceback, a configuration error is exactly one line, and nothing
   at all was created (the build stops before writing, and a configuration error writes nothing).
   A few hostile cases also run through the real CLI as a subprocess, build included.
-* Estimator: ``rbln_build.estimator._jsonl.run`` with generated lines (valid requests with fields
+* Estimator: ``rbln_build.inspection._jsonl.run`` with generated lines (valid requests with fields
   replaced by arbitrary JSON, raw text, deep nesting, huge numbers): exactly one result per
   non-blank line, in order, each a JSON object with every result key.
 
@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 
 from rbln_build import cli
 from rbln_build.commands import _build as build_command
-from rbln_build.estimator._jsonl import run as estimate_lines
+from rbln_build.inspection._jsonl import run as estimate_lines
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MANY = settings(
@@ -441,11 +441,12 @@ def check_subcommand(command: str, args: list[str]) -> None:
         assert len(lines) == 1, (command, args, err)
     places = [os.path.normpath(os.path.join("work", t)) for t in _targets(command, args)]
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    # inside a place, or a folder on the way to one (init DIR and recipe add --to make their parents)
+    # inside a place, or a folder on the way to one (init DIR and recipe add --to make their parents);
+    # a place that is the whole tree ("init .." from work/) holds everything
     stray = [
         k
         for k in changed
-        if not any(k == p or k.startswith(p.rstrip("/") + "/") or p.startswith(k + "/") for p in places)
+        if not any(p == "." or k == p or k.startswith(p.rstrip("/") + "/") or p.startswith(k + "/") for p in places)
     ]
     assert stray == [], (command, args, stray)
     assert after.get("victim/data.txt") == b"keep me"

@@ -23,7 +23,7 @@ from rbln_build.colocation import expand_all
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
 from rbln_build.errors import ConfigError, RecipeError
-from rbln_build.estimator._jsonl import main as estimate_main
+from rbln_build.inspection._jsonl import main as estimate_main
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 from rbln_build.pipeline._manifest import entry_for, status_of
 from rbln_build.pipeline._publish import MANIFEST_FILE, recover

@@ -28,14 +28,14 @@ from hypothesis import strategies as st
 from test_checkpoint import CONFIG, checkpoint
 
 from rbln_build import _documents, cli
-from rbln_build.commands._init import scaffold
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
 from rbln_build.config._project import load_project
 from rbln_build.errors import ConfigError, InputError, RecipeError
-from rbln_build.estimator._jsonl import main as estimate_main
+from rbln_build.inspection._jsonl import main as estimate_main
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 from rbln_build.memory._shipped import shipped_dir
+from rbln_build.scaffold._init import scaffold
 from rbln_build.store._remote import RemoteStore, _unpack
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}

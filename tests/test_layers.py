@@ -1,6 +1,7 @@
 """The house: each subpackage imports only the layers below it, and nothing imports in a cycle.
 
-    commands    -> every layer below (dispatch, help, the one error boundary; build, status, gc, init, recipe)
+    commands    -> every layer below (dispatch, help, the one error boundary; build, status, gc)
+    scaffold    -> config, memory, estimator, errors   (init, recipe add: files the user edits)
     inspection  -> release, pipeline, colocation, config, store, deploy, reporting, figures, backends,
                    memory, estimator, errors   (explain, plan, serve-command, diff: questions, no build)
     release     -> pipeline, config, store, errors  (the release and verify commands and their work)
@@ -54,7 +55,9 @@ ALLOWED = {
     "pipeline": {"execution", "progress", "colocation", "config", "store", "deploy"} | _LOW,
     "release": {"pipeline", "config", "store", "errors"},
     "inspection": {"release", "pipeline", "colocation", "config", "store", "deploy", "reporting", "figures"} | _LOW,
+    "scaffold": {"config"} | _LOW,
     "commands": {
+        "scaffold",
         "inspection",
         "release",
         "pipeline",

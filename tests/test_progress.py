@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.progress._progress import (
+from rbln_build.progress import (
     CompileHistory,
     LineProgress,
     LiveProgress,
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from rbln_build.progress._progress import make_progress
+    from rbln_build.progress import make_progress
     p = make_progress(sys.argv[1] == "live", history=Path(sys.argv[2]))
     p.plan(["tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"], 3)
     for label in ("tiny_llama for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CA x4 (torch)"):
@@ -357,7 +357,7 @@ def test_a_worker_that_ends_skips_the_interpreters_teardown(tmp_path: Path) -> N
 
 
 def test_each_distinct_cell_warning_is_said_once_with_its_cells() -> None:
-    from rbln_build.progress._progress import warning_summary
+    from rbln_build.progress import warning_summary
 
     int_budget = "memory_budget is the int 30, i.e. 30 byte(s), less than 1 MiB. An int is a byte count: ..."
     entries = [{"cell": f"m{i}.d.b30", "warnings": [int_budget]} for i in range(5, 0, -1)]

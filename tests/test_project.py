@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from rbln_build.commands._init import scaffold
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
 from rbln_build.config._project import MARKER, PROJECT_ENV, find_project, split_project_arg
 from rbln_build.errors import ConfigError, RecipeError
 from rbln_build.memory._shipped import shipped_dir
+from rbln_build.scaffold._init import scaffold
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 

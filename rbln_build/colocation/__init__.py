@@ -1,8 +1,9 @@
 """Every cell of a run: the matrix's, and a configured deployment's, planned from real reports.
 
 _cells              expand_all: the union of a run's jobs' matrices and deployments; declared_cells
-_colocation         a deployment's reports (compile cache or memory model), its plan, the plan as cells
-                    (``deployment_cells``) and the deployment record of the manifest
+_colocation         a deployment's plan, the plan as cells (``deployment_cells``) and the deployment
+                    record of the manifest
+_reports            each model's AllocationReport: the compile cache's, else the memory model's
 _deploy_overrides   a suggested change as the command-line overrides that apply it
 
 The planning arithmetic is ``rbln_build.deploy``; the settings come from ``rbln_build.config``.
@@ -11,8 +12,9 @@ The planning arithmetic is ``rbln_build.deploy``; the settings come from ``rbln_
 from __future__ import annotations
 
 from ._cells import declared_cells, expand_all
-from ._colocation import DeploymentRecords, Reports, Tenants, deployment_cells, plan_for, target_of
+from ._colocation import DeploymentRecords, Tenants, deployment_cells, plan_for, target_of
 from ._deploy_overrides import overrides_for
+from ._reports import Reports
 
 __all__ = [
     "DeploymentRecords",

@@ -192,9 +192,13 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         build.redone.update(sweep_jobs.reported["redone"])
         summary = build.summary()
         entries = build.entries or []
+        table = _results(entries, build.redone, build_dir, full_table)  # results.txt, under the lock
+        noop = state.get("noop")
+        if noop is not None:  # a no-op's stamp takes the outputs' digest while nothing else can write
+            noop.outputs(build_dir, jobs, build, summary)
     finally:
         lock.release()
-    print(_results(entries, build.redone, build_dir, full_table))
+    print(table)
     from ..pipeline import warning_summary
 
     for line in warning_summary(entries):  # each distinct cell warning once, with the cells it concerns
@@ -287,14 +291,25 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
     jobs' cells. Raises RblnBuildError for the user's mistakes (the boundary in _main reports them);
     ``state["build_dir"]`` tells the boundary where to log an internal error."""
     from ._guard import DeferredSweep
+    from ._noop import replay_build
 
     full_table = "--full-table" in argv  # ours, not Hydra's: the table of every cell, however many
     argv = [a for a in argv if a != "--full-table"]
+    fast = replay_build(argv, full_table)  # nothing changed since a no-op: its answer (_noop)
+    if fast is not None:
+        return fast
+    from ._noop_record import Recorder
+
+    state["noop"] = recorder = Recorder.start(argv, full_table)
     sweep = DeferredSweep(argv)  # a sweep's multirun.yaml waits until every job composed
+    code = None
     try:
         jobs = compose(argv)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             return 0
-        return _build(jobs, sweep, state, full_table)
+        code = _build(jobs, sweep, state, full_table)
+        return code
     finally:
         sweep.close()
+        if recorder is not None:
+            recorder.finish(code)

@@ -66,12 +66,12 @@ COMMANDS: dict[str, Command] = {
         "Exit status: 0 done, 2 a configuration error.\n",
     ),
     "init": Command(
-        "rbln_build.commands._init:main",
+        "rbln_build.scaffold:init_main",
         "make a new project: rbln-build.yaml, conf/, recipes/, .gitignore",
         "",
     ),
     "recipe": Command(
-        "rbln_build.commands._recipe:main",
+        "rbln_build.scaffold:recipe_main",
         "recipe add NAME --from DIR: a recipe from a local checkpoint",
         "",
     ),

@@ -1,4 +1,5 @@
-"""Checks of configuration values that become names, paths or allocations (docs/security.md).
+"""Checks of configuration values that become names, paths or allocations (docs/security.md), and of
+the matrix's list values (budgets, block counts, names: each item checked, an empty list refused).
 
 Each raises ``ConfigError`` naming the key, so that a bad value stops the run at composition (exit
 2, nothing written). The rules themselves (the identifier pattern, the bounds) live in
@@ -12,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..estimator import count_problem, name_problem
+from ..errors import ConfigError, EstimateError
+from ..estimator import check_budget, count_problem, name_problem
 
 __all__ = [
     "check_name",
@@ -22,6 +23,11 @@ __all__ = [
     "check_build_dir",
     "expected_failure_fields",
     "PSEUDO_FILESYSTEMS",
+    "check_budgets",
+    "check_blocks",
+    "check_names",
+    "check_partition",
+    "same_budget",
 ]
 
 # Paths under build_dir reach about 400 bytes (cache/<kind>/<64-hex key>/files/..., artifacts/<200-byte
@@ -114,3 +120,45 @@ def expected_failure_fields(where: str, entry: Any) -> tuple[str, str, str | Non
         values[key] = str(entry[key])
     message = entry.get("message")
     return values["cell"], values["kind"], None if message is None else str(message)
+
+
+# The matrix's list values: each item checked, an empty list refused (it would build nothing)
+
+
+def check_budgets(where: str, values: Any, scalar: bool = False) -> tuple[Any, ...]:
+    """Budget values as typed; a malformed form is a ConfigError at ``where[i]`` (``where`` if scalar)."""
+    out = tuple(values)
+    if not out:
+        raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
+    for i, b in enumerate(out):
+        if isinstance(b, (list, dict)):
+            raise ConfigError(f"{where}[{i}]: a budget is null, a number or a string, got {b!r}.")
+        try:
+            check_budget(b)  # the form only: whether it fits a device's DRAM is a per-cell result
+        except EstimateError as exc:
+            raise ConfigError(f"{where if scalar else f'{where}[{i}]'}: {exc}") from None
+    return out
+
+
+def check_blocks(where: str, values: Any) -> tuple[int, ...]:
+    out = tuple(values)
+    for i, b in enumerate(out):
+        check_count(f"{where}[{i}]", "kvcache_num_blocks", b, zero_ok=True)
+    if not out:
+        raise ConfigError(f"{where}: an empty list builds nothing; use [0] for auto.")
+    return out
+
+
+def check_names(where: str, values: Any) -> list[str]:
+    out = list(values)
+    if not out:
+        raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
+    return out
+
+
+def check_partition(where: str, value: Any) -> int | None:
+    return None if value is None else check_count(where, "kvcache_partition_len", value)
+
+
+def same_budget(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # typed: 1 (one byte) is not 1.0 (100%)

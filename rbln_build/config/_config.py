@@ -26,10 +26,19 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..errors import ConfigError, EstimateError
-from ..estimator import check_budget
+from ..errors import ConfigError
 from ..memory import DEFAULT_RECIPES_DIR
-from ._checks import check_build_dir, check_count, check_name, expected_failure_fields
+from ._checks import (
+    check_blocks,
+    check_budgets,
+    check_build_dir,
+    check_count,
+    check_name,
+    check_names,
+    check_partition,
+    expected_failure_fields,
+    same_budget,
+)
 from ._groups import CONF_DIR, _plain, device_from_node, list_group_options, load_group_option, model_from_node
 from ._layout import check_cache_dir
 from ._scale import scale_from_config
@@ -102,50 +111,11 @@ def _reject_unknown_keys(cfg: Any) -> None:
                 )
 
 
-def _budgets(where: str, values: Any, scalar: bool = False) -> tuple[Any, ...]:
-    """Budget values as typed; a malformed form is a ConfigError at ``where[i]`` (``where`` if scalar)."""
-    out = tuple(values)
-    if not out:
-        raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
-    for i, b in enumerate(out):
-        if isinstance(b, (list, dict)):
-            raise ConfigError(f"{where}[{i}]: a budget is null, a number or a string, got {b!r}.")
-        try:
-            check_budget(b)  # the form only: whether it fits a device's DRAM is a per-cell result
-        except EstimateError as exc:
-            raise ConfigError(f"{where if scalar else f'{where}[{i}]'}: {exc}") from None
-    return out
-
-
-def _blocks(where: str, values: Any) -> tuple[int, ...]:
-    out = tuple(values)
-    for i, b in enumerate(out):
-        check_count(f"{where}[{i}]", "kvcache_num_blocks", b, zero_ok=True)
-    if not out:
-        raise ConfigError(f"{where}: an empty list builds nothing; use [0] for auto.")
-    return out
-
-
-def _names(where: str, values: Any) -> list[str]:
-    out = list(values)
-    if not out:
-        raise ConfigError(f"{where}: an empty list builds nothing; give at least one value.")
-    return out
-
-
-def _partition(where: str, value: Any) -> int | None:
-    return None if value is None else check_count(where, "kvcache_partition_len", value)
-
-
 def _backend(name: str) -> str:
     from ..backends import backend_path
 
     backend_path(name)  # a ConfigError naming matrix.backend unless a known name or an import path
     return name
-
-
-def _same_budget(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b  # typed: 1 (one byte) is not 1.0 (100%)
 
 
 class _Axes:
@@ -168,7 +138,7 @@ class _Axes:
         if not OmegaConf.is_missing(cfg, "budget"):
             value = _plain(cfg.budget)
             scalar = not isinstance(value, list)
-            self.budgets = _budgets("budget", [value] if scalar else value, scalar=scalar)
+            self.budgets = check_budgets("budget", [value] if scalar else value, scalar=scalar)
 
     def model_list(self, where: str, names: list[str]) -> tuple[Model, ...]:
         out = []
@@ -223,7 +193,7 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
 
     def narrowed(key: str, chosen: Any, load: Any) -> tuple[Any, ...]:
         at, names = get(key)
-        names = _names(at, names)
+        names = check_names(at, names)
         if chosen is not None:  # a narrowing override filters the entry instead of replacing its axis
             return (chosen,) if chosen.name in names else ()
         return tuple(load(at, names))
@@ -231,9 +201,9 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
     models = narrowed("models", axes.model, axes.model_list)
     devices = narrowed("devices", axes.device, axes.device_list)
     budgets_at, budgets = get("budgets")
-    budgets = _budgets(budgets_at, budgets)
+    budgets = check_budgets(budgets_at, budgets)
     if axes.budgets is not None:
-        budgets = tuple(b for b in budgets if any(_same_budget(b, n) for n in axes.budgets))
+        budgets = tuple(b for b in budgets if any(same_budget(b, n) for n in axes.budgets))
     return SubMatrix(
         where=where,
         models=models,
@@ -241,9 +211,9 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
         budgets=budgets,
         batch_sizes=_positive_ints(*get("batch_sizes")),
         max_seq_lens=_positive_ints(*get("max_seq_lens")),
-        kvcache_num_blocks=_blocks(*get("kvcache_num_blocks")),
+        kvcache_num_blocks=check_blocks(*get("kvcache_num_blocks")),
         attn_impl=get("attn_impl")[1],
-        kvcache_partition_len=_partition(*get("kvcache_partition_len")),
+        kvcache_partition_len=check_partition(*get("kvcache_partition_len")),
     )
 
 
@@ -321,21 +291,21 @@ def _matrix(m: Any, axes: _Axes, overridden: bool = False) -> Matrix:
     if axes.device is not None:
         devices: tuple[Device, ...] = (axes.device,)
     else:
-        devices = axes.device_list("matrix.devices", _names("matrix.devices", _plain(m.devices)))
+        devices = axes.device_list("matrix.devices", check_names("matrix.devices", _plain(m.devices)))
     if axes.model is not None:
         models: tuple[Model, ...] = (axes.model,)
     else:
-        models = axes.model_list("matrix.models", _names("matrix.models", _plain(m.models)))
-    budgets = axes.budgets if axes.budgets is not None else _budgets("matrix.budgets", _plain(m.budgets))
+        models = axes.model_list("matrix.models", check_names("matrix.models", _plain(m.models)))
+    budgets = axes.budgets if axes.budgets is not None else check_budgets("matrix.budgets", _plain(m.budgets))
     return Matrix(
         models=models,
         devices=devices,
         budgets=budgets,
         batch_sizes=_positive_ints("matrix.batch_sizes", m.batch_sizes),
         max_seq_lens=_positive_ints("matrix.max_seq_lens", m.max_seq_lens),
-        kvcache_num_blocks=_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
+        kvcache_num_blocks=check_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
         attn_impl=_plain(m.attn_impl),
-        kvcache_partition_len=_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
+        kvcache_partition_len=check_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
         backend=_backend(str(m.backend)),
         expect_failure=tuple(
             ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))

@@ -4,19 +4,21 @@
                occupies per (node, chiplet) at every count (the estimator's arithmetic)
     _search    the exact search: max-min by binary search, then branch and bound
     _planner   one mode's plan (budget: the smallest budget per planned count; blocks: explicit counts)
+    _modeplan  that plan: each model's count, budget and usage, the objective, the conflicts
     _conflict  an infeasible plan's every conflicting model, each with its reason
     _suggest   changes that make it fit, each verified by planning again
     _plan      both modes, and for an infeasible plan its conflicts and suggestions
     _render    the plan and the per-chiplet table as text and as JSON
 
-It imports the estimator only; the build layer (rbln_build.config._deployment) gives it reports from
-the compile cache or the memory model, and turns a plan into cells.
+It imports the estimator only; ``rbln_build.colocation`` gives it reports from the compile cache or
+the memory model, and turns a plan into cells.
 """
 
 from __future__ import annotations
 
 from ._conflict import Conflict
 from ._inputs import Demand, Grid, Reservation, Target, Tenant
+from ._modeplan import Assignment, ModePlan, Objective
 from ._plan import MEASURE, DeploymentPlan, Reshape, Retarget, Suggestion, plan_deployment
 from ._planner import (
     ACCOUNTING,
@@ -25,9 +27,6 @@ from ._planner import (
     MODES,
     NODE_LIMIT,
     OBJECTIVE,
-    Assignment,
-    ModePlan,
-    Objective,
     Problem,
     budget_value,
 )

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ._inputs import Reservation, Target, Tenant
-from ._planner import BLOCKS, BUDGET, ModePlan, Problem
+from ._modeplan import ModePlan
+from ._planner import BLOCKS, BUDGET, Problem
 from ._suggest import MEASURE, Reshape, Retarget, Suggestion, fits_alone_on, suggestions
 
 __all__ = ["Suggestion", "DeploymentPlan", "Reshape", "Retarget", "plan_deployment", "MEASURE"]

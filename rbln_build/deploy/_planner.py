@@ -42,14 +42,13 @@ answer approximately.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from ..errors import BuildError, ConfigError
 from ..estimator import Request, estimate, fraction_for_bytes
 from ._conflict import Conflict, find_conflicts
 from ._inputs import Demand, Reservation, Target, Tenant
+from ._modeplan import Assignment, ModePlan, Objective
 from ._search import SearchLimit, Vector, branch_and_bound, max_min_start
 
 __all__ = [
@@ -59,9 +58,6 @@ __all__ = [
     "OBJECTIVE",
     "ACCOUNTING",
     "NODE_LIMIT",
-    "Objective",
-    "Assignment",
-    "ModePlan",
     "Problem",
     "budget_value",
 ]
@@ -88,70 +84,6 @@ def budget_value(nbytes: int) -> object:
     """The ``memory_budget`` a planned budget is built with: ``"<N>MB"`` when it is a whole number of
     MiB (it resolves to exactly ``nbytes``; binary units), else the int byte count."""
     return f"{nbytes // MiB}MB" if nbytes % MiB == 0 else nbytes
-
-
-@dataclass(frozen=True)
-class Objective:
-    min_share: Fraction
-    weighted_share: Fraction
-    total_blocks: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "min_share": float(self.min_share),
-            "weighted_share": float(self.weighted_share),
-            "total_blocks": self.total_blocks,
-        }
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """One model in one plan. Vectors are flat per (node, chiplet), node-major (``Target.buckets``)."""
-
-    name: str
-    fixed: bool
-    kvcache_num_blocks: int
-    num_full_blocks: int
-    num_min_blocks: int
-    lower_bound: int
-    weight: Fraction
-    memory_budget: object  # what a cell is built with: the planned or fixed budget; None for an explicit count
-    budget_bytes: int | None  # per device
-    budget_fraction: float | None  # smallest float memory_budget resolving to >= budget_bytes
-    usage: Vector  # bytes it occupies at its count: what the plan charges it
-
-    @property
-    def share(self) -> Fraction:
-        return Fraction(self.kvcache_num_blocks, self.num_full_blocks)
-
-
-@dataclass(frozen=True)
-class ModePlan:
-    mode: str
-    target: Target
-    feasible: bool
-    assignments: tuple[Assignment, ...]  # in the deployment's order; empty when infeasible
-    reserved: Vector
-    objective: Objective | None
-    conflict: tuple[str, ...] = ()  # infeasible: every model that cannot fit (in a minimal conflict)
-    reason: str | None = None
-    nodes: int = 0  # branch-and-bound nodes visited
-    conflicts: tuple[Conflict, ...] = ()  # each of them with its reason
-
-    def assignment(self, name: str) -> Assignment:
-        return next(a for a in self.assignments if a.name == name)
-
-    def used(self) -> Vector:
-        """Reservations plus what the models occupy, per bucket."""
-        total = list(self.reserved)
-        for a in self.assignments:
-            for k, v in enumerate(a.usage):
-                total[k] += v
-        return tuple(total)
-
-    def headroom(self) -> Vector:
-        available = self.target.available_per_chiplet
-        return tuple(available - u for u in self.used())
 
 
 class Problem:

@@ -11,8 +11,9 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._modeplan import ModePlan
 from ._plan import MEASURE, DeploymentPlan, Suggestion
-from ._planner import ACCOUNTING, BLOCKS, BUDGET, OBJECTIVE, ModePlan
+from ._planner import ACCOUNTING, BLOCKS, BUDGET, OBJECTIVE
 
 __all__ = ["plan_json", "render_plan", "render_chiplets", "mib"]
 

@@ -26,7 +26,8 @@ from fractions import Fraction
 
 from ..errors import BuildError, EstimateError, UserError
 from ._inputs import Reservation, Target, Tenant
-from ._planner import BLOCKS, BUDGET, ModePlan, Problem, budget_value
+from ._modeplan import ModePlan
+from ._planner import BLOCKS, BUDGET, Problem, budget_value
 
 __all__ = ["Suggestion", "Reshape", "Retarget", "MEASURE", "suggestions", "fits_alone_on"]
 

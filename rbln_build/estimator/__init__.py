@@ -11,8 +11,8 @@ once, the search reads them, the breakdown reads the search, the estimate reads 
     _pool        a report reduced once: its buckets, shape and grids, what N blocks need
     _search      the searches over a pool: most blocks within a budget, least budget for N blocks
     _breakdown   the explanation of an answer, from the pool and the search
-    _estimate    Request -> Resolution: validation, the rules, every message
-    _jsonl       ``python -m rbln_build.estimate``: the estimator as a JSON-lines filter
+    _request     Request and Resolution, and the request's validation (every count within its bound)
+    _estimate    Request -> Resolution: the rules, every message
 
 It imports nothing from ``rbln_build.memory``, ``rbln_build.backends`` or any layer above them
 (a test checks it), so any of them may use it.
@@ -34,12 +34,12 @@ from ._budget import (
     fraction_for_bytes,
     resolve_budget,
 )
-from ._estimate import Request, Resolution, estimate
-from ._jsonl import main as jsonl_main
+from ._estimate import estimate
 from ._limits import LIMITS, cell_id_problem, count_problem, name_problem
 from ._npu import KNOWN_FAMILIES, NPU_ALIASES, AttentionLimits, NpuTarget, resolve_npu
 from ._pool import fits, kv_bytes_at
 from ._report import DRAM_TENSOR_KEY, AllocationReport, KVTensor
+from ._request import Request, Resolution
 from ._search import max_blocks_within, min_budget_for_blocks
 from ._units import ALIGNMENT, GiB, KiB, MiB, TiB, align, align_2mib
 
@@ -79,7 +79,6 @@ __all__ = [
     "fits",
     "format_budget",
     "fraction_for_bytes",
-    "jsonl_main",
     "kv_bytes_at",
     "max_blocks_within",
     "min_budget_for_blocks",

@@ -6,6 +6,10 @@
                  transformers are imported only when an inventory must be computed)
     _model       the documented NPU memory model: an AllocationReport per chiplet from an inventory
     explain      ``rbln-build explain``: which budget does a model need on a target?
+    _render      explain's table as text
+    _checkpoint  a local checkpoint's safetensors index and files, hashed
+    _companions  the files a model ships beside its weights (tokenizer, generation config)
+    _shipped     where the shipped conf/ and recipes/ are
 
 Importing this package imports neither torch nor transformers.
 """

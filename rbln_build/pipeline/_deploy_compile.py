@@ -4,7 +4,7 @@ compile its models first, so that one build plans from their real compiled repor
 ``compile_for_planning`` compiles each model of each such deployment at its configured geometry,
 once per compile key, into the build directory's Store, exactly as the build's own compile stage
 would (``_stages.compile_once``: the compile key does not depend on the budget). The planner then
-finds those entries (``config._colocation.Reports``: "cache (rbln, rbln)"), the cells are expanded from
+finds those entries (``colocation.Reports``: "cache (rbln, rbln)"), the cells are expanded from
 that plan, and the build reuses the entries: it compiles nothing twice and finalizes the cells.
 A compile that fails is recorded as the build records it; the plan then takes that model's report
 from the memory model, and its cell reports the compile's failure.

@@ -20,42 +20,26 @@ compiles and cells count as done, so the counters reach N/N.
   seconds while work goes on, and when the last cell is done. Used in CI (``CI`` set), when stderr is
   not a terminal, with ``TERM=dumb``, or with ``progress=false``. Event text is stripped of control
   characters, so logs hold none.
-* ``LiveProgress``: the same permanent lines; below them one status line, redrawn in place (and
-  every half second while a compile runs). Counts, percentage and times come first, the running
-  compiles' labels last, so a narrow terminal cuts the labels, not the numbers.
+* ``LiveProgress`` (``_live``): the same permanent lines; below them one status line, redrawn in
+  place. ``make_progress`` (``_live``) chooses between the two.
 
 The percentage is of the compiles and cells of the plan, done or up to date. The time left is
 ``_eta.TimeLeft``'s: the work still to do spread over the workers, from the durations of earlier
-compiles (``<build_dir>/progress-history.json``) corrected by this run's. ``failure_summary`` and
-``warning_summary`` condense a run's failed cells by kind and its cells' warnings by message.
+compiles (``<build_dir>/progress-history.json``) corrected by this run's. What is printed under
+the table once the run is over is ``_summary``'s.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ._eta import CompileHistory, TimeLeft, similar
 
-__all__ = [
-    "HISTORY_FILE",
-    "Progress",
-    "LineProgress",
-    "LiveProgress",
-    "CompileHistory",
-    "make_progress",
-    "failure_summary",
-    "warning_summary",
-    "plain",
-    "similar",
-]
+__all__ = ["HISTORY_FILE", "Progress", "LineProgress", "CompileHistory", "duration", "plain", "running", "similar"]
 
 HISTORY_FILE = "progress-history.json"
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b.|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -229,7 +213,7 @@ class LineProgress(Progress):
             ):
                 return  # a running compile's time is repeated at most every 6 x every_s
             self.said, self.said_at = now, self.clock()
-            self._line(f"[progress {self.percent()}%] " + " | ".join(self.counts()) + _join(self.running_parts()))
+            self._line(f"[progress {self.percent()}%] " + " | ".join(self.counts()) + running(self.running_parts()))
 
     def _tick(self) -> None:
         while not self.stop.wait(min(1.0, self.every_s)):
@@ -265,148 +249,6 @@ class LineProgress(Progress):
                 self._counts(force=True)  # stopped early: where it stopped
 
 
-def _join(parts: list[str]) -> str:
+def running(parts: list[str]) -> str:
+    """The running compiles' part of a count or status line (empty when none runs)."""
     return (" | running " + ", ".join(parts)) if parts else ""
-
-
-class LiveProgress(Progress):
-    """A status line redrawn in place under the permanent lines (finished compiles, failures, warnings)."""
-
-    CLEAR = "\r\x1b[2K"
-
-    def __init__(
-        self,
-        out: TextIO,
-        history: CompileHistory | None = None,
-        tick_s: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(history, clock)
-        self.out = out
-        self.lock = threading.RLock()
-        self.stop = threading.Event()
-        self.ticker: threading.Thread | None = None
-        self.tick_s = tick_s
-
-    def status(self) -> str:
-        line = f"[{_bar(self.percent())}] {self.percent():>3}% | " + " | ".join(self.counts())
-        line += _join(self.running_parts())
-        width = shutil.get_terminal_size((100, 24)).columns - 1
-        return line if len(line) <= width else line[: max(0, width - 1)] + "…"
-
-    def _draw(self, permanent: str | None = None) -> None:
-        with self.lock:
-            text = self.CLEAR
-            if permanent is not None:
-                text += plain(permanent) + "\n"
-            self.out.write(text + self.status())
-            self.out.flush()
-
-    def _tick(self) -> None:
-        while not self.stop.wait(self.tick_s):
-            if self.running:
-                self._draw()
-
-    def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
-        super().plan(compiles, cells)
-        if self.ticker is None:
-            self.ticker = threading.Thread(target=self._tick, name="rbln-build-progress", daemon=True)
-            self.ticker.start()
-        self._draw()
-
-    def compile_started(self, label: str, key: str | None = None, spent: float = 0.0) -> int:
-        with self.lock:
-            number = super().compile_started(label, key, spent)
-            self._draw()
-        return number
-
-    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
-        with self.lock:
-            number = super().compile_finished(label, seconds, ok, detail, key)
-            self._draw(self.compile_line(number, label, seconds, ok, detail))
-        return number
-
-    def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
-        with self.lock:
-            super().cell_finished(cell_id, text, ok)
-            self._draw(None if ok else f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
-
-    def compile_cached(self, label: str) -> None:
-        with self.lock:
-            super().compile_cached(label)
-            self._draw()
-
-    def cell_cached(self, cell_id: str) -> None:
-        with self.lock:
-            super().cell_cached(cell_id)
-            if self.cells_done % 50 == 0 or self.cells_done == self.cells_total:  # a no-op rebuild stays cheap
-                self._draw()
-
-    def warn(self, message: str) -> None:
-        self._draw(f"warning: {message}")
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.ticker is not None:
-            self.ticker.join()
-        with self.lock:
-            self.out.write(self.CLEAR)
-            self.out.flush()
-
-
-def _bar(percent: int, width: int = 10) -> str:
-    full = percent * width // 100
-    return "#" * full + "-" * (width - full)
-
-
-def make_progress(
-    live: bool, out: TextIO | None = None, history: Path | None = None, env: Mapping[str, str] | None = None
-) -> Progress:
-    """The live display when ``live`` (the ``progress`` setting) and ``out`` is a terminal outside CI;
-    otherwise plain lines."""
-    out = out or sys.stderr
-    env = os.environ if env is None else env
-    record = CompileHistory(history)
-    is_tty = getattr(out, "isatty", lambda: False)()
-    if live and is_tty and not env.get("CI") and env.get("TERM", "") != "dumb":
-        return LiveProgress(out, record)
-    return LineProgress(out, record)
-
-
-def failure_summary(
-    entries: Sequence[Mapping[str, Any]], failing: Sequence[str] = ("failed", "unexpected_success")
-) -> list[str]:
-    """Lines grouping the failed manifest entries by error kind, most frequent first: a count and
-    the first cell (by id) with its message. Empty when nothing failed."""
-    kinds: dict[str, list[Mapping[str, Any]]] = {}
-    for e in entries:
-        if e["status"] in failing:
-            kind = "unexpected_success" if e["status"] == "unexpected_success" else (e.get("error_kind") or "unknown")
-            kinds.setdefault(kind, []).append(e)
-    if not kinds:
-        return []
-    total = sum(len(v) for v in kinds.values())
-    lines = [f"{total} failed cell(s) by kind:"]
-    width = max(len(k) for k in kinds)
-    for kind, group in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        first = min(group, key=lambda e: e["cell"])
-        lines.append(
-            f"  {kind:<{width}}  {len(group):>6,}  e.g. {first['cell']}: {plain(str(first.get('error') or '-'))}"
-        )
-    return lines
-
-
-def warning_summary(entries: Sequence[Mapping[str, Any]], show: int = 3) -> list[str]:
-    """One line per distinct cell warning (manifest entries' ``warnings``), most cells first, naming
-    the first ``show`` cells it concerns and how many more. Empty when no cell warned."""
-    cells: dict[str, list[str]] = {}
-    for e in entries:
-        for message in e.get("warnings") or ():
-            cells.setdefault(str(message), []).append(str(e["cell"]))
-    lines = []
-    for message, ids in sorted(cells.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        ids = sorted(ids)
-        more = f" and {len(ids) - show:,} more" if len(ids) > show else ""
-        which = ", ".join(ids[:show]) + more
-        lines.append(f"warning ({len(ids):,} cell{'' if len(ids) == 1 else 's'}: {which}): {plain(message)}")
-    return lines

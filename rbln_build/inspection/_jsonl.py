@@ -15,9 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO, TextIO
 
 from ..errors import EstimateError
-from ._budget import FORMS_SYNOPSIS
-from ._estimate import Request, estimate
-from ._report import AllocationReport
+from ..estimator import FORMS_SYNOPSIS, AllocationReport, Request, estimate
 
 __all__ = ["FIELDS", "parse_request", "handle_line", "run", "main"]
 
