@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     """The artifact folder of ``cell_id``, after checking it against the manifest's content hash.
 
-    The hash is the build cache's (``store._store.content_hash``): every file of the folder, by
+    The hash is the build cache's (``store.content_hash``): every file of the folder, by
     relative path, size and bytes, then the cache entry's metadata. A mismatch raises IntegrityError.
     """
     from .store import ENTRY_FILE, content_hash

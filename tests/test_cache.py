@@ -10,7 +10,7 @@ import pytest
 
 from rbln_build.errors import BuildError
 from rbln_build.pipeline._publish import link_atomic
-from rbln_build.store._store import Store, content_hash, write_atomic
+from rbln_build.store import Store, content_hash, write_atomic
 
 K1 = "1" * 64  # cache keys are sha256 hex digests
 C1 = "c" * 64

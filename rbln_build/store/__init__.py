@@ -2,6 +2,7 @@
 
 _keys     compile keys and cell keys (content hashes of every input)
 _store    the Store: entries, result records, failures; atomic writes
+_hashing  an entry's content hash and file stats, the hashes of metadata and records
 _result   CellResult and CompileOutcome, the records the Store keeps
 _remote   a shared remote behind the Store (cache.remote=, fsspec)
 _lock     the build directory's lock
@@ -9,6 +10,7 @@ _lock     the build directory's lock
 
 from __future__ import annotations
 
+from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
 from ._remote import REMOTE_TIMEOUTS, RemoteStore, install_packed, pack_entry
@@ -16,19 +18,7 @@ from ._remote_inputs import INPUTS_DIR, fetch_input, publish_input, sha256_of
 from ._remote_io import DOWN_MARKER, REMOTE_MODES, RemoteOptions, bounded, once_key, open_filesystem
 from ._remote_sync import upload_missing
 from ._result import CellResult, CompileOutcome
-from ._store import (
-    ENTRY_FILE,
-    FILES_DIR,
-    RECORD_KINDS,
-    Entry,
-    Store,
-    content_hash,
-    file_stats,
-    is_key,
-    meta_hash,
-    result_hash,
-    write_atomic,
-)
+from ._store import ENTRY_FILE, FILES_DIR, RECORD_KINDS, Entry, Store, is_key, write_atomic
 
 __all__ = [
     "INPUTS_DIR",
