@@ -60,7 +60,9 @@ def ray_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # no cluster address from the environment
-    pytest.importorskip("ray")
+    pytest.importorskip(
+        "ray", reason="ray is not installed: executor=ray needs the ray extra (pip install 'rbln-build[ray]')"
+    )
     return env
 
 
