@@ -288,7 +288,10 @@ def _forged(cell: Path, marker: Path) -> Path:
 
 
 def test_a_consistent_forged_entry_in_the_remote_is_not_installed(cell: Path, tmp_path: Path) -> None:
-    pytest.importorskip("fsspec")
+    pytest.importorskip(
+        "fsspec",
+        reason="fsspec is not installed: the remote cache needs the remote extra (pip install 'rbln-build[remote]')",
+    )
     from rbln_build.store import RemoteStore
 
     marker = tmp_path / "payload-ran"

@@ -60,7 +60,9 @@ def ray_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # no cluster address from the environment
-    pytest.importorskip("ray")
+    pytest.importorskip(
+        "ray", reason="ray is not installed: executor=ray needs the ray extra (pip install 'rbln-build[ray]')"
+    )
     return env
 
 
@@ -156,6 +158,8 @@ def test_two_node_cluster_retries_a_killed_worker_and_fails_a_key_only_when_retr
     check_ok(proc)
     assert bad == []
     assert proc.stderr.count(": plan (") == 4  # each compile on a Ray worker (host:pid)
+    assert proc.stderr.count(", after 1 retry)") == 1  # the killed compile, run again by Ray, says so
+    assert "(1 after a retry)" in proc.stdout  # and the per-node summary counts it
     assert (tmp_path / "retried" / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes()
     assert not list((tmp_path / "retried").rglob(".tmp-*"))
 

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from test_cli import PLANS, check_ok, plans_build, rbln, summary  # noqa: F401 (a fixture)
 
-pytest.importorskip("ray")
+pytest.importorskip(
+    "ray", reason="ray is not installed: executor=ray needs the ray extra (pip install 'rbln-build[ray]')"
+)
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 

@@ -324,7 +324,10 @@ def test_verify_of_no_release_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def _keys(tmp_path: Path, name: str) -> tuple[Path, Path]:
-    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    serialization = pytest.importorskip(
+        "cryptography.hazmat.primitives.serialization",
+        reason="cryptography is not installed: signing needs the sign extra (pip install 'rbln-build[sign]')",
+    )
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     key = Ed25519PrivateKey.generate()
@@ -387,7 +390,10 @@ def test_two_signed_releases_are_identical_and_bad_keys_are_usage_errors(plans: 
 
 
 def test_a_file_url_destination_publishes_release_json_last(plans: Path, tmp_path: Path, monkeypatch: Any) -> None:
-    pytest.importorskip("fsspec")
+    pytest.importorskip(
+        "fsspec",
+        reason="fsspec is not installed: the remote cache needs the remote extra (pip install 'rbln-build[remote]')",
+    )
     from rbln_build.release import _dest
     from rbln_build.release._bundle import Selection, stage_release
 

@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 from test_cli import PLANS, check_ok, rbln, summary
 
-pytest.importorskip("fsspec")
+pytest.importorskip(
+    "fsspec",
+    reason="fsspec is not installed: the remote cache needs the remote extra (pip install 'rbln-build[remote]')",
+)
 
 
 def build(
@@ -128,8 +131,13 @@ def _free_port() -> int:
 @pytest.fixture
 def s3(tmp_path: Path) -> Iterator[tuple[dict[str, str], Any, Any]]:
     """moto's S3 server on 127.0.0.1 with a bucket; (the environment a build needs, s3fs, the server)."""
-    pytest.importorskip("s3fs")
-    server_mod = pytest.importorskip("moto.server")
+    pytest.importorskip(
+        "s3fs", reason="s3fs is not installed: an S3 remote needs the remote extra (pip install 'rbln-build[remote]')"
+    )
+    server_mod = pytest.importorskip(
+        "moto.server",
+        reason="moto is not installed: the S3 server the tests start needs the scale-test extra (pip install 'rbln-build[scale-test]')",
+    )
     port = _free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

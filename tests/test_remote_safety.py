@@ -17,7 +17,10 @@ import pytest
 from test_cli import PLANS, check_ok, rbln, summary
 from test_remote import flip, seeded  # noqa: F401  (a module-scoped fixture: one build filling a file:// remote)
 
-pytest.importorskip("fsspec")
+pytest.importorskip(
+    "fsspec",
+    reason="fsspec is not installed: the remote cache needs the remote extra (pip install 'rbln-build[remote]')",
+)
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -55,7 +58,9 @@ def silent_server() -> Iterator[int]:
 
 @pytest.mark.integration
 def test_a_server_that_never_answers_costs_a_bounded_time_and_one_warning(tmp_path: Path, silent_server: int) -> None:
-    pytest.importorskip("s3fs")
+    pytest.importorskip(
+        "s3fs", reason="s3fs is not installed: an S3 remote needs the remote extra (pip install 'rbln-build[remote]')"
+    )
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

@@ -15,8 +15,13 @@ import pytest
 
 from rbln_build.reporting._data import BuildView, Group, _varying
 
-PIL = pytest.importorskip("PIL.Image")
-pytest.importorskip("matplotlib")
+PIL = pytest.importorskip(
+    "PIL.Image",
+    reason="Pillow is not installed: it comes with matplotlib, the report extra (pip install 'rbln-build[report]')",
+)
+pytest.importorskip(
+    "matplotlib", reason="matplotlib is not installed: figures need the report extra (pip install 'rbln-build[report]')"
+)
 
 from rbln_build.figures._bars import grid_figure  # noqa: E402
 from rbln_build.figures._figures import OUTCOME_COLORS, render  # noqa: E402

@@ -29,8 +29,13 @@ from rbln_build.figures._figures import GRID_COLORS
 from rbln_build.reporting import blocks_curve, load_build, plot_explanation
 from rbln_build.reporting._data import budget_label, outcome
 
-PIL = pytest.importorskip("PIL.Image")
-matplotlib = pytest.importorskip("matplotlib")
+PIL = pytest.importorskip(
+    "PIL.Image",
+    reason="Pillow is not installed: it comes with matplotlib, the report extra (pip install 'rbln-build[report]')",
+)
+matplotlib = pytest.importorskip(
+    "matplotlib", reason="matplotlib is not installed: figures need the report extra (pip install 'rbln-build[report]')"
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SRC = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')

@@ -9,7 +9,10 @@ import pytest
 from test_cli import PLANS, check_ok, rbln, summary
 from test_remote import seeded  # noqa: F401  (one plain build of matrix=plans, jobs=1)
 
-pytest.importorskip("fsspec")
+pytest.importorskip(
+    "fsspec",
+    reason="fsspec is not installed: the remote cache needs the remote extra (pip install 'rbln-build[remote]')",
+)
 pytestmark = pytest.mark.integration
 
 

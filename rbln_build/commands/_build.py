@@ -246,9 +246,13 @@ def _per_node(build: Any) -> str | None:
     counts: dict[str, list[int]] = {}
     for done in parallel.compile_results.values():
         host = done.where.rsplit(":", 1)[0] if done.where != "-" else "(lost worker)"
-        row = counts.setdefault(host, [0, 0])
+        row = counts.setdefault(host, [0, 0, 0])
         row[0 if done.error is None else 1] += 1
-    parts = [f"{h} {ok} ok" + (f", {bad} failed" if bad else "") for h, (ok, bad) in sorted(counts.items())]
+        row[2] += getattr(done, "attempt", 0) > 0
+    parts = [
+        f"{h} {ok} ok" + (f", {bad} failed" if bad else "") + (f" ({again} after a retry)" if again else "")
+        for h, (ok, bad, again) in sorted(counts.items())
+    ]
     return f"Ray compiles per node: {'; '.join(parts)}."
 
 

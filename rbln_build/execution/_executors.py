@@ -212,7 +212,8 @@ class Parallel:
         if done.error is not None:
             self.display.compile_finished(label, done.elapsed_s, False, done.error, key)
         else:
-            where = f"(worker {done.where})" if done.fresh else "from the cache"
+            retried = f", after {done.attempt} retr{'y' if done.attempt == 1 else 'ies'}" if done.attempt else ""
+            where = f"(worker {done.where}{retried})" if done.fresh else "from the cache"
             self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}", key)
 
     def _finished(self, cell: Cell, fut: Future[CellDone]) -> None:

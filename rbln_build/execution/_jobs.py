@@ -61,6 +61,7 @@ class CompileDone:
     error_kind: str | None = None
     retry: bool = False
     warnings: tuple[str, ...] = ()
+    attempt: int = 0  # a Ray task run again after its worker died: 1, 2, ... (shown with the result)
 
 
 @dataclass(frozen=True)

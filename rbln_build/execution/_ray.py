@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..store import CompileOutcome, Store
-from ._jobs import CompileDone, StoreRef, compile_job
+from ._jobs import CompileDone, StoreRef, _where, compile_job
+from ._task_inputs import InputPacker, TaskInputs, driver_text, materialize, plugin_loaded
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
@@ -54,17 +55,34 @@ def resources_for(backend: str, scale: Scale) -> dict[str, Any]:
 
 
 def _compile_task(
-    key: str, spec: CompileSpec, backend: str, remote: str | None, require: bool, options: Any = None
+    key: str,
+    spec: CompileSpec,
+    backend: str,
+    remote: str | None,
+    require: bool,
+    options: Any,
+    inputs: TaskInputs,
 ) -> tuple[CompileDone, bytes | None, str | None]:
-    """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash)."""
+    """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash). It reads
+    its inputs from ``inputs`` (``_task_inputs``), never from the driver's paths."""
     from ..store import pack_entry
 
     work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
     try:
         ref = StoreRef(str(work / "cache"), remote, require, options=options)
-        done = compile_job(ref, key, spec, backend)
+        try:
+            with plugin_loaded(inputs.plugin, work):
+                local = materialize(inputs, spec, work / "inputs", ref.open(lambda _msg: None))
+                done = compile_job(ref, key, local, backend)
+        except Exception as exc:  # the inputs could not be fetched or fail their digests
+            from ._stages import describe
+
+            message, kind, retry = describe(exc)
+            done = CompileDone(key, None, False, 0.0, _where(), message, kind, retry)
+        done = replace(done, attempt=_attempt())
         if done.error is not None:
-            return done, None, None
+            text = driver_text(done.error, work / "inputs", inputs)
+            return replace(done, error=text), None, None
         unwritten = [w for w in done.warnings if w.startswith("cache.remote: ") and " cannot be reached (" in w]
         if remote is not None and (options is None or options.writes) and unwritten:
             # the driver reached the remote (else it would not have named it): this node cannot, so its
@@ -87,6 +105,17 @@ def _compile_task(
         return done, pack_entry(entry, work / "entry.tar"), entry.content_hash
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _attempt() -> int:
+    """Which run of this Ray task this is (0: the first; Ray runs it again when its worker died)."""
+    try:
+        import ray
+
+        worker: Any = ray._private.worker.global_worker
+        return int(worker.core_worker.get_current_task_attempt_number())
+    except Exception:
+        return 0  # another Ray: retries are then not shown
 
 
 def _published(store: Any, key: str) -> bool:
@@ -139,8 +168,18 @@ class RayCompiler:
         self.description = f"Ray ({len(nodes)} node(s), {cpus:g} CPU(s))"
         self._task = ray.remote(_compile_task)
         self._refs: list[Any] = []
+        self.inputs = InputPacker(ref, ray)
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
+        landed: Future[CompileDone] = Future()
+        try:
+            inputs = self.inputs.pack(spec, backend)
+        except Exception as exc:  # a recipe file or the checkpoint is unreadable now: this key's failure
+            from ._stages import describe
+
+            message, kind, retry = describe(exc)
+            landed.set_result(CompileDone(key, None, False, 0.0, _where(), message, kind, retry))
+            return landed
         options = resources_for(backend, self.scale)
         from ._ray_setup import task_env
 
@@ -151,9 +190,8 @@ class RayCompiler:
             retry_exceptions=False,
             name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
             **options,
-        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options)
+        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options, inputs)
         self._refs.append(ref)
-        landed: Future[CompileDone] = Future()
         ref.future().add_done_callback(lambda f: self._land(key, f, landed))
         return landed
 
@@ -166,16 +204,13 @@ class RayCompiler:
                 store = self.ref.open(lambda _msg: None)
                 local = Store.lookup(store, "compile", key)  # this level only: the bytes are here
                 if local is None and not install_packed(store, "compile", key, packed, recorded):
-                    done = CompileDone(
-                        key,
-                        None,
-                        False,
-                        done.elapsed_s,
-                        done.where,
-                        "the entry a Ray worker sent back fails its content hash; the next run retries it",
-                        "build_failed",
-                        True,
-                        done.warnings,
+                    done = replace(
+                        done,
+                        produced=None,
+                        fresh=False,
+                        error="the entry a Ray worker sent back fails its content hash; the next run retries it",
+                        error_kind="build_failed",
+                        retry=True,
                     )
             elif done.error is None and recorded is not None:  # the worker published it to cache.remote
                 store = self.ref.open(lambda _msg: None)

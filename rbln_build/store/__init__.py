@@ -14,12 +14,17 @@ from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
 from ._remote import REMOTE_TIMEOUTS, RemoteStore, install_packed, pack_entry
+from ._remote_inputs import INPUTS_DIR, fetch_input, publish_input, sha256_of
 from ._remote_io import DOWN_MARKER, REMOTE_MODES, RemoteOptions, bounded, once_key, open_filesystem
 from ._remote_sync import upload_missing
 from ._result import CellResult, CompileOutcome
 from ._store import ENTRY_FILE, FILES_DIR, RECORD_KINDS, Entry, Store, is_key, write_atomic
 
 __all__ = [
+    "INPUTS_DIR",
+    "fetch_input",
+    "publish_input",
+    "sha256_of",
     "CellResult",
     "CompileOutcome",
     "DOWN_MARKER",
