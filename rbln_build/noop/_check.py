@@ -122,7 +122,7 @@ def locate(args: list[str]) -> tuple[Path, Path] | None:
             root = (root if root.is_absolute() else cwd / root).resolve()
         else:
             root = next((d for d in (cwd, *cwd.parents) if (d / MARKER).is_file()), cwd)
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a NUL in a name
         return None
     if build is not None and (not build or build[0] in "'\"[{"):
         return None  # quoted or structured: Hydra's grammar, not a plain path

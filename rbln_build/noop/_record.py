@@ -132,7 +132,7 @@ class Recording:
                 _replace(folder / f"{self.name}.ids", "".join(f"{i}\n" for i in ids).encode("utf-8"))
             _replace(folder / f"{self.name}.json", json.dumps(stamp).encode("utf-8"))
             _prune(folder)
-        except (OSError, ValueError, RuntimeError):
+        except Exception:  # the stamp only saves a later run's work: never fail this one over it
             return False
         return True
 
@@ -247,7 +247,10 @@ class Recorder(Recording):
             self.build_dir = build_dir
             self.cells = list(build.cells)
             self.kept = list(build.kept)
-            self.digest = outputs_digest(build_dir)
+            try:
+                self.digest = outputs_digest(build_dir)
+            except Exception:  # no stamp, never a failed build
+                self.digest = None
 
     def finish(self, code: int | None, project: Any) -> bool:
         """After the run: write the stamp when it was a no-op whose inputs all predate it. Whether it
