@@ -100,13 +100,14 @@ def read_document(
 
 def depth_problem(value: Any, limit: int = MAX_DEPTH) -> str | None:
     """Why ``value`` (parsed JSON) nests too deeply, or None. Iterative: it never recurses."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:  # only containers are pushed: a 10,000-cell manifest's scalars cost a type check each
         item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return f"nested deeper than {limit} levels"
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        if depth > limit:
+            return f"nested deeper than {limit} levels"
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
     return None
 
 
