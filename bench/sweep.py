@@ -18,10 +18,15 @@ a fresh build measures the build, not the first inventory of a recipe.
 For each matrix, side by side in one run (each measured ``--repeat`` times, the minimum kept):
 
 * fresh build (the build dir removed first; ``--fresh-repeat`` times, default 1);
-* no-op rebuild (checked: nothing compiled, nothing redone);
-* ``rbln-build status`` (checked: exit 0, everything up to date);
+* no-op rebuild (checked: nothing compiled, nothing redone), each repeat twice: the full path (the
+  no-op stamps in ``<build_dir>/.noop`` removed first: Hydra composes, doit checks every task, the
+  manifest is rendered; it records a new stamp) and then the short cut (``rbln_build.noop``: the
+  stamp holds, so the no-op's answer is printed again; checked: summary.json not rewritten);
+* ``rbln-build status`` (checked: exit 0, everything up to date), with the build's stamp (the
+  short cut) and without it (the full path);
 * ``rbln-build report`` (when matplotlib is installed): once with no figures drawn yet, then
-  ``--repeat`` times reusing them (``report/.figures``);
+  ``--repeat`` times reusing them (``report/.figures``) on the full path (its stamp removed) and
+  through the short cut (checked: the page not rewritten);
 
 plus the no-op of the 18-cell default matrix (built once into ``<root>/default``), and
 ``python -c "import hydra, doit"`` measured ``--repeat`` times before every group. Every figure is
@@ -29,7 +34,7 @@ a ratio to the minimum of all those import runs. The machine's cores may be shar
 the minimum of the repeats is the figure least disturbed by it, and each run's CPU time (user +
 system, from the kernel's accounting of the child) is reported beside its wall time, also as a
 ratio to the import's: it moves far less with the load than the wall time does. The no-op's cost per cell is fitted
-from the two matrices (the slope between 1,008 and 10,008 cells).
+from the two matrices (the slope between 1,008 and 10,008 cells), for each path.
 """
 
 from __future__ import annotations
@@ -141,30 +146,62 @@ class Bench:
             self.notes[f"{name} cells"] = summary["cells"]
             self.notes[f"{name} compiled"] = summary["compiled"]
 
+    def forget(self, name: str, prefix: str = "") -> None:
+        """Remove the no-op stamps (rbln_build.noop) so the next run takes the full path."""
+        for path in (self.root / name / ".noop").glob(f"{prefix}*"):
+            path.unlink()
+
     def noop(self, name: str, project: Path | None, label: str | None = None) -> None:
+        """Each repeat: the full path (no stamp: it checks everything and records the stamp), then the
+        short cut (the stamp holds), each checked to be what it says by what it wrote."""
+        label = label or f"{name} no-op"
+        summary = self.root / name / "summary.json"
         for _ in range(self.repeat):
+            self.forget(name)
+            before = summary.stat().st_mtime_ns
             took, _ = timed(self.cli(*self.build_args(name, project)), self.env)
             self.check_noop(name)
-            self.record(label or f"{name} no-op", took)
+            if summary.stat().st_mtime_ns == before or not list((self.root / name / ".noop").glob("*.json")):
+                sys.exit(f"{name}: the full no-op did not write summary.json or did not record its stamp")
+            self.record(f"{label}, full path", took)
+            before = summary.stat().st_mtime_ns
+            took, _ = timed(self.cli(*self.build_args(name, project)), self.env)
+            if summary.stat().st_mtime_ns != before:
+                sys.exit(f"{name}: the no-op after a no-op did not take the short cut")
+            self.record(f"{label}, short cut", took)
 
     def status(self, name: str, project: Path | None) -> None:
-        for _ in range(self.repeat):
-            took, proc = timed(self.cli("status", *self.build_args(name, project)), self.env)
-            if proc.returncode != 0:
-                sys.exit(f"{name}: status says the build is not up to date:\n{proc.stdout[-2000:]}\n{proc.stderr}")
-            self.record(f"{name} status", took)
+        """Each repeat: with the build's stamp (short cut), then without it (full path)."""
+        for shortcut in (True, False):
+            if not shortcut:
+                self.forget(name)
+            for _ in range(self.repeat):
+                took, proc = timed(self.cli("status", *self.build_args(name, project)), self.env)
+                if proc.returncode != 0:
+                    sys.exit(f"{name}: status says the build is not up to date:\n{proc.stdout[-2000:]}\n{proc.stderr}")
+                self.record(f"{name} status, {'short cut' if shortcut else 'full path'}", took)
+        timed(self.cli(*self.build_args(name, project)), self.env)  # the build's stamp again
 
     def report(self, name: str) -> None:
         shutil.rmtree(self.root / name / "report", ignore_errors=True)  # the first report draws every figure
+        self.forget(name, "report-")
         took, proc = timed(self.cli("report", f"build_dir={self.root / name}"), self.env)
         if proc.returncode != 0:
             sys.exit(f"{name}: report failed:\n{proc.stderr[-2000:]}")
         self.record(f"{name} report, drawing the figures", took)
+        time.sleep(2.1)  # the next report reads the figures just drawn: too fresh for a stamp (RACY_NS)
+        page = self.root / name / "report" / "index.html"
         for _ in range(self.repeat):
-            took, proc = timed(self.cli("report", f"build_dir={self.root / name}"), self.env)
-            if proc.returncode != 0:
-                sys.exit(f"{name}: report failed:\n{proc.stderr[-2000:]}")
-            self.record(f"{name} report", took)
+            for shortcut in (False, True):
+                if not shortcut:
+                    self.forget(name, "report-")
+                before = page.stat().st_mtime_ns
+                took, proc = timed(self.cli("report", f"build_dir={self.root / name}"), self.env)
+                if proc.returncode != 0:
+                    sys.exit(f"{name}: report failed:\n{proc.stderr[-2000:]}")
+                if (page.stat().st_mtime_ns == before) != shortcut:
+                    sys.exit(f"{name}: report {'wrote' if shortcut else 'did not write'} its page")
+                self.record(f"{name} report, {'short cut' if shortcut else 'full path, figures reused'}", took)
 
     def disk(self, name: str) -> None:
         cache = self.root / name / "cache"
@@ -246,11 +283,13 @@ def main() -> None:
             }
         )
     fit = {}
-    if "k10 no-op" in bench.rows and "k1 no-op" in bench.rows:
-        for what, table in (("wall", bench.rows), ("cpu", bench.cpu)):
-            slope = (min(table["k10 no-op"]) - min(table["k1 no-op"])) / (10008 - 1008)
-            fit[f"no-op cost per cell, {what} (us)"] = round(slope * 1e6, 1)
-            fit[f"no-op fixed cost, {what} (s)"] = round(min(table["k1 no-op"]) - slope * 1008, 3)
+    for path in ("short cut", "full path"):
+        k10, k1 = f"k10 no-op, {path}", f"k1 no-op, {path}"
+        if k10 in bench.rows and k1 in bench.rows:
+            for what, table in (("wall", bench.rows), ("cpu", bench.cpu)):
+                slope = (min(table[k10]) - min(table[k1])) / (10008 - 1008)
+                fit[f"no-op ({path}) cost per cell, {what} (us)"] = round(slope * 1e6, 1)
+                fit[f"no-op ({path}) fixed cost, {what} (s)"] = round(min(table[k1]) - slope * 1008, 3)
     out = {
         "repeat": opts.repeat,
         "rows": rows,

@@ -14,6 +14,7 @@
     reporting   -> figures, estimator, errors  (reads manifests and compile entries as files)
     figures     -> estimator, errors           (matplotlib figures and the numbers behind them)
     progress    -> errors                      (what a build shows while it runs)
+    noop        -> errors                      (the no-op short cut: stamps of a run's inputs and outputs)
     backends    -> memory, estimator, errors
     memory      -> estimator, errors
     estimator   -> errors
@@ -45,6 +46,7 @@ ALLOWED = {
     "memory": {"estimator", "errors"},
     "backends": {"memory", "estimator", "errors"},
     "progress": {"errors"},
+    "noop": {"errors"},
     "figures": {"estimator", "errors"},
     "deploy": {"estimator", "errors"},
     "reporting": {"figures", "estimator", "errors"},
@@ -57,6 +59,7 @@ ALLOWED = {
     "inspection": {"release", "pipeline", "colocation", "config", "store", "deploy", "reporting", "figures"} | _LOW,
     "scaffold": {"config"} | _LOW,
     "commands": {
+        "noop",
         "scaffold",
         "inspection",
         "release",

@@ -1,4 +1,4 @@
-"""The no-op short cut (rbln_build.commands._noop), through the real CLI on a small project of
+"""The no-op short cut (rbln_build.noop), through the real CLI on a small project of
 plans: after a no-op, an unchanged build (and ``status``) answers exactly as the full path does
 without importing Hydra; any changed input or damaged output sends it back to the full path, which
 repairs what it must and decides with doit as always."""
@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 MATRIX = "models: [llama3_2_1b]\ndevices: [rebel100]\nbudgets: [0.3, 0.5]\n"
-# runs the real CLI, then says whether Hydra was imported (the full path composes; the short cut does not)
+# runs the real CLI, then says which path it took (the full path composes, or renders the report)
 RUNNER = """
 import sys
 out = sys.argv[1]
@@ -28,7 +28,8 @@ try:
     from rbln_build.cli import main
     main()
 finally:
-    open(out, "w").write("full" if "hydra" in sys.modules else "short")
+    full = {"hydra", "rbln_build.reporting._page"} & set(sys.modules)  # composed, or rendered a page
+    open(out, "w").write("full" if full else "short")
 """
 TIME = re.compile(r"\(\d+\.\ds\)\. Manifest")
 
@@ -42,11 +43,20 @@ class Run:
         return (self.code, strip(self.stdout), self.stderr) == (other.code, strip(other.stdout), other.stderr)
 
 
-def cli(root: Path, *args: str) -> Run:
-    marker = root.parent / "path.txt"
+ROOT: list[Path] = []  # the template project's root (its files aged past RACY_NS)
+
+
+def cli(where: Path, *args: str, root: Path | None = None) -> Run:
+    """``rbln-build [status|report] ARGS`` for the build dir ``where/build`` of the project ``root``
+    (the template's by default), run from the template's folder (aged: the folder a run starts in is
+    an input, its listing read by every import)."""
+    words = [a for a in args[:1] if a in ("status", "report")]
+    rest = list(args[len(words) :])
+    project = [] if words == ["report"] else ["--project", str(root or ROOT[0])]
+    marker = where / "path.txt"
     proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(marker), *args],
-        cwd=root,
+        [sys.executable, "-c", RUNNER, str(marker), *words, *project, *rest, f"build_dir={where / 'build'}"],
+        cwd=ROOT[0].parent,
         capture_output=True,
         text=True,
         timeout=600,
@@ -58,40 +68,37 @@ def cli(root: Path, *args: str) -> Run:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project built once (its build dir is copied by each test); its files older than RACY_NS."""
-    from rbln_build.commands._noop import RACY_NS
+    from rbln_build.noop._check import RACY_NS
 
-    root = tmp_path_factory.mktemp("noop") / "proj"
+    base = tmp_path_factory.mktemp("noop")
+    root = base / "proj"
     (root / "conf" / "matrix").mkdir(parents=True)
     (root / "rbln-build.yaml").write_text("# a project\n")
     (root / "conf" / "matrix" / "default.yaml").write_text(MATRIX)
-    made = time.time()
-    built = cli(root, "progress=false")
+    ROOT[:] = [root]
+    built = cli(base, "progress=false")
     assert built.code == 0, built.stderr
-    shutil.rmtree(root / "build" / ".noop", ignore_errors=True)
-    time.sleep(max(0.0, RACY_NS / 1e9 + 0.2 - (time.time() - made)))  # inputs this fresh are never stamped
-    return root
+    shutil.rmtree(base / "build" / ".noop", ignore_errors=True)
+    time.sleep(RACY_NS / 1e9 + 0.2)  # inputs this fresh are never stamped (the folder too: path.txt)
+    return base
 
 
 @pytest.fixture
 def project(template: Path, tmp_path: Path) -> Path:
-    """The template project's own files, and a copy of its build dir for this test."""
-    root = tmp_path / "proj"
-    root.mkdir()
-    for name in ("rbln-build.yaml", "conf"):
-        os.symlink(template / name, root / name)
-    shutil.copytree(template / "build", root / "build", symlinks=True)
-    return root
+    """A folder holding this test's copy of the template's build dir (``build``)."""
+    shutil.copytree(template / "build", tmp_path / "build", symlinks=True)
+    return tmp_path
 
 
 def armed(root: Path) -> list[Path]:
     return sorted((root / "build" / ".noop").glob("*.json"))
 
 
-def noop_pair(root: Path, *args: str) -> tuple[Run, Run]:
+def noop_pair(where: Path, *args: str, root: Path | None = None) -> tuple[Run, Run]:
     """A full no-op (it records the stamp), then the short cut."""
-    full = cli(root, "progress=false", *args)
-    assert full.path == "full" and armed(root), full.stderr
-    short = cli(root, "progress=false", *args)
+    full = cli(where, "progress=false", *args, root=root)
+    assert full.path == "full" and armed(where), full.stderr
+    short = cli(where, "progress=false", *args, root=root)
     assert short.path == "short"
     return full, short
 
@@ -180,15 +187,17 @@ def test_a_damaged_output_takes_the_full_path(project: Path, what: str) -> None:
 
 
 def test_a_changed_input_takes_the_full_path_and_a_touched_one_does_not(project: Path) -> None:
-    (project / "conf").unlink()  # this test's own conf/: its matrix is edited
-    shutil.copytree(os.path.realpath(project / "rbln-build.yaml").replace("rbln-build.yaml", "conf"), project / "conf")
+    own = project / "own"  # this test's own project: its matrix is edited
+    shutil.copytree(ROOT[0], own)
     time.sleep(2.2)  # a file this fresh is never stamped (RACY_NS): let the copy age
-    noop_pair(project)
-    matrix = project / "conf" / "matrix" / "default.yaml"
+    full = cli(project, "progress=false", root=own)
+    assert full.path == "full" and armed(project), full.stderr
+    assert cli(project, "progress=false", root=own).path == "short"
+    matrix = own / "conf" / "matrix" / "default.yaml"
     os.utime(matrix, ns=(matrix.stat().st_atime_ns, matrix.stat().st_mtime_ns + 10**9))  # same bytes
-    assert cli(project, "progress=false").path == "short"  # its content digest still matches
+    assert cli(project, "progress=false", root=own).path == "short"  # its content digest still matches
     matrix.write_text(MATRIX.replace("0.5]", "0.6]"))  # same size, another cell
-    changed = cli(project, "progress=false")
+    changed = cli(project, "progress=false", root=own)
     assert changed.path == "full" and changed.code == 0
     assert "llama3_2_1b.rebel100.b0.6" in (project / "build" / "results.txt").read_text()
     # a no-op now, but its matrix changed within the file system's clock tick of the run (here: its
@@ -196,6 +205,44 @@ def test_a_changed_input_takes_the_full_path_and_a_touched_one_does_not(project:
     shutil.rmtree(project / "build" / ".noop")
     future = time.time_ns() + 60 * 10**9
     os.utime(matrix, ns=(future, future))
-    again = cli(project, "progress=false")
+    again = cli(project, "progress=false", root=own)
     assert again.path == "full" and "0 finalized, 2 skipped" in again.stdout
     assert not armed(project)
+
+
+def test_a_recipe_folder_made_in_the_project_takes_the_full_path(project: Path) -> None:
+    from rbln_build.memory._shipped import shipped_dir
+
+    own = project / "own"  # a project without recipes/: a recipe of its own would shadow the shipped one
+    shutil.copytree(ROOT[0], own)
+    time.sleep(2.2)  # let the copy age (RACY_NS)
+    noop_pair(project, root=own)
+    shutil.copytree(shipped_dir("recipes") / "llama3_2_1b", own / "recipes" / "llama3_2_1b")
+    with open(own / "recipes" / "llama3_2_1b" / "recipe.yaml", "a") as f:
+        f.write("# the project's own copy\n")  # other recipe bytes: another compile key
+    changed = cli(project, "progress=false", root=own)
+    assert changed.path == "full" and changed.code == 0, changed.stderr
+    assert json.loads((project / "build" / "summary.json").read_text())["compiled"] == 1
+
+
+def test_report_answers_from_its_stamp_until_something_it_read_or_wrote_changes(project: Path) -> None:
+    pytest.importorskip("matplotlib")
+    page = project / "build" / "report" / "index.html"
+    drawn = cli(project, "report")
+    assert drawn.code == 0 and drawn.path == "full", drawn.stderr
+    time.sleep(2.2)  # the figures it drew are read by the next report: too fresh to stamp (RACY_NS)
+    full = cli(project, "report")
+    assert full.path == "full"
+    html = page.read_bytes()
+    before = page.stat()
+    short = cli(project, "report")
+    assert short.path == "short" and short.same_answer(full)
+    assert page.stat() == before  # nothing written: the page is what the report would write
+    figure = sorted((project / "build" / "report" / ".figures").glob("*.png"))[0]
+    figure.unlink()
+    again = cli(project, "report")
+    assert again.path == "full" and page.read_bytes() == html and figure.is_file()
+    # a build that changes the build dir (here: its cache, a record removed and redone)
+    sorted((project / "build" / "cache" / "results").iterdir())[0].unlink()
+    assert cli(project, "progress=false").code == 0
+    assert cli(project, "report").path == "full" and page.read_bytes() == html

@@ -195,7 +195,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         table = _results(entries, build.redone, build_dir, full_table)  # results.txt, under the lock
         noop = state.get("noop")
         if noop is not None:  # a no-op's stamp takes the outputs' digest while nothing else can write
-            noop.outputs(build_dir, jobs, build, summary)
+            noop.outputs(build_dir, jobs, build, summary, sweep_jobs.reported)
     finally:
         lock.release()
     print(table)
@@ -273,13 +273,16 @@ def _declared(jobs: list[Any], cells: list[Any]) -> list[Any]:
         return []
 
 
-def compose(args: list[str], prog: str = "rbln-build") -> list[Any] | None:
+def compose(args: list[str], prog: str = "rbln-build", state: dict[str, Any] | None = None) -> list[Any] | None:
     """The project (``--project``, RBLN_BUILD_PROJECT or found from the current directory) and the
-    composed jobs; None when Hydra only printed something (--help, --cfg). Raises RblnBuildError."""
+    composed jobs; None when Hydra only printed something (--help, --cfg). Raises RblnBuildError.
+    ``state["project"]``: the project found."""
     from ..config import find_project, split_project_arg
 
     chosen, rest = split_project_arg(args)
     project = find_project(chosen)
+    if state is not None:
+        state["project"] = project
     jobs, errors, called = _compose_jobs(project, rest, prog)
     if errors:
         raise errors[0]
@@ -290,21 +293,19 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
     """The build command: compose ``argv`` (Hydra overrides and flags) and build the union of the
     jobs' cells. Raises RblnBuildError for the user's mistakes (the boundary in _main reports them);
     ``state["build_dir"]`` tells the boundary where to log an internal error."""
+    from ..noop import Recorder, replay_build
     from ._guard import DeferredSweep
-    from ._noop import replay_build
 
     full_table = "--full-table" in argv  # ours, not Hydra's: the table of every cell, however many
     argv = [a for a in argv if a != "--full-table"]
-    fast = replay_build(argv, full_table)  # nothing changed since a no-op: its answer (_noop)
+    fast = replay_build(argv, full_table)  # nothing changed since a no-op: its answer (rbln_build.noop)
     if fast is not None:
         return fast
-    from ._noop_record import Recorder
-
     state["noop"] = recorder = Recorder.start(argv, full_table)
     sweep = DeferredSweep(argv)  # a sweep's multirun.yaml waits until every job composed
     code = None
     try:
-        jobs = compose(argv)
+        jobs = compose(argv, state=state)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             return 0
         code = _build(jobs, sweep, state, full_table)
@@ -312,4 +313,4 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
     finally:
         sweep.close()
         if recorder is not None:
-            recorder.finish(code)
+            recorder.finish(code, state.get("project"))

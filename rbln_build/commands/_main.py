@@ -41,7 +41,7 @@ COMMANDS: dict[str, Command] = {
         "one vllm-rbln command per model of a built deployment, or of one built or released cell folder",
         "",
     ),
-    "report": Command("rbln_build.reporting:main", "build/report/index.html: grid, curves, DRAM, failures", ""),
+    "report": Command("rbln_build.commands._report:main", "build/report/index.html: grid, curves, DRAM, failures", ""),
     "status": Command(
         "rbln_build.commands._status:main",
         "CI drift check: what a build would redo and why (exit 1 when anything would)",

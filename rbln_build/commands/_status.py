@@ -27,16 +27,27 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from ._status_view import COMPILE, FINALIZE, RESOLVE, UP_TO_DATE, CellStatus, render, show
 
 if TYPE_CHECKING:  # the configuration and pipeline layers are imported when status composes
     from ..config import Cell
     from ..pipeline import Ledger
 
 __all__ = ["CellStatus", "cell_statuses", "changed_inputs", "main", "render"]
+
+UP_TO_DATE, COMPILE, RESOLVE, FINALIZE = "up to date", "would compile", "would re-resolve", "would finalize"
+
+
+@dataclass
+class CellStatus:
+    cell: str
+    state: str
+    reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell": self.cell, "state": self.state, "reasons": list(self.reasons)}
 
 
 def _show(value: Any) -> str:
@@ -189,18 +200,53 @@ def _state(ledger: Ledger, cell: Cell, old: dict[str, Any] | None, links: str, e
     return UP_TO_DATE, ""
 
 
+def render(statuses: list[CellStatus], removed: list[str], build_dir: Path | str) -> str:
+    width = max([len(s.cell) for s in statuses] + [len(c) for c in removed] + [4])
+    lines = [f"{'cell'.ljust(width)}  {'state'.ljust(16)}  why", f"{'-' * width}  {'-' * 16}  {'-' * 3}"]
+    for s in statuses:
+        lines.append(f"{s.cell.ljust(width)}  {s.state.ljust(16)}  {'; '.join(s.reasons)}".rstrip())
+    for cid in removed:
+        lines.append(
+            f"{cid.ljust(width)}  {'removed'.ljust(16)}  no longer in the matrix (`rbln-build gc` removes its link)"
+        )
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    parts = [f"{n} {state}" for state, n in sorted(counts.items())] + ([f"{len(removed)} removed"] if removed else [])
+    lines.append(f"{len(statuses)} cells: {', '.join(parts)}. Build dir: {build_dir}")
+    return "\n".join(lines)
+
+
+def show(statuses: list[CellStatus], removed: list[str], build_dir: Path | str, as_json: bool) -> bool:
+    """Print the statuses (a table, or JSON); whether everything is up to date and nothing removed."""
+    clean = not removed and all(s.state == UP_TO_DATE for s in statuses)
+    if as_json:
+        print(
+            json.dumps(
+                {"up_to_date": clean, "cells": [s.to_json() for s in statuses], "removed": removed},
+                indent=2,
+                sort_keys=True,
+            )
+        )
+    else:
+        print(render(statuses, removed, build_dir))
+    return clean
+
+
 def main(argv: list[str]) -> int:
-    from ..colocation import declared_cells, expand_all
-    from ._build import compose
+    from ..noop import status_ids
 
     as_json = "--json" in argv
     args = [a for a in argv if a != "--json"]
-    from ._noop import replay_status
-
-    fast = replay_status(args, as_json)  # the build's no-op stamp of the same arguments holds
-    if fast is not None:
+    unchanged = status_ids(args)  # the build's no-op stamp of the same arguments holds: all up to date
+    if unchanged is not None:
+        ids, shown_dir = unchanged
+        show([CellStatus(cid, UP_TO_DATE) for cid in ids], [], shown_dir, as_json)
         sys.stdout.flush()
-        return fast
+        return 0
+    from ..colocation import declared_cells, expand_all
+    from ._build import compose
+
     jobs = compose(args, prog="rbln-build status")
     if jobs is None:
         return 0

@@ -2,7 +2,7 @@
 them answers without starting Hydra, expanding the matrix or running doit.
 
 A full build that changed nothing (no compile, no cell redone or finalized, no warning, its outputs
-written) records a stamp, ``<build_dir>/.noop/<key>.json`` (``_noop_record``):
+written) records a stamp, ``<build_dir>/.noop/<key>.json`` (``_record``):
 
 * ``key``: a digest of the invocation: the arguments, the working folder, the environment (minus
   a few shell variables that name nothing a build reads), the interpreter and ``sys.path``;
@@ -50,7 +50,9 @@ __all__ = [
     "content_digest",
     "outputs_digest",
     "replay_build",
-    "replay_status",
+    "status_ids",
+    "report_dir",
+    "replay_report",
 ]
 
 STAMP_DIR = ".noop"  # <build_dir>/.noop/<key>.json
@@ -167,18 +169,20 @@ def _walk(root: str, out: list[str]) -> None:
             _walk(e.path, out)
 
 
-def outputs_digest(build_dir: Path) -> str:
+def outputs_digest(build_dir: Path, also: tuple[str, ...] = ()) -> str:
     """One digest over the fingerprints (not following links) of the build directory's files that a
-    no-op's answer depends on and of every file and folder under its cache (see the docstring)."""
+    no-op's answer depends on and of every file and folder under its cache (see the docstring), and
+    under each folder of ``also`` (``report``: the report's own files)."""
     out: list[str] = []
-    for name in (*_TOP, _STORE):
+    for name in (*_TOP, _STORE, *also):
         path = os.path.join(build_dir, name)
         try:
             st = os.lstat(path)
             out.append(f"{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}")
         except OSError:
             out.append(f"{name}\0absent")
-    _walk(os.path.join(build_dir, _STORE), out)
+    for name in (_STORE, *also):
+        _walk(os.path.join(build_dir, name), out)
     return hashlib.sha256("\n".join(out).encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -196,15 +200,19 @@ def inputs_match(inputs: list[list[Any]]) -> bool:
 
 
 def _load(args: list[str]) -> tuple[dict[str, Any], Path] | None:
-    """The stamp of this invocation, if there is one and it is for this build directory."""
+    """The stamp of this build invocation, if there is one and it is for this build directory."""
     where = locate(args)
     if where is None:
         return None
     root, build_dir = where
-    path = build_dir / STAMP_DIR / f"{invocation_key(args)}.json"
+    return _read(build_dir, invocation_key(args), invocation_key(args), str(root))
+
+
+def _read(build_dir: Path, name: str, key: str, root: str | None) -> tuple[dict[str, Any], Path] | None:
+    path = build_dir / STAMP_DIR / f"{name}.json"
     try:
         stamp = json.loads(path.read_bytes())
-        if stamp.get("v") != VERSION or stamp.get("key") != path.stem or stamp.get("root") != str(root):
+        if stamp.get("v") != VERSION or stamp.get("key") != key or stamp.get("root") != root:
             return None
         if os.path.realpath(stamp["build_dir"]) != os.path.realpath(build_dir):
             return None
@@ -213,9 +221,9 @@ def _load(args: list[str]) -> tuple[dict[str, Any], Path] | None:
     return stamp, build_dir
 
 
-def _current(stamp: dict[str, Any], build_dir: Path) -> bool:
+def _current(stamp: dict[str, Any], build_dir: Path, also: tuple[str, ...] = ()) -> bool:
     try:
-        return inputs_match(stamp["inputs"]) and outputs_digest(build_dir) == stamp["outputs"]
+        return inputs_match(stamp["inputs"]) and outputs_digest(build_dir, also) == stamp["outputs"]
     except (KeyError, TypeError, ValueError):
         return False
 
@@ -255,15 +263,51 @@ def replay_build(args: list[str], full_table: bool) -> int | None:
             return None
     finally:
         lock.release()
-    took = f"({time.perf_counter() - started:.1f}s)."
+    return _replay(replay, f"({time.perf_counter() - started:.1f}s).")
+
+
+def _replay(replay: dict[str, Any], took: str = "") -> int:
     for stream, text in replay["chunks"]:
         (sys.stdout if stream == 1 else sys.stderr).write(text.replace(TOOK, took))
     return int(replay["code"])
 
 
-def replay_status(args: list[str], as_json: bool) -> int | None:
-    """``status`` when the build's stamp of the same arguments holds: every cell up to date, nothing
-    removed (read-only: no lock, nothing written). None: the caller runs the full status."""
+REPORT_DIR = "report"  # reporting._cli.REPORT_DIR: the report's page and figure cache
+
+
+def report_dir(args: list[str]) -> Path | None:
+    """The build dir of ``rbln-build report ARGS`` when the short cut may answer it: no flag (no
+    --open, no --compare), at most a build dir (``build_dir=PATH`` or ``PATH``)."""
+    if len(args) > 1 or any(a.startswith("-") for a in args):
+        return None
+    value = args[0].split("=", 1)[1] if args and args[0].startswith("build_dir=") else (args[0] if args else "build")
+    return Path(value) if value and "=" not in value else None
+
+
+def replay_report(args: list[str]) -> int | None:
+    """``report`` when its stamp holds: nothing it reads or wrote changed since a report wrote the
+    page, which it would write again byte for byte; the answer is printed and its status returned.
+    None: the caller writes the report."""
+    build_dir = report_dir(args)
+    if build_dir is None:
+        return None
+    key = invocation_key(["report", *args])
+    found = _read(build_dir, f"report-{key}", key, None)
+    if found is None:
+        return None
+    stamp, build_dir = found
+    replay = stamp.get("replay")
+    if not isinstance(replay, dict) or replay.get("variant") != variant(False):
+        return None
+    if not _current(stamp, build_dir, (REPORT_DIR,)):
+        return None
+    return _replay(replay)
+
+
+def status_ids(args: list[str]) -> tuple[list[str], str] | None:
+    """For ``status``: when the build's stamp of the same arguments holds (every cell up to date,
+    nothing removed), the cell ids in the matrix's order and the build dir as the build printed it;
+    else None. Read-only: no lock, nothing written."""
     found = _load(args)
     if found is None:
         return None
@@ -274,7 +318,4 @@ def replay_status(args: list[str], as_json: bool) -> int | None:
         return None
     if len(ids) != stamp.get("cells") or not _current(stamp, build_dir):
         return None
-    from ._status_view import UP_TO_DATE, CellStatus, show
-
-    show([CellStatus(cid, UP_TO_DATE) for cid in ids], [], stamp["build_dir"], as_json)
-    return 0
+    return ids, str(stamp["build_dir"])
