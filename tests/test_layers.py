@@ -295,7 +295,7 @@ MAX_FOLDER_MODULES = 12  # .py files, __init__.py included
 MAX_FOLDER_LINES = 2_500
 # Over MAX_MODULE_LINES today, each to be split by its owner (issue 18's rule; their owners' issues
 # are 24 for _tasks and _ledger, 21 for _remote). A module that gets under the limit must leave this set.
-KNOWN_LONG = {"pipeline/_tasks.py", "execution/_ledger.py", "store/_remote.py"}
+KNOWN_LONG = {"store/_remote.py"}
 
 
 def _lines(path: Path) -> int:

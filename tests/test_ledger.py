@@ -12,7 +12,7 @@ import pytest
 
 from rbln_build.colocation import expand_all
 from rbln_build.config import Cell, compose_settings
-from rbln_build.execution._ledger import INDEX_KIND, read_index
+from rbln_build.execution._index import INDEX_KIND, read_index
 from rbln_build.pipeline import BuildRun, survey
 from rbln_build.store import Store
 

@@ -9,20 +9,11 @@ checks, the parallel scheduler, the publish step and the summary of a build all 
 from one Ledger; ``rbln-build status`` and ``report`` read the same way (``read_only``: nothing
 damaged is removed).
 
-**Results index.** A cell's result lives in its record (``cache/results/<cell key>.json``, the
-ground truth, written by whichever process built the cell). Reading 10,000 small records costs more
-than everything else a no-op does, so after a run each compile key gets an index,
-``cache/index/<compile key>.json``: every cell result of that key in the run, each with its
-record's file fingerprint (size, mtime, ctime, inode, as the Store's entries keep for their files).
-The survey stats a record and takes the body from the index when the fingerprint matches; any
-rewrite of the record (ctime cannot be set from user space) sends it to the record itself. The index
-is self-hashed (a damaged one is ignored, never trusted) and only ever saves reads: without it, or
-for cells it does not cover, the records are read as before.
+The results index that saves reading 10,000 records is ``_index``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -35,30 +26,17 @@ from ..store import (
     CellResult,
     CompileOutcome,
     Store,
-    canonical_json,
     content_hash,
     file_stats,
     is_key,
     meta_hash,
-    result_hash,
-    write_atomic,
 )
+from ._index import fingerprint, read_index, read_record
 
 if TYPE_CHECKING:
     from ..config import Cell
 
-__all__ = [
-    "Ledger",
-    "CompileState",
-    "survey",
-    "entry_state",
-    "read_record",
-    "write_index",
-    "INDEX_KIND",
-]
-
-INDEX_KIND = "index"  # cache/index/<compile key>.json
-INDEX_MAGIC = b"rbln-build-index 1 sha256:"
+__all__ = ["Ledger", "CompileState", "survey", "entry_state"]
 
 
 @dataclass(frozen=True)
@@ -113,14 +91,6 @@ class Ledger:
         return [c for c in cells if c.id not in self.standing]
 
 
-def _fingerprint(path: str) -> list[int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
 # -- read-only views of the Store (Store.lookup/load_record remove what is damaged) ----------------
 
 
@@ -142,105 +112,6 @@ def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] 
     return ("ok", meta) if content_hash(files, meta) == recorded else ("damaged", None)
 
 
-def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
-    """A record's body if it is there and intact, read-only (Store.load_record removes a damaged one)."""
-    try:
-        record = json.loads(store.record_path(kind, key).read_bytes())
-        body = record["result"]
-        if record["key"] != key or record["content_hash"] != result_hash(body):
-            return None
-        return body  # type: ignore[no-any-return]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return None
-
-
-# -- the results index ------------------------------------------------------------------------------
-
-
-def _index_path(store: Store, key: str) -> str:
-    return os.path.join(store.root, INDEX_KIND, f"{key}.json")
-
-
-# The index is a table: per cell key, its record's fingerprint and its result's fields in FIELDS
-# order, where the fields that repeat across a key's cells (artifacts, the floor and full-pool
-# answers, error messages) are numbers into one list of distinct values. 10,000 cells parse in a
-# fraction of the time their full JSON bodies would take.
-FIELDS = tuple(f for f in CellResult.__dataclass_fields__ if f not in ("cell_key", "compile_key"))
-SHARED = frozenset(
-    (
-        "produced",
-        "budget_for_floor",
-        "budget_for_full_pool",
-        "warnings",
-        "artifact_key",
-        "artifact_hash",
-        "error",
-        "error_kind",
-    )
-)
-
-
-def read_index(store: Store, key: str) -> dict[str, tuple[list[int], dict[str, Any]]]:
-    """cell key -> (record fingerprint, result body) from the compile key's index; {} when there is
-    none or it does not verify (it is only a cache of the records)."""
-    if not is_key(key):
-        return {}
-    try:
-        with open(_index_path(store, key), "rb") as f:
-            data = f.read()
-    except OSError:
-        return {}
-    header, _, body = data.partition(b"\n")
-    if header != INDEX_MAGIC + hashlib.sha256(body).hexdigest().encode():
-        return {}
-    try:
-        index = json.loads(body)
-        if index["key"] != key or index["fields"] != list(FIELDS):
-            return {}
-        values = index["values"]
-        shared = [name in SHARED for name in FIELDS]
-        out = {}
-        for cell_key, (stat, row) in index["cells"].items():
-            result = {"cell_key": cell_key, "compile_key": key}
-            for name, is_shared, value in zip(FIELDS, shared, row, strict=True):
-                result[name] = values[value] if is_shared else value
-            out[cell_key] = (stat, result)
-        return out
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
-        return {}
-
-
-def write_index(store: Store, key: str, cells: dict[str, tuple[list[int], dict[str, Any]]]) -> bool:
-    """Write the compile key's index (cell key -> (record fingerprint, result body)). A failure to
-    write is no error: the index only saves reads. Returns whether it wrote."""
-    if not is_key(key):
-        return False
-    values: list[Any] = []
-    seen: dict[tuple[bool, Any], int] = {}
-
-    def ref(value: Any) -> int:
-        text = (True, value) if value is None or isinstance(value, str) else (False, canonical_json(value))
-        if text not in seen:
-            seen[text] = len(values)
-            values.append(value)
-        return seen[text]
-
-    rows = {}
-    for cell_key, (stat, result) in sorted(cells.items()):
-        if result.get("cell_key") != cell_key or result.get("compile_key") != key:
-            continue  # not this key's: never indexed under it
-        rows[cell_key] = [stat, [ref(result[name]) if name in SHARED else result[name] for name in FIELDS]]
-    body = canonical_json({"key": key, "fields": list(FIELDS), "values": values, "cells": rows}).encode("utf-8")
-    try:
-        write_atomic(
-            store.root / INDEX_KIND / f"{key}.json",
-            INDEX_MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body,
-        )
-    except OSError:
-        return False
-    return True
-
-
 # -- the survey -------------------------------------------------------------------------------------
 
 
@@ -256,7 +127,7 @@ def survey(store: Store, cells: list[Cell], read_only: bool = False) -> Ledger:
             ledger.indexed[ckey] = read_index(store, ckey)
         index = ledger.indexed.get(ckey, {}) if ckey is not None else {}
         path = os.path.join(records, f"{cell.cell_key}.json")
-        stat = _fingerprint(path)
+        stat = fingerprint(path)
         ledger.fingerprints[cell.cell_key] = stat
         body: Any = None
         if stat is not None:
@@ -364,37 +235,3 @@ def _compile_state(store: Store, key: str, read_only: bool) -> CompileState:
         except (TypeError, ValueError):
             failure = None
     return CompileState(state, failure=failure)
-
-
-def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
-    """After a run: write each compile key's index from its cells' records (the ones that stood, as
-    the survey read them; the ones redone, as recorded now). A key whose cells all stood, read from
-    its index as it is, is not rewritten (a no-op writes nothing). Returns how many it wrote."""
-    groups: dict[str, list[Cell]] = {}
-    for cell in cells:
-        if cell.compile_key is not None:
-            groups.setdefault(cell.compile_key, []).append(cell)
-    records = os.path.join(store.root, "results")
-    written = 0
-    for key, members in groups.items():
-        previous = ledger.indexed.get(key, {})
-        if len(previous) == len(members) and all(
-            c.id in ledger.standing and c.cell_key in ledger.from_index for c in members
-        ):
-            continue  # the index is exactly these cells, as they stand
-        entries: dict[str, tuple[list[int], dict[str, Any]]] = {}
-        for cell in members:
-            if cell.id in ledger.standing:
-                stat = ledger.fingerprints.get(cell.cell_key)
-                result = ledger.stored.get(cell.id)
-                if stat is not None and result is not None:
-                    entries[cell.cell_key] = (stat, result.to_json())
-                continue
-            # redone this run: index what its record holds now (the record stays the ground truth)
-            path = os.path.join(records, f"{cell.cell_key}.json")
-            stat = _fingerprint(path)
-            body = read_record(store, "results", cell.cell_key) if stat is not None else None
-            if body is not None and stat == _fingerprint(path):
-                entries[cell.cell_key] = (stat, body)  # type: ignore[assignment]
-        written += write_index(store, key, entries)
-    return written

@@ -1,6 +1,7 @@
 """The pipeline: cells -> compile -> resolve -> finalize -> manifest, run by doit.
 
-_tasks      the doit wiring (one place that turns cells into doit tasks)
+_tasks      BuildRun: one run over a list of cells (the ledger, the executors, doit, the outputs)
+_doit       the doit side: its configuration, the tasks' names and up-to-date checks
 _startup    what a run does first: leftovers cleaned, links rolled forward, doit's state checked
 _publish    artifact links and the manifest, written last
 _manifest   manifest.json and summary.json entries
@@ -18,11 +19,12 @@ from ..execution import Ledger, entry_state, read_record, survey
 from ..progress import failure_summary, warning_summary
 from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
+from ._doit import doit_config
 from ._manifest import entry_for
 from ._publish import ours
 from ._serving import command_for, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
-from ._tasks import BuildRun, dodo_namespace, doit_config
+from ._tasks import BuildRun, dodo_namespace
 
 __all__ = [
     "sweep_jobs",

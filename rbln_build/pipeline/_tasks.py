@@ -7,18 +7,11 @@ transformers.
 
 What is up to date is decided once per run, before any task, by one pass over the Store
 (``_ledger.survey``): each compile key's entry, each cell's stored result and each artifact entry
-is read and verified once. Every check below, the parallel scheduler, the manifest and the summary
+is read and verified once. Every up-to-date check, the parallel scheduler, the manifest and the summary
 take their answer from that Ledger. A sweep of 10,000 cells is 2 doit tasks per compile key, not
 10,000 tiny ones (doit's own bookkeeping per task would cost more than the cells).
 
-Up-to-date checks (doit ``uptodate``):
-
-* ``compile:<label>``: ``config_changed(compile key)`` and the key is done (the entry verifies, or
-  the key failed for good).
-* ``cells:<label>``: ``config_changed`` of the key's cells (their ids and cell keys) and every one of
-  them stands (a final stored result whose artifact verifies). When it runs, it redoes only the
-  cells that do not stand.
-* ``manifest``: always runs; it rewrites ``manifest.json`` only when its bytes change.
+The tasks and their up-to-date checks are made in ``_doit`` (``task_namespace``).
 
 The content-addressed Store is the ground truth; doit's state (``<build_dir>/.doit.sqlite3``, the
 sqlite3 backend) only saves the checks, so a damaged state file is moved aside with a warning and the
@@ -32,7 +25,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,7 +45,17 @@ from ..execution import (
     survey,
 )
 from ..progress import HISTORY_FILE, doit_reporter, make_progress
-from ..store import DOWN_MARKER, LOCK_FILE, CellResult, CompileOutcome, Store, digest, is_key, once_key
+from ..store import DOWN_MARKER, LOCK_FILE, CellResult, CompileOutcome, Store, is_key, once_key
+from ._doit import (
+    NO_COMPILE,
+    TracebackTrap,
+    compile_label,
+    display_label,
+    doit_config,
+    doit_said,
+    group_label,
+    task_namespace,
+)
 from ._manifest import entry_for, summarize
 from ._publish import (
     ARTIFACTS_DIR,
@@ -65,28 +68,6 @@ from ._publish import (
 from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
-
-
-def doit_config(build_dir: Path) -> dict[str, Any]:
-    return {
-        "dep_file": str(build_dir / STATE_FILE),
-        "backend": "sqlite3",
-        "verbosity": 2,  # actions print their own progress lines
-        "reporter": "error-only",
-    }
-
-
-def compile_label(cell: Cell) -> str:
-    assert cell.compile_key is not None
-    return f"{cell.recipe.name}.{cell.npu.family}.x{cell.device.num_devices}.{cell.compile_key[:12]}"
-
-
-NO_COMPILE = "-"  # the group of the cells whose options are invalid (no compile key)
-
-
-def group_label(key: str, cells: list[Cell]) -> str:
-    """The ``cells:`` task of a compile key's cells (the cells with invalid options: ``invalid-options``)."""
-    return "invalid-options" if key == NO_COMPILE else compile_label(cells[0])
 
 
 class BuildRun:
@@ -156,7 +137,7 @@ class BuildRun:
         return self._ledger
 
     def _reporter(self) -> type:
-        labels = {compile_label(c): _label(c) for c in self.compiles.values()}
+        labels = {compile_label(c): display_label(c) for c in self.compiles.values()}
         groups = {group_label(key, cells): [c.id for c in cells] for key, cells in self.groups.items()}
         return doit_reporter(
             self.display, labels, lambda: None if self.parallel is None else self.parallel.shown, groups
@@ -166,44 +147,7 @@ class BuildRun:
 
     def namespace(self) -> dict[str, Any]:
         """A dodo-like namespace for doit's ModuleTaskLoader (also what dodo.py exports)."""
-        from doit.tools import config_changed
-
-        ns: dict[str, Any] = {"DOIT_CONFIG": {**doit_config(self.build_dir), "reporter": self._reporter()}}
-
-        if self.compiles:
-
-            def task_compile() -> Iterator[dict[str, Any]]:
-                """Compile each compile key once (the baseline and its AllocationReport)."""
-                for key, cell in self.compiles.items():
-                    yield {
-                        "name": compile_label(cell),
-                        "doc": f"compile {cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices}",
-                        "actions": [(self._compile, [key])],
-                        "uptodate": [config_changed(key), (self._compile_stands, [key])],
-                        "verbosity": 2,
-                    }
-
-            ns["task_compile"] = task_compile
-
-        def task_cells() -> Iterator[dict[str, Any]]:
-            """Resolve the kvcache_num_blocks of a compile key's cells and finalize their artifacts."""
-            for key, cells in self.groups.items():
-                yield {
-                    "name": group_label(key, cells),
-                    "doc": f"{len(cells)} cell(s) of {group_label(key, cells)}",
-                    "actions": [(self._group, [key])],
-                    "task_dep": [] if key == NO_COMPILE else [f"compile:{compile_label(cells[0])}"],
-                    "uptodate": [config_changed(_cells_digest(cells)), (self._group_stands, [key])],
-                    "verbosity": 2,
-                }
-
-        def task_manifest() -> dict[str, Any]:
-            """Write manifest.json with one entry per cell, then the artifacts/ links."""
-            return {"actions": [self._publish], "task_dep": ["cells"], "uptodate": [False], "verbosity": 2}
-
-        ns["task_cells"] = task_cells
-        ns["task_manifest"] = task_manifest
-        return ns
+        return task_namespace(self)
 
     def _compile(self, key: str) -> None:
         done = None if self.parallel is None else self.parallel.compile_results.get(key)
@@ -213,7 +157,7 @@ class BuildRun:
             return
         cell = self.compiles[key]
         assert cell.spec is not None
-        label = _label(cell)
+        label = display_label(cell)
         if self.ledger.compile_done(key):  # in the Store already (doit's state did not know): counted as done
             self.display.compile_cached(label)
             return
@@ -314,7 +258,7 @@ class BuildRun:
         self.build_dir.mkdir(parents=True, exist_ok=True)
         scope_inventory_cache(self.build_dir)
         self.prepare()
-        self.display.plan([_label(c) for c in self.compiles.values()], len(self.cells))
+        self.display.plan([display_label(c) for c in self.compiles.values()], len(self.cells))
         (self.build_dir / "cache" / DOWN_MARKER).unlink(missing_ok=True)  # this run asks the remote afresh
         self.store = self.ref.open(self._warn)
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
@@ -322,7 +266,7 @@ class BuildRun:
             self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
         # doit prints a traceback when it cannot run (e.g. its state DB on a full disk): that one write
         # goes to logs/ as a warning; everything else written to stderr streams through as it comes.
-        stream = _TracebackTrap(sys.stderr)
+        stream = TracebackTrap(sys.stderr)
         try:
             self.parallel = Parallel(
                 self.store,
@@ -331,7 +275,7 @@ class BuildRun:
                 self.compiles,
                 self.cells,
                 self.display,
-                _label,
+                display_label,
                 self._warn,
                 ledger=self.ledger,
             )
@@ -341,7 +285,7 @@ class BuildRun:
         finally:
             self.display.close()
         for text in stream.trapped:
-            self._doit_said(text)
+            self._warn(doit_said(self.build_dir / LOG_DIR, text))
         self._upload_missing()
         return code
 
@@ -364,18 +308,6 @@ class BuildRun:
         if count:
             self.display.warn(f"uploaded {count} cache entr{'y' if count == 1 else 'ies'} the remote cache lacked")
 
-    def _doit_said(self, text: str) -> None:
-        """A traceback doit printed: to ``logs/``, and one warning naming the file."""
-        last = [ln for ln in text.splitlines() if ln.strip()][-1]
-        log = self.build_dir / LOG_DIR / f"doit-{os.getpid()}.txt"
-        try:
-            log.parent.mkdir(exist_ok=True)
-            log.write_text(text, encoding="utf-8")
-            where = f"; details in {log}"
-        except OSError:
-            where = ""
-        self._warn(f"doit stopped before running every task: {last}{where}")
-
     def prepare(self) -> None:
         """Before any task (holding the lock): the run's start-up (_startup)."""
         start_run(self.build_dir, self.store, self.display.warn, self._warn, self.cache_dir)
@@ -391,34 +323,6 @@ class BuildRun:
         except OSError as exc:
             self.output_error = self.output_error or f"{SUMMARY_FILE}: {exc}"
             return summarize(entries, len(self.compiled), self.redone)
-
-
-class _TracebackTrap:
-    """A stderr that keeps each write that is a whole traceback (doit writes one in a single call)
-    and passes everything else through to ``real`` at once."""
-
-    def __init__(self, real: TextIO) -> None:
-        self.real = real
-        self.trapped: list[str] = []
-
-    def write(self, text: str) -> int:
-        if text.startswith("Traceback (most recent call last)"):
-            self.trapped.append(text)
-            return len(text)
-        return self.real.write(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-
-def _label(cell: Cell) -> str:
-    """A compile as the progress display names it (and matches it with earlier similar compiles)."""
-    return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
-
-
-def _cells_digest(cells: list[Cell]) -> str:
-    """What a ``cells:`` task's doit state remembers: its cells' ids and keys."""
-    return digest([[c.id, c.cell_key] for c in cells])
 
 
 def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
