@@ -5,7 +5,9 @@ project folder (its recipes, its plug-in backend, the build folders) and the che
 driver builds a project recipe made by ``rbln-build recipe add`` from a local checkpoint, plus the
 project's seeded recipe, with a plug-in backend that lives only in the project, on that cluster
 with a file:// remote cache: the manifest equals a local jobs=1 build's byte for byte, the worker's
-entries are in the remote, and the checkpoint's weights went there once, by their sha256."""
+entries are in the remote, and the checkpoint's weights went there once, by their sha256. Built
+again without a remote (the weights and the entries then travel through Ray's object store), the
+manifest is the same."""
 
 from __future__ import annotations
 
@@ -171,19 +173,15 @@ def test_a_worker_node_that_cannot_see_the_project_or_checkpoint_builds_the_loca
     assert sorted(listing) == sorted([f"{project['root']}:", f"{project['checkpoint']}:"])  # both empty there
     remote = base / "remote"
     env = {"PYTHONPATH": os.pathsep.join([str(root / "plugins"), os.environ.get("PYTHONPATH", "")])}
-    proc = rbln(
-        [
-            "progress=false",
-            "build_dir=build-ray",
-            "matrix.backend=project_backend:ProjectBackend",
-            "executor=ray",
-            f"executor.address={cluster['address']}",
-            f"cache.remote=file://{remote}",
-        ],
-        cwd=root,
-        env={**_env(Path(str(cluster["home"]))), **env},  # the driver finds the token in ~/.ray/auth_token
-        timeout=900,
-    )
+    args = [
+        "progress=false",
+        "matrix.backend=project_backend:ProjectBackend",
+        "executor=ray",
+        f"executor.address={cluster['address']}",
+        f"cache.remote=file://{remote}",
+    ]
+    env = {**_env(Path(str(cluster["home"]))), **env}  # the driver finds the token in ~/.ray/auth_token
+    proc = rbln([*args, "build_dir=build-ray"], cwd=root, env=env, timeout=900)
     check_ok(proc)
     out = root / "build-ray"
     assert summary(out)["compiled"] == 2 and proc.stderr.count(": program (worker ") == 2
@@ -194,3 +192,10 @@ def test_a_worker_node_that_cannot_see_the_project_or_checkpoint_builds_the_loca
     assert len(keys) == 2 and keys == {p.name for p in (remote / "compile").iterdir()}  # the worker's entries
     weights = (project["checkpoint"] / "model.safetensors").read_bytes()
     assert [p.name for p in (remote / "inputs").iterdir()] == [hashlib.sha256(weights).hexdigest()]
+
+    # No remote cache: the weights go through Ray's object store, the entries come back the same way
+    proc = rbln([*args[:-1], "build_dir=build-no-remote"], cwd=root, env=env, timeout=900)
+    check_ok(proc)
+    out = root / "build-no-remote"
+    assert summary(out)["compiled"] == 2 and proc.stderr.count(": program (worker ") == 2
+    assert (out / "manifest.json").read_bytes() == (project["local"] / "manifest.json").read_bytes()
