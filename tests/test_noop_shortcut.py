@@ -246,3 +246,13 @@ def test_report_answers_from_its_stamp_until_something_it_read_or_wrote_changes(
     sorted((project / "build" / "cache" / "results").iterdir())[0].unlink()
     assert cli(project, "progress=false").code == 0
     assert cli(project, "report").path == "full" and page.read_bytes() == html
+
+
+def test_a_stamp_folder_linked_out_of_the_build_dir_is_never_used(project: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (project / "build" / ".noop").symlink_to(outside)
+    first = cli(project, "progress=false")
+    second = cli(project, "progress=false")
+    assert first.code == second.code == 0 and (first.path, second.path) == ("full", "full")
+    assert list(outside.iterdir()) == []  # nothing written through the link

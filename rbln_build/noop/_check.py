@@ -211,6 +211,8 @@ def _load(args: list[str]) -> tuple[dict[str, Any], Path] | None:
 def _read(build_dir: Path, name: str, key: str, root: str | None) -> tuple[dict[str, Any], Path] | None:
     path = build_dir / STAMP_DIR / f"{name}.json"
     try:
+        if os.path.islink(path.parent) or os.path.islink(path):
+            return None  # a stamp is only ever our own file in the build dir
         stamp = json.loads(path.read_bytes())
         if stamp.get("v") != VERSION or stamp.get("key") != key or stamp.get("root") != root:
             return None

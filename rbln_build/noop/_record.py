@@ -119,6 +119,8 @@ class Recording:
                 return False
             folder = self.build_dir / STAMP_DIR
             folder.mkdir(exist_ok=True)
+            if folder.is_symlink() or not folder.is_dir():
+                return False  # never written through a link out of the build dir
             stamp = {
                 "v": VERSION,
                 "key": self.key,
