@@ -104,7 +104,10 @@ def test_under_a_pseudo_terminal_the_live_display_appears(tmp_path: Path) -> Non
     assert "\r\x1b[2K" in first  # the status line is redrawn in place
     assert "[----------]   0% | compiles 0/2 | cells 0/3 | 0s elapsed" in first
     # counts, percentage and times first; the running compile: its number, its time, then its label
-    assert re.search(r"0% \| compiles 0/2 \| cells 0/3 \| [12]s elapsed \| running #1 1s tiny_llama for RBLN-CA", first)
+    # (which second each redraw lands on depends on the machine's load: any second counts)
+    assert re.search(
+        r"0% \| compiles 0/2 \| cells 0/3 \| \d+s elapsed \| running #1 \d+s tiny_llama for RBLN-CA", first
+    )
     assert f"[compile 1/2] {LABEL}: program in 1.3s\r\n" in first  # finished compiles stay as lines
     assert "[cell 2/3] tiny_qwen3.atom_max_x4.b0.3: FAILED (insufficient_memory) red\r\n" in first
     assert "warning: a warning with a tab\r\n" in first

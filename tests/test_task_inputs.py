@@ -75,6 +75,28 @@ def test_a_worker_compiles_from_the_content_after_the_driver_folders_are_gone(tm
             assert (local.recipe.weights_path / name).read_bytes() == data
 
 
+def test_the_rbln_backends_compile_folder_reads_only_the_workers_copy(tmp_path: Path) -> None:
+    """optimum-rbln compiles from a folder of links (backends/_rbln.py): on a worker they point into
+    the worker's materialized inputs, never at the driver's recipe or checkpoint."""
+    from rbln_build.backends._rbln import _checkpoint_dir
+
+    driver = tmp_path / "driver"
+    spec = _spec(_project(driver))
+    remote = tmp_path / "remote"
+    inputs = InputPacker(StoreRef(str(tmp_path / "cache"), f"file://{remote}"), ray=None).pack(spec, "rbln")
+    shutil.move(str(driver), str(tmp_path / "moved-away"))
+    work = tmp_path / "work"
+    local = materialize(inputs, spec, work, RemoteStore(tmp_path / "worker-cache", f"file://{remote}"))
+    folder = tmp_path / "compile-from"
+    folder.mkdir()
+    _checkpoint_dir(local, folder)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
+    for p in folder.iterdir():
+        assert p.resolve().is_relative_to(work) or not p.is_symlink(), p
+        assert p.read_bytes()  # every link resolves
+
+
 def test_the_digests_are_the_ones_load_recipe_computes(tmp_path: Path) -> None:
     recipe = load_recipe("ck", _project(tmp_path))
     files = {n: (recipe.directory / n).read_bytes() for n in ("recipe.yaml", "config.json")}
