@@ -1,10 +1,14 @@
 """``rbln-build gc --remote MANIFEST...`` on a real S3 API server on 127.0.0.1 (moto's server mode):
 it leaves exactly the pointers the given manifest references and the blobs they name; orphans and
-stale temporaries go; ``--dry-run`` removes nothing; what stays still serves a build."""
+stale temporaries go; ``--dry-run`` removes nothing; what stays still serves a build. Compile inputs
+(``inputs/<sha256>``) older than ``--min-age`` go too, under their own heading; anything else in
+``inputs/`` stays (fast test on a ``file://`` remote, in-process)."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +16,9 @@ import pytest
 from test_cli import PLANS, check_ok, rbln, summary
 from test_remote import s3  # noqa: F401  (the moto server fixture)
 
+from rbln_build.commands._gc_remote import main as gc_remote
 from rbln_build.execution._stages import artifact_key_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 URL = "s3://rbln-cache/gc"
 BASE = "rbln-cache/gc"
 
@@ -26,6 +30,8 @@ def names(fs: Any, folder: str) -> set[str]:
         return set()
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_gc_remote_leaves_exactly_what_the_manifest_references(
     tmp_path: Path,
     s3: tuple[dict[str, str], Any, Any],  # noqa: F811
@@ -42,12 +48,16 @@ def test_gc_remote_leaves_exactly_what_the_manifest_references(
     orphan = "0" * 64
     fs.pipe_file(f"{BASE}/blobs/{orphan}", b"a blob no pointer names")
     fs.pipe_file(f"{BASE}/tmp/stale-upload", b"left by a killed upload")
-    before = {k: names(fs, k) for k in ("compile", "artifacts", "blobs", "tmp")}
+    weights = "9" * 64
+    fs.pipe_file(f"{BASE}/inputs/{weights}", b"a compile input")
+    fs.pipe_file(f"{BASE}/inputs/readme", b"not ours")
+    before = {k: names(fs, k) for k in ("compile", "artifacts", "blobs", "tmp", "inputs")}
 
     dry = rbln(["gc", "--remote", "--dry-run", "--min-age=0", str(part / "manifest.json"), f"cache.remote={URL}"],
                cwd=tmp_path, env=env)  # fmt: skip
     check_ok(dry)
     assert "would remove" in dry.stdout and "dry run: nothing removed" in dry.stdout
+    assert f"would remove input     inputs/{weights}  (15 bytes)" in dry.stdout
     assert {k: names(fs, k) for k in before} == before
 
     young = rbln(["gc", "--remote", str(part / "manifest.json"), f"cache.remote={URL}"], cwd=tmp_path, env=env)
@@ -74,9 +84,13 @@ def test_gc_remote_leaves_exactly_what_the_manifest_references(
     }
     assert names(fs, "blobs") == pointed
     assert names(fs, "tmp") == set()
+    assert names(fs, "inputs") == {"readme"}  # the old compile input went; the name that is not ours stayed
+    assert report["inputs"]["removed"] == [{"path": f"inputs/{weights}", "bytes": 15}]
+    assert "inputs/readme is not a name rbln-build makes; left alone" in report["notes"]
     removed = {r["path"] for r in report["removed"]}
     assert f"blobs/{orphan}" in removed and "tmp/stale-upload" in removed
     assert removed == {f"{k}/{n}" for k in ("compile", "artifacts", "blobs", "tmp") for n in before[k] - names(fs, k)}
+    assert f"inputs/{weights}" not in removed  # listed under its own heading, not with the entries
 
     again = rbln([*PLANS, "device=rebel100", "jobs=1", f"build_dir={tmp_path / 'again'}", f"cache.remote={URL}"],
                  cwd=tmp_path, env=env)  # fmt: skip
@@ -85,7 +99,63 @@ def test_gc_remote_leaves_exactly_what_the_manifest_references(
     assert (tmp_path / "again" / "manifest.json").read_bytes() == (part / "manifest.json").read_bytes()
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_gc_remote_refuses_without_a_manifest(tmp_path: Path) -> None:
     proc = rbln(["gc", "--remote", f"cache.remote=file://{tmp_path / 'r'}"], cwd=tmp_path)
     check_ok(proc, 2)
     assert "give the manifests whose entries to keep" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+def test_gc_remote_removes_old_compile_inputs_and_nothing_else_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("fsspec", reason="fsspec is not installed: pip install 'rbln-build[remote]'")
+    remote = tmp_path / "remote"
+    key, blob, old_in, young_in = "1" * 64, "2" * 64, "3" * 64, "4" * 64
+    files = {
+        f"compile/{key}": json.dumps({"blob": blob}).encode(),
+        f"blobs/{blob}": b"the referenced entry",
+        f"inputs/{old_in}": b"weights a build uploaded two hours ago",
+        f"inputs/{young_in}": b"weights a running build uploaded just now",
+        "inputs/notes.txt": b"someone else's file",
+        f"inputs/{'A' * 64}": b"upper case: not a name publish_input makes",
+        f"inputs/{'5' * 64}/inside": b"a folder named like a digest",
+    }
+    for rel, data in files.items():
+        (remote / rel).parent.mkdir(parents=True, exist_ok=True)
+        (remote / rel).write_bytes(data)
+    two_hours_ago = time.time() - 7200
+    for rel in files:
+        if rel != f"inputs/{young_in}":
+            os.utime(remote / rel, (two_hours_ago, two_hours_ago))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"cells": {"c": {"compile_key": key, "artifact": None}}}))
+    monkeypatch.chdir(tmp_path)
+    args = [str(manifest), f"cache.remote=file://{remote}"]
+    before = _tree(remote)
+
+    assert gc_remote(["--dry-run", *args]) == 0
+    out, err = capsys.readouterr()
+    assert _tree(remote) == before
+    assert f"would remove input     inputs/{old_in}  (38 bytes)" in out
+    assert "would remove 1 input: 38 bytes (dry run: nothing removed); kept 1 younger than 3600s." in out
+    assert "would remove nothing: 0 bytes" in out  # the entries: the manifest references both
+    assert "note: inputs/notes.txt is not a name rbln-build makes; left alone" in err
+    assert f"note: inputs/{'A' * 64} is not a name rbln-build makes; left alone" in err
+    assert f"note: inputs/{'5' * 64} is a folder; left alone" in err
+
+    assert gc_remote(["--json", *args]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["inputs"] == {"bytes": 38, "young": 1, "removed": [{"path": f"inputs/{old_in}", "bytes": 38}]}
+    assert report["removed"] == [] and report["bytes"] == 38
+    assert report["kept"] == {"compile": 1, "artifacts": 0, "blobs": 1}
+    assert _tree(remote) == {k: v for k, v in before.items() if k != f"inputs/{old_in}"}
+
+    assert gc_remote(["--min-age=0", *args]) == 0  # no build running: every compile input goes
+    assert f"removed input     inputs/{young_in}" in capsys.readouterr().out
+    assert _tree(remote) == {k: v for k, v in before.items() if k not in (f"inputs/{old_in}", f"inputs/{young_in}")}

@@ -8,12 +8,16 @@ Cleans the remote cache (``cache.remote``, with its ``cache.*`` options, from th
 * removed: every other pointer, every blob no kept pointer names (orphans: a replaced or lost
   pointer's blob), and every temporary under ``tmp/``;
 * anything modified less than ``--min-age`` seconds ago (default 3600) is kept and counted as young:
-  a build uploading right now publishes its blob before its pointer, and its temporaries are in use.
+  a build uploading right now publishes its blob before its pointer, and its temporaries are in use;
+* compile inputs (``inputs/<sha256>``: weight files a Ray build put there for its workers) are needed
+  only while a build runs (the next build uploads what is absent): each one older than ``--min-age``
+  is removed, and reported under its own heading (``inputs`` in ``--json``).
 
 Pointers go before blobs, so a reader never finds a kept pointer without its blob. Nothing is
 removed without at least one manifest (a gc that keeps nothing is refused), and a manifest that
-cannot be read stops gc before anything is removed. Names that are not ours (not a key or a digest)
-are reported and left alone. ``--dry-run`` reports the same and removes nothing.
+cannot be read stops gc before anything is removed. Names that are not ours (not a key or a digest;
+in ``inputs/``, anything but a file named by a sha256) are reported and left alone. ``--dry-run``
+reports the same and removes nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..store import bounded, is_key, open_filesystem
+from ..store import INPUTS_DIR, bounded, is_key, open_filesystem
 
 __all__ = ["RemotePlan", "referenced", "plan_remote_gc", "main"]
 
@@ -41,6 +45,8 @@ class RemotePlan:
     kept: dict[str, int] = field(default_factory=dict)  # kind -> how many stay
     young: int = 0  # newer than --min-age: kept
     notes: list[str] = field(default_factory=list)
+    inputs: list[tuple[str, int]] = field(default_factory=list)  # (path under the base, bytes): removed
+    inputs_young: int = 0  # compile inputs newer than --min-age: kept
 
 
 def referenced(manifests: list[Path]) -> dict[str, set[str]]:
@@ -84,11 +90,24 @@ def _age(info: dict[str, Any], now: float) -> float:
         return float("inf")  # no time known: old enough
 
 
-def _listing(fs: Any, folder: str, timeout: float) -> list[dict[str, Any]]:
+def _listing(fs: Any, folder: str, timeout: float, folders: bool = False) -> list[dict[str, Any]]:
     try:
-        return [i for i in bounded(timeout, fs.ls, folder, detail=True) if i.get("type") != "directory"]
+        return [i for i in bounded(timeout, fs.ls, folder, detail=True) if folders or i.get("type") != "directory"]
     except FileNotFoundError:
         return []
+
+
+def _plan_inputs(plan: RemotePlan, fs: Any, base: str, min_age: float, now: float, timeout: float) -> None:
+    """Compile inputs older than ``min_age``: only files named by a sha256 (what ``publish_input`` makes)."""
+    for info in _listing(fs, f"{base}/{INPUTS_DIR}", timeout, folders=True):
+        name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+        if info.get("type") != "file" or not _is_digest(name):
+            what = "a folder" if info.get("type") == "directory" else "not a name rbln-build makes"
+            plan.notes.append(f"{INPUTS_DIR}/{name} is {what}; left alone")
+        elif _age(info, now) < min_age:
+            plan.inputs_young += 1
+        else:
+            plan.inputs.append((f"{INPUTS_DIR}/{name}", int(info.get("size") or 0)))
 
 
 def plan_remote_gc(fs: Any, base: str, keep: dict[str, set[str]], min_age: float, timeout: float) -> RemotePlan:
@@ -131,6 +150,7 @@ def plan_remote_gc(fs: Any, base: str, keep: dict[str, set[str]], min_age: float
             plan.young += 1
         else:
             plan.remove.append(("tmp", f"tmp/{name}", int(info.get("size") or 0)))
+    _plan_inputs(plan, fs, base, min_age, now, timeout)
     return plan
 
 
@@ -187,7 +207,8 @@ def main(argv: list[str]) -> int:
         plan = plan_remote_gc(fs, base, keep, min_age, timeout)
         if not dry:
             # pointers first: a kept pointer never names a removed blob, a reader never half-finds one
-            for _kind, rel, _n in sorted(plan.remove, key=lambda r: r[0] in ("blob", "tmp")):
+            removals = [rel for _k, rel, _n in sorted(plan.remove, key=lambda r: r[0] in ("blob", "tmp"))]
+            for rel in removals + [rel for rel, _n in plan.inputs]:
                 try:
                     bounded(timeout, fs.rm_file, f"{base}/{rel}")
                 except FileNotFoundError:
@@ -196,17 +217,23 @@ def main(argv: list[str]) -> int:
         print(f"rbln-build gc: cache.remote: {scale.remote} failed ({type(exc).__name__}: {exc}); run it again.")
         return 1
     freed = sum(n for _k, _r, n in plan.remove)
+    inputs_freed = sum(n for _r, n in plan.inputs)
     if as_json:
         print(
             json.dumps(
                 {
                     "dry_run": dry,
                     "remote": scale.remote,
-                    "bytes": freed,
+                    "bytes": freed + inputs_freed,
                     "kept": plan.kept,
                     "young": plan.young,
                     "notes": plan.notes,
                     "removed": [{"kind": k, "path": r, "bytes": n} for k, r, n in plan.remove],
+                    "inputs": {
+                        "bytes": inputs_freed,
+                        "young": plan.inputs_young,
+                        "removed": [{"path": r, "bytes": n} for r, n in plan.inputs],
+                    },
                 },
                 indent=2,
                 sort_keys=True,
@@ -226,5 +253,12 @@ def main(argv: list[str]) -> int:
     print(
         f"{verb} {summary}: {freed:,} bytes{' (dry run: nothing removed)' if dry else ' freed'} in {scale.remote}; "
         f"kept {kept} ({plan.young} younger than {min_age:g}s)."
+    )
+    print(f"compile inputs ({INPUTS_DIR}/: weight files for Ray workers, needed only while a build runs):")
+    for rel, n in plan.inputs:
+        print(f"{verb} input     {rel}  ({n:,} bytes)")
+    print(
+        f"{verb} {len(plan.inputs)} input: {inputs_freed:,} bytes{' (dry run: nothing removed)' if dry else ' freed'}; "
+        f"kept {plan.inputs_young} younger than {min_age:g}s."
     )
     return 0

@@ -7,8 +7,8 @@ of that name and size is the same file and is not uploaded again; one of another
 upload) is replaced. Uploads go through ``tmp/`` and are then moved into place, as entries are
 (``_remote``). A fetched file is checked against its name (sha256 and size) before anything reads it.
 
-``rbln-build gc --remote`` leaves ``inputs/`` alone (no manifest names weights); a team removes it
-with the remote's own tools when no build is running.
+A build needs its inputs only while it runs: ``rbln-build gc --remote`` removes each one older than
+``--min-age`` (``commands/_gc_remote.py``; only files named by a sha256).
 """
 
 from __future__ import annotations
