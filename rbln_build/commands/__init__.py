@@ -4,14 +4,13 @@ _main     dispatch, --help, --version, unknown commands, and the one error bound
 _build    the build (the default command): compose with Hydra, run the pipeline, print the table
 _table    the build's table (summary or every cell)
 _help     the build's help (this project's config groups and the overrides)
-_status   status (_status_view: what it prints);  _gc: gc (_gc_remote: gc of cache.remote)
-_noop     the no-op short cut: a build whose inputs and outputs are as a no-op left them replays
-          its answer (_noop_record: the stamp it reads)
+_status   status;  _gc: gc (_gc_remote: gc of cache.remote)
+_report   report: the reporting layer's command, answered by the no-op short cut when it can
 _guard    Hydra's errors condensed to one line, internal errors logged, a sweep's deferred files
 
 Other commands live with what they work on: ``rbln_build.inspection`` (explain, plan,
 serve-command, diff, estimate), ``rbln_build.scaffold`` (init, recipe add), ``rbln_build.release``
-(release, verify), ``rbln_build.reporting`` (report).
+(release, verify). The no-op short cut the build, status and report use is ``rbln_build.noop``.
 """
 
 from __future__ import annotations

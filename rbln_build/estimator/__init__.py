@@ -4,6 +4,7 @@ Layers, each importing only the ones above it (data flows one way: the pool comp
 once, the search reads them, the breakdown reads the search, the estimate reads all three)::
 
     _units       MiB, GiB, the 2 MiB alignment: the one definition of each
+    _limits      what input is accepted: the identifier rule and the upper bound of every count
     _npu         NPU targets (device DRAM, chiplets, reserves) and their aliases
     _budget      memory_budget forms: parsed, checked and printed in one place
     _attention   attention options resolved as optimum-rbln 0.12.0 resolves them

@@ -1,11 +1,14 @@
 """How a cell's work runs: the pure stages, the run's view of what is done, and the executors.
 
 _stages     the pure stages over the Store (compile_once, resolve, finalize, build_cell, reusable)
-_ledger     the single pass over the Store that decides what is up to date (and the results index)
+_ledger     the single pass over the Store that decides what is up to date
+_index      a cell's record read without changing the Store; each compile key's results index
 _jobs       the picklable jobs a worker runs (a process here or a Ray task) and what they report
 _executors  Parallel: compiles (and cells) scheduled ahead of doit, on the chosen executor
 _workers    worker processes on this machine (LocalPool) and in-process cells (InlineCells)
 _ray        compile keys as Ray tasks;  _ray_setup: temp dir, token auth, the workers' environment
+_task_inputs     what a Ray compile task reads, carried by content (no driver paths)
+_input_digests   the digests a compile key holds for a recipe and a checkpoint, recomputed from bytes
 
 The pipeline (``rbln_build.pipeline``) wires these into doit; nothing here knows doit.
 """

@@ -3,7 +3,7 @@
     _data      read a build directory: manifest.json and each compile entry's AllocationReport
     _compose   the figures of one compile (the report's pair, explain's picture)
     _grid      the matrix grid section;  _compare: report --compare;  _changes: manifest changes
-    _page      the self-contained index.html
+    _page      the self-contained index.html;  _html: the small HTML pieces its sections share
     _plot      ``explain --plot FILE``
     _cli       ``rbln-build report [build_dir=PATH] [--open]``
 
