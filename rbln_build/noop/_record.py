@@ -43,10 +43,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     try:
         path = args[0]
+        if hasattr(path, "__fspath__"):  # pathlib opens and lists with the Path itself
+            path = os.fspath(path)
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if not isinstance(path, str):
-            return
+            return  # a file descriptor
         if event == "open":
             mode, flags = args[1], args[2]
             if flags & (os.O_WRONLY | os.O_RDWR) if mode is None else any(c in mode for c in "wax+"):
