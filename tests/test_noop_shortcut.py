@@ -154,6 +154,8 @@ def _damage(build: Path, what: str) -> None:
         sorted((build / "artifacts").iterdir())[0].unlink()
     elif what == "doit state deleted":
         (build / ".doit.sqlite3").unlink()
+    elif what == "a killed run's leftover":
+        (build / ".tmp-summary.json-99999").write_text("{")
     else:
         raise AssertionError(what)
 
@@ -170,6 +172,7 @@ def _damage(build: Path, what: str) -> None:
         "summary deleted",
         "link deleted",
         "doit state deleted",
+        "a killed run's leftover",
     ],
 )
 def test_a_damaged_output_takes_the_full_path(project: Path, what: str) -> None:
@@ -184,6 +187,7 @@ def test_a_damaged_output_takes_the_full_path(project: Path, what: str) -> None:
     assert summary["failed"] == 0 and summary["cells"] == 2
     status = cli(project, "status", "progress=false")
     assert status.code == 0, status.stdout
+    assert not list((project / "build").glob(".tmp-*"))  # the full path cleaned what a killed run left
 
 
 def test_a_changed_input_takes_the_full_path_and_a_touched_one_does_not(project: Path) -> None:

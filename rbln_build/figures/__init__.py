@@ -4,6 +4,7 @@ _curve      the exact blocks-vs-budget step curve and the per-chiplet DRAM stack
 _figures    matplotlib (Agg) figures, byte-identical from run to run; the curve
 _bars       the DRAM bars per chiplet and the matrix grid as a picture
 _figcache   figures drawn once and reused (``<build_dir>/report/.figures``)
+_palette    the colors and glyphs per outcome and memory part (no matplotlib)
 
 Imports only ``rbln_build.estimator`` and ``rbln_build.errors``. matplotlib is an optional extra
 (``report``): the drawing names (from ``_figures`` and ``_bars``) are loaded on first use, so
@@ -18,13 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._curve import STACK_PARTS, BlocksCurve, ChipletStack, blocks_curve, dram_stacks, request_for
 from ._figcache import FIGURES_DIR, FigureCache
+from ._palette import GRID_COLORS, OUTCOME_COLORS, OUTCOME_GLYPHS
 
 if TYPE_CHECKING:
     from ._bars import DramCase, dram_figure, draw_dram, grid_figure
     from ._figures import (
-        GRID_COLORS,
-        OUTCOME_COLORS,
-        OUTCOME_GLYPHS,
         MissingExtra,
         Point,
         curve_figure,
@@ -41,9 +40,6 @@ _DRAWING = {
     **dict.fromkeys(["DramCase", "draw_dram", "dram_figure", "grid_figure"], "_bars"),
     **dict.fromkeys(
         [
-            "GRID_COLORS",
-            "OUTCOME_COLORS",
-            "OUTCOME_GLYPHS",
             "MissingExtra",
             "Point",
             "curve_figure",

@@ -12,9 +12,10 @@ written) records a stamp, ``<build_dir>/.noop/<key>.json`` (``_record``):
   same bytes still matches), the rbln_build package, every other module the run imported, each
   ``sys.path`` folder's listing (an installed or upgraded package changes it), each local
   checkpoint's files, and every other file the run opened for reading (an audit hook);
-* ``outputs``: one digest over the fingerprints of the manifest, ``summary.json``, ``results.txt``,
-  doit's state file, the ``artifacts/`` folder (a link added, removed or replaced changes it) and
-  every file and folder of the cache (a record or entry deleted, rewritten or damaged changes it);
+* ``outputs``: one digest over the fingerprints of the build directory itself (its listing: a killed
+  run's leftovers, ``.publishing``), the manifest, ``summary.json``, ``results.txt``, doit's state
+  file, the ``artifacts/`` folder (a link added, removed or replaced changes it) and every file and
+  folder of the cache (a record or entry deleted, rewritten or damaged changes it);
 * what the run printed, in order, stdout and stderr, and its exit status.
 
 A later run with the same key checks, under the build lock, that every input still matches (its
@@ -174,7 +175,7 @@ def outputs_digest(build_dir: Path, also: tuple[str, ...] = ()) -> str:
     no-op's answer depends on and of every file and folder under its cache (see the docstring), and
     under each folder of ``also`` (``report``: the report's own files)."""
     out: list[str] = []
-    for name in (*_TOP, _STORE, *also):
+    for name in (".", *_TOP, _STORE, *also):  # ".": the listing (a killed run's leftovers, .publishing)
         path = os.path.join(build_dir, name)
         try:
             st = os.lstat(path)

@@ -43,10 +43,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     try:
         path = args[0]
+        if hasattr(path, "__fspath__"):  # pathlib opens and lists with the Path itself
+            path = os.fspath(path)
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if not isinstance(path, str):
-            return
+            return  # a file descriptor
         if event == "open":
             mode, flags = args[1], args[2]
             if flags & (os.O_WRONLY | os.O_RDWR) if mode is None else any(c in mode for c in "wax+"):
@@ -250,6 +252,7 @@ class Recorder(Recording):
             self.cells = list(build.cells)
             self.kept = list(build.kept)
             try:
+                (build_dir / STAMP_DIR).mkdir(exist_ok=True)  # before the digest: it covers the listing
                 self.digest = outputs_digest(build_dir)
             except Exception:  # no stamp, never a failed build
                 self.digest = None
@@ -316,6 +319,10 @@ class ReportRecorder(Recording):
         self.close()
         if code not in (0, 1) or not (self.build_dir / REPORT_DIR / "index.html").is_file():
             return False
-        self.digest = outputs_digest(self.build_dir, (REPORT_DIR,))
+        try:
+            (self.build_dir / STAMP_DIR).mkdir(exist_ok=True)  # before the digest: it covers the listing
+            self.digest = outputs_digest(self.build_dir, (REPORT_DIR,))
+        except OSError:
+            return False
         package = str(Path(__file__).resolve().parents[1])
         return self.write(int(code), {"root": None}, {package: True}, None)
