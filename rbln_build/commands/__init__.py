@@ -2,6 +2,7 @@
 
 _main     dispatch, --help, --version, unknown commands, and the one error boundary
 _build    the build (the default command): compose with Hydra, run the pipeline, print the table
+_compose_once  a plain run's config composed once (Hydra's run mode composes it twice)
 _table    the build's table (summary or every cell)
 _help     the build's help (this project's config groups and the overrides)
 _status   status;  _gc: gc (_gc_remote: gc of cache.remote)

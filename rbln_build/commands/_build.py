@@ -45,6 +45,7 @@ def _compose_jobs(
     from ..config import register_configs, settings_from_config
     from ..errors import ConfigError, RblnBuildError
     from ..pipeline import sweep_jobs
+    from ._compose_once import composed_once
     from ._guard import one_line
 
     register_configs()
@@ -92,7 +93,7 @@ def _compose_jobs(
     launch = sweep_jobs.begin()
     captured = io.StringIO()  # Hydra's own error reports span several lines; the user gets one
     try:
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), composed_once(args):
             job()
     except SystemExit as exc:  # Hydra reported a composition error: a configuration error, exit 2
         if exc.code not in (0, None):
