@@ -5,6 +5,7 @@ _store    the Store: entries, result records, failures; atomic writes
 _hashing  an entry's content hash and file stats, the hashes of metadata and records
 _result   CellResult and CompileOutcome, the records the Store keeps
 _remote   a shared remote behind the Store (cache.remote=, fsspec)
+_packing  one entry as a tar: packed deterministically, unpacked defensively (the remote's unit)
 _remote_io      how the remote talks to its filesystem: options, bounded calls, write-once publishing
 _remote_sync    entries held locally but missing on the remote, uploaded by the next run
 _remote_inputs  compile inputs on the remote, by content (inputs/<sha256>)

@@ -33,27 +33,24 @@ config, a message or the manifest.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import shutil
-import tarfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import CacheError
-from ._hashing import _files, content_hash
+from ._hashing import content_hash
 from ._keys import canonical_json
+from ._packing import _pack, _sha256_file, _unpack
 from ._remote_io import DOWN_MARKER, TRANSFER_TIMEOUT_S, RemoteOptions, bounded, open_filesystem, publish_if_absent
-from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, program_problem
+from ._store import FILES_DIR, Entry, Store, program_problem
 
 __all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
 REMOTE_KINDS = ("compile", "artifacts")
 MAX_POINTER_BYTES = 4096  # a pointer is {"blob", "content_hash", "size"}: ~200 bytes
-MAX_MEMBERS = 100_000  # files in one entry's tar
 # fsspec options per URL scheme: every remote call has a timeout (the cache, and releases published to a URL)
 REMOTE_TIMEOUTS = {"s3": {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 2}}}}
 
@@ -323,55 +320,3 @@ def _makedirs(fs: Any, path: str) -> None:
 def _publish(fs: Any, staged: str, final: str) -> None:
     _makedirs(fs, final.rsplit("/", 1)[0])
     fs.mv(staged, final)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _pack(entry: Entry, out: Path) -> None:
-    """entry.json (without the local stat fingerprint) and files/, in sorted order with fixed owners and
-    times, so one entry always packs to the same bytes (and the same blob name)."""
-    record = {"schema": ENTRY_SCHEMA, "key": entry.key, "meta": entry.meta, "content_hash": entry.content_hash}
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
-        _add_bytes(tar, ENTRY_FILE, canonical_json(record).encode("utf-8"))
-        for rel, path in _files(entry.files):
-            info = tarfile.TarInfo(f"{FILES_DIR}/{rel}")
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            if path.is_symlink():
-                info.type, info.linkname, info.mode = tarfile.SYMTYPE, str(path.readlink()), 0o777
-                tar.addfile(info)
-                continue
-            info.size, info.mode = path.stat().st_size, 0o644
-            with open(path, "rb") as f:
-                tar.addfile(info, f)
-
-
-def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 0, 0o644, "", ""
-    tar.addfile(info, io.BytesIO(data))
-
-
-def _unpack(packed: Path, dest: Path, key: str) -> dict[str, Any] | None:
-    """Extract into ``dest`` (tarfile's ``data`` filter: nothing outside it, no devices, no absolute
-    links; an uncompressed tar only, whose files add up to no more than the tar's own size); the
-    entry's metadata, or None when the tar is not an entry for ``key``."""
-    try:
-        with tarfile.open(packed, "r:") as tar:  # uncompressed only: a gzip/bz2/xz blob is refused unread
-            members = tar.getmembers()
-            unpacked = sum(m.size for m in members if m.isreg())
-            if len(members) > MAX_MEMBERS or unpacked > packed.stat().st_size or any(m.issparse() for m in members):
-                return None  # more than the tar holds (sparse members), or absurdly many files
-            tar.extractall(dest, members=members, filter="data")
-        record = json.loads((dest / ENTRY_FILE).read_bytes())
-        if record.get("key") != key or record.get("schema") != ENTRY_SCHEMA or not isinstance(record.get("meta"), dict):
-            return None
-        (dest / FILES_DIR).mkdir(exist_ok=True)
-        return record["meta"]  # type: ignore[no-any-return]
-    except (OSError, tarfile.TarError, ValueError, KeyError):
-        return None
