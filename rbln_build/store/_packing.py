@@ -19,7 +19,7 @@ from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry
 MAX_MEMBERS = 100_000  # files in one entry's tar
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -43,7 +43,7 @@ from typing import Any
 from ..errors import CacheError
 from ._hashing import content_hash
 from ._keys import canonical_json
-from ._packing import _pack, _sha256_file, _unpack
+from ._packing import _pack, _unpack, sha256_of
 from ._remote_io import DOWN_MARKER, TRANSFER_TIMEOUT_S, RemoteOptions, bounded, open_filesystem, publish_if_absent
 from ._store import FILES_DIR, Entry, Store, program_problem
 
@@ -175,7 +175,7 @@ class RemoteStore(Store):
                 except FileNotFoundError:
                     self._reject(kind, key, None, f"its blob {blob} is missing", raw)
                     return None
-                actual = _sha256_file(packed)
+                actual = sha256_of(packed)
                 if actual != blob:
                     self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under", raw)
                     return None
@@ -236,7 +236,7 @@ class RemoteStore(Store):
             new_blob = False
             try:
                 _pack(entry, packed)
-                blob, size = _sha256_file(packed), packed.stat().st_size
+                blob, size = sha256_of(packed), packed.stat().st_size
                 blob_path = f"{base}/blobs/{blob}"
                 try:
                     there: int | None = self._call(fs.size, blob_path)

@@ -13,12 +13,12 @@ A build needs its inputs only while it runs: ``rbln-build gc --remote`` removes 
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import IntegrityError
+from ._packing import sha256_of
 
 if TYPE_CHECKING:
     from ._remote import RemoteStore
@@ -30,14 +30,6 @@ INPUTS_DIR = "inputs"
 
 def _name_ok(sha: str) -> bool:
     return len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def publish_input(store: RemoteStore, path: Path, sha: str, size: int) -> bool:
