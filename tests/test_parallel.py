@@ -19,7 +19,7 @@ from test_cli import PLANS, check_ok, manifest, rbln, summary
 
 SLOW = "matrix.backend=rbln_test_plugins:SlowBackend"
 LINE = re.compile(
-    r"\[compile \d+/\d+\] \S+ for RBLN-C[AR] x\d+ \(\S+\): (plan|program) (\(worker \S+:\d+\)|from the cache) in \d+\.\d+s"
+    r"\[compile \d+/\d+\] \S+(?: \w+)* for RBLN-C[AR] x\d+ \(\S+\): (plan|program) (\(worker \S+:\d+\)|from the cache) in \d+\.\d+s"
     r"|\[compile \d+/\d+\] .*: FAILED after \d+\.\d+s: .+"
     r"|\[cell \d+/\d+\] \S+: (\d+ blocks \(full \d+, floor \d+\), (plan|program)|FAILED \(\w+\)( \(expected\))?)"
     r"|\[progress \d+%\] compiles \d+/\d+ \| cells \d+/\d+ \| .*"
@@ -121,3 +121,22 @@ def test_scale_settings_are_checked(tmp_path: Path, override: str, says: str) ->
     check_ok(proc, 2)
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "build").exists()
+
+
+def test_compiles_up_to_date_count_as_done_beside_new_compiles_of_the_same_models(tmp_path: Path) -> None:
+    """jobs=2, a batch size added to a built matrix: the four new compiles (the same models and
+    targets as the four up-to-date ones, other options) are named with their option, and the count
+    line reaches N/N (an up-to-date compile was taken for one the workers had shown, by its label)."""
+    build = [*PLANS, "budget=0.5", "jobs=2", f"build_dir={tmp_path / 'build'}"]
+    check_ok(rbln([*build, "matrix.batch_sizes=[8]"], cwd=tmp_path))
+    proc = rbln([*build, "matrix.batch_sizes=[8,4]"], cwd=tmp_path)
+    check_ok(proc)
+    lines = proc.stderr.splitlines()
+    new = sorted(ln.split("] ")[1].split(":")[0] for ln in lines if ln.startswith("[compile "))
+    assert new == [
+        f"{model} bs4 for {family} ({'torch'})"
+        for model in ("llama3_2_1b", "qwen3_8b")
+        for family in ("RBLN-CA x4", "RBLN-CR x1")
+    ], lines
+    assert re.fullmatch(r"\[progress 100%\] compiles 8/8 \| cells 8/8 \| \d+s elapsed", lines[-1]), lines
+    assert sum(ln.startswith("[progress ") and "cells 8/8" in ln for ln in lines) == 1, lines

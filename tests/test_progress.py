@@ -370,3 +370,23 @@ def test_each_distinct_cell_warning_is_said_once_with_its_cells() -> None:
         "warning (1 cell: x.d.b0.3): another warning",
     ]
     assert warning_summary(entries[-1:]) == []
+
+
+def test_an_up_to_date_compile_counts_even_when_a_shown_one_has_its_label() -> None:
+    """doit's reporter tells the display which compiles were up to date; the scheduler's shown ones are
+    known by compile key, as two compiles can share a label (one model for two devices of one target)."""
+    from types import SimpleNamespace
+
+    from rbln_build.progress import doit_reporter
+
+    p = Progress()
+    p.plan([LABEL, LABEL], 2)
+    shown = {"k1", "c1"}  # the scheduler built compile k1 and cell c1
+    compiles = {"m.RBLN-CA.x4.k1": ("k1", LABEL), "m.RBLN-CA.x4.k2": ("k2", LABEL)}
+    reporter = doit_reporter(p, compiles, lambda: shown, {"m.RBLN-CA.x4.k2": ["c2"]})({}, {})
+    p.compile_started(LABEL, "k1")
+    p.compile_finished(LABEL, 1.0, True, "plan", "k1")
+    p.cell_finished("c1", "ok")
+    for name in ("compile:m.RBLN-CA.x4.k1", "compile:m.RBLN-CA.x4.k2", "cells:m.RBLN-CA.x4.k2"):
+        reporter.skip_uptodate(SimpleNamespace(name=name))
+    assert (p.compiles_done, p.compiles_total, p.cells_done, p.cells_total) == (2, 2, 2, 2)

@@ -88,7 +88,7 @@ class Parallel:
     warn: Callable[[str], None]  # the run's warnings (shown, and kept for summary.json)
     compile_results: dict[str, CompileDone] = field(default_factory=dict)
     cell_results: dict[str, CellResult] = field(default_factory=dict)
-    shown: set[str] = field(default_factory=set)  # compile labels and cell ids shown by this scheduler
+    shown: set[str] = field(default_factory=set)  # compile keys and cell ids shown by this scheduler
     ledger: Ledger | None = None  # the run's single pass over the Store (None: this reads the Store itself)
 
     def run(self) -> None:
@@ -208,7 +208,7 @@ class Parallel:
         self.compile_results[key] = done
         cell = self.compiles[key]
         label = self.label(cell)
-        self.shown.add(label)
+        self.shown.add(key)
         if done.error is not None:
             self.display.compile_finished(label, done.elapsed_s, False, done.error, key)
         else:

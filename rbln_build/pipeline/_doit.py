@@ -12,7 +12,9 @@ Up-to-date checks (doit ``uptodate``):
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -117,9 +119,17 @@ class TracebackTrap:
         return getattr(self.real, name)
 
 
+_ID_OPTION = re.compile(r"bs\d+|s\d+|eager|flash_attn|p\d+")
+
+
 def display_label(cell: Cell) -> str:
-    """A compile as the progress display names it (and matches it with earlier similar compiles)."""
-    return f"{cell.recipe.name} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
+    """A compile as the progress display names it (and matches it with earlier similar compiles):
+    the model, the build options its cell id names (``bs4 s8192``: the ones the matrix sets), the
+    target and the backend, so two compiles of one model for one target read differently."""
+    parts = cell.id.removeprefix(f"{cell.model}.{cell.device.name}.").split(".")
+    options = list(itertools.takewhile(_ID_OPTION.fullmatch, parts[:-1]))
+    model = " ".join([cell.recipe.name, *options])
+    return f"{model} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
 
 
 def cells_digest(cells: list[Cell]) -> str:

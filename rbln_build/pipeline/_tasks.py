@@ -137,10 +137,10 @@ class BuildRun:
         return self._ledger
 
     def _reporter(self) -> type:
-        labels = {compile_label(c): display_label(c) for c in self.compiles.values()}
+        compiles = {compile_label(c): (key, display_label(c)) for key, c in self.compiles.items()}
         groups = {group_label(key, cells): [c.id for c in cells] for key, cells in self.groups.items()}
         return doit_reporter(
-            self.display, labels, lambda: None if self.parallel is None else self.parallel.shown, groups
+            self.display, compiles, lambda: None if self.parallel is None else self.parallel.shown, groups
         )
 
     # -- tasks ------------------------------------------------------------------------------------

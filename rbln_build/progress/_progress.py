@@ -17,7 +17,8 @@ compiles and cells count as done, so the counters reach N/N.
 
 * ``LineProgress`` (as Bazel's ``--curses=no``): one line per finished compile, per failed cell and
   per warning, and a count line (``[progress 40%] compiles 3/8 ...``) at most every ``every_s``
-  seconds while work goes on, and when the last cell is done. Used in CI (``CI`` set), when stderr is
+  seconds while work goes on, and where the run ended (after any other line: whichever event,
+  finished or up to date, was the last). Used in CI (``CI`` set), when stderr is
   not a terminal, with ``TERM=dumb``, or with ``progress=false``. Event text is stripped of control
   characters, so logs hold none.
 * ``LiveProgress`` (``_live``): the same permanent lines; below them one status line, redrawn in
@@ -198,15 +199,20 @@ class LineProgress(Progress):
         self.ticker: threading.Thread | None = None
         self.said_at = self.clock()
         self.said: tuple[Any, ...] = ()
+        self.spoke = False  # a line was printed: the log then ends with a count line of where it ended
 
     def _line(self, text: str) -> None:
         with self.lock:
+            self.spoke = True
             print(plain(text), file=self.out, flush=True)
+
+    def _state(self) -> tuple[Any, ...]:
+        return (self.compiles_done, self.cells_done, self.failed, tuple(self.running))
 
     def _counts(self, force: bool = False) -> None:
         """The count line, rate-limited: at most every ``every_s``, and only when a count changed."""
         with self.lock:
-            now = (self.compiles_done, self.cells_done, self.failed, tuple(self.running))
+            now = self._state()
             quiet = self.clock() - self.said_at
             if not force and (
                 quiet < self.every_s or (now == self.said and not (self.running and quiet >= 6 * self.every_s))
@@ -245,8 +251,9 @@ class LineProgress(Progress):
         self.stop.set()
         if self.ticker is not None:
             self.ticker.join()
-            if self.cells_done < self.cells_total or self.compiles_done < self.compiles_total:
-                self._counts(force=True)  # stopped early: where it stopped
+            stopped = self.cells_done < self.cells_total or self.compiles_done < self.compiles_total
+            if (self.spoke or stopped) and self._state() != self.said:  # where it ended or stopped, once
+                self._counts(force=True)
 
 
 def running(parts: list[str]) -> str:

@@ -11,13 +11,14 @@ __all__ = ["doit_reporter"]
 
 def doit_reporter(
     display: Any,
-    labels: dict[str, str],
+    compiles: dict[str, tuple[str, str]],
     shown: Callable[[], Container[str] | None],
     groups: dict[str, list[str]] | None = None,
 ) -> type:
-    """doit's error-only reporter, also telling ``display`` which tasks were up to date. ``labels``:
-    compile task name -> display label; ``shown()``: what the scheduler already showed (or None);
-    ``groups``: ``cells:`` task name -> the ids of its cells."""
+    """doit's error-only reporter, also telling ``display`` which tasks were up to date. ``compiles``:
+    compile task name -> (compile key, display label); ``shown()``: the compile keys and cell ids the
+    scheduler already showed (or None); ``groups``: ``cells:`` task name -> the ids of its cells.
+    Compiles are matched by key: two compiles can share a label."""
     from doit.reporter import ErrorOnlyReporter
 
     cells_of = groups or {}
@@ -26,9 +27,10 @@ def doit_reporter(
         def skip_uptodate(self, task: Any) -> None:
             kind, _, name = task.name.partition(":")
             already = shown() or ()
-            if kind == "compile" and name in labels:
-                if labels[name] not in already:  # else built ahead of doit: shown already
-                    display.compile_cached(labels[name])
+            if kind == "compile" and name in compiles:
+                key, label = compiles[name]
+                if key not in already:  # else built ahead of doit: shown already
+                    display.compile_cached(label)
             elif kind == "cells" and name in cells_of:
                 for cell_id in cells_of[name]:
                     if cell_id not in already:
