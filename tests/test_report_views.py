@@ -249,6 +249,38 @@ def test_explain_plot_keeps_the_requested_budgets_on_the_picture() -> None:
         assert fig.axes[0].get_xlim()[1] >= budget
 
 
+def test_explain_plot_dram_labels_never_overprint() -> None:
+    """explain --plot's DRAM panel (half of a fixed-size picture): a tiny model on a 4-chiplet device at
+    explain's five default budgets, all far above its bars, so each label carries its budget."""
+    from rbln_build.estimator import AllocationReport
+    from rbln_build.figures._bars import DramCase
+    from rbln_build.figures._figures import Point
+    from rbln_build.reporting import blocks_curve, dram_stacks
+    from rbln_build.reporting._compose import explain_figure
+
+    report = AllocationReport.from_json(
+        {
+            "alloc": {"prefill": {"weights": [[200 << 20, 200 << 20, 0, 40 << 20]]}},
+            "kv_tensors": {"k": {"can_resize": True, "sizes": [[4 << 20, 4 << 20, 0, 0]]}},
+        }
+    )
+    attention = {"attn_impl": "flash_attn", "batch_size": 1, "kvcache_block_size": 4096,
+                 "kvcache_partition_len": 4096, "max_seq_len": 8192, "prefill_chunk_size": 128}  # fmt: skip
+    curve = blocks_curve(report, "RBLN-CR03", 1, attention)
+    stacks = tuple(dram_stacks(report, curve.num_full_blocks))
+    budgets = [(f"{f}", int(f * curve.available_bytes)) for f in (0.1, 0.2, 0.3, 0.5, 1.0)]
+    cases = [DramCase(f"{name}\n{curve.num_full_blocks} blocks", b, stacks) for name, b in budgets]
+    points = [Point(name, b, curve.num_full_blocks, "full_pool") for name, b in budgets]
+    fig = explain_figure(curve, points, cases, "tiny model, five budgets")
+    render(fig)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    texts = fig.axes[1].texts
+    assert len(texts) == 5 and all("↑" in t.get_text() for t in texts)
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for a, b in itertools.combinations(boxes, 2):
+        assert not a.overlaps(b), (a, b)
+
+
 @pytest.mark.parametrize(
     "text, says",
     [

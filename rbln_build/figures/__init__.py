@@ -22,7 +22,7 @@ from ._figcache import FIGURES_DIR, FigureCache
 from ._palette import GRID_COLORS, OUTCOME_COLORS, OUTCOME_GLYPHS
 
 if TYPE_CHECKING:
-    from ._bars import DramCase, dram_figure, draw_dram, grid_figure
+    from ._bars import DramCase, dram_figure, draw_dram, grid_figure, keep_apart
     from ._figures import (
         MissingExtra,
         Point,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     )
 
 _DRAWING = {
-    **dict.fromkeys(["DramCase", "draw_dram", "dram_figure", "grid_figure"], "_bars"),
+    **dict.fromkeys(["DramCase", "draw_dram", "dram_figure", "grid_figure", "keep_apart"], "_bars"),
     **dict.fromkeys(
         [
             "MissingExtra",
@@ -74,6 +74,7 @@ __all__ = [
     "draw_curve",
     "draw_dram",
     "grid_figure",
+    "keep_apart",
     "new_figure",
     "render",
     "request_for",

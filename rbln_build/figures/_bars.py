@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from ._figures import (
     style,
 )
 
-__all__ = ["DramCase", "draw_dram", "dram_figure", "grid_figure"]
+__all__ = ["DramCase", "draw_dram", "dram_figure", "grid_figure", "keep_apart"]
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,9 @@ class DramCase:
     short: bool = False  # a failed cell: the stacks are at the floor, which does not fit
 
 
-def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> None:
-    """Bar groups, one per case; in each, one stacked bar per (node, chiplet) shown."""
+def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> list[Any]:
+    """Bar groups, one per case; in each, one stacked bar per (node, chiplet) shown. Returns the
+    labels under the groups: once the figure is composed, ``keep_apart`` makes sure they never overprint."""
     per_chiplet_available = available_bytes // num_chiplets
     tops = [s.total for c in cases for s in c.stacks] or [1]
     budgets = [c.budget_bytes // num_chiplets for c in cases if c.budget_bytes is not None]
@@ -109,8 +111,9 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
         title = f"{title}; {note}" if title else note
     ax.set_ylim(0, scale_top * 1.22)
     ax.set_xticks(ticks, tick_labels, fontsize=6.5)
+    labels = []
     for i, (mid, case) in enumerate(group_mid):
-        ax.annotate(
+        label = ax.annotate(
             case.label + off_scale.get(i, ""),
             (mid, 0),
             xycoords=("data", "axes fraction"),
@@ -121,9 +124,36 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
             fontsize=7,
             color=OUTCOME_COLORS["failed"] if case.short else "black",
         )
+        labels.append(label)
     unit = bytes_axis(ax.yaxis, scale_top * 1.22)
     ax.set_ylabel(f"DRAM per chiplet ({unit})")
     ax.set_title(title, loc="left", fontsize=8)
+    return labels
+
+
+def keep_apart(fig: Figure, labels: Sequence[Any]) -> None:
+    """Labels under bar groups (``draw_dram``'s) that overprint one another in the composed ``fig``
+    (a group is narrower than its label: many budgets, a half-width panel) are set on two alternating
+    rows, and their font shrinks (to 5 pt at least) until none touches another."""
+
+    def clash() -> list[Any] | None:
+        fig.draw_without_rendering()  # the final layout: the labels' places
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        return boxes if any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)) else None
+
+    boxes = clash() if len(labels) > 1 else None
+    if boxes is None:
+        return
+    row = max(b.height for b in boxes) * 72 / fig.dpi + 3  # points
+    for label in labels[1::2]:
+        x, y = label.xyann
+        label.xyann = (x, y - row)
+    for size in (7.0, 6.5, 6.0, 5.5, 5.0):
+        for label in labels:
+            label.set_fontsize(size)
+        if clash() is None:
+            return
 
 
 def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> Figure:
@@ -133,9 +163,10 @@ def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: i
         room = max(0.3 * bars + 0.25 * len(cases), 1.15 * len(cases))
         fig = new_figure(min(14.0, max(7.0, 3.6 + room)), 3.8)
         ax = fig.subplots()
-        draw_dram(ax, cases, num_chiplets, available_bytes, "")
+        labels = draw_dram(ax, cases, num_chiplets, available_bytes, "")
         fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+        keep_apart(fig, labels)
     return fig
 
 

@@ -18,6 +18,7 @@ from ..figures import (
     dram_stacks,
     draw_curve,
     draw_dram,
+    keep_apart,
     new_figure,
     render,
     size_label,
@@ -106,7 +107,8 @@ def explain_figure(curve: BlocksCurve, points: Sequence[Point], cases: Sequence[
             what="budgets",
         )
         left.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
-        draw_dram(right, cases, curve.num_chiplets, curve.available_bytes, "where the DRAM goes (device 0)")
+        labels = draw_dram(right, cases, curve.num_chiplets, curve.available_bytes, "where the DRAM goes (device 0)")
         right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
         fig.suptitle(title, x=0.01, ha="left", fontsize=10)
+        keep_apart(fig, labels)
     return fig
