@@ -191,6 +191,25 @@ def test_diff_reports_and_exits_on_count_changes(project: Path, tmp_path: Path) 
     assert proc.returncode == 2 and "missing.json: cannot read it" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        pytest.param({"a": _entry(8)}, {}, "0 added, 1 removed, 0 changed; resolved counts changed "
+                     "(1 removed cell had a count): review before release.", id="removed"),
+        pytest.param({}, {"a": _entry(8), "b": _entry(None, status="failed")}, "2 added, 0 removed, 0 changed; "
+                     "resolved counts changed (1 added cell has a count): review before release.", id="added"),
+        pytest.param({"a": _entry(8), "b": _entry(9)}, {"a": _entry(9), "c": _entry(2)}, "1 added, 1 removed, "
+                     "1 changed; resolved counts changed (1 count changed, 1 added cell has a count, 1 removed "
+                     "cell had a count): review before release.", id="all"),
+    ],
+)  # fmt: skip
+def test_diff_says_which_counts_changed(old: dict[str, Any], new: dict[str, Any], says: str) -> None:
+    """'0 changed; resolved counts changed' read as a contradiction: the summary says why."""
+    from rbln_build.inspection._diff import render
+
+    assert render(diff_manifests(old, new), old, new).splitlines()[-1] == says
+
+
 def test_gc_removes_only_what_nothing_references(project: Path, tmp_path: Path) -> None:
     build = project / "build"
     release = tmp_path / "release.json"

@@ -5,7 +5,7 @@ budget (as configured, and in bytes), floor (``num_min_blocks``), full pool (``n
 status, compile key, and toolchain; a cell whose budget was edited is paired with its old self and
 shown as a change of budget (``rbln_build.reporting._changes``, shared with ``report --compare``).
 Exit status: 1 when a resolved count changed (a cell's ``kvcache_num_blocks`` differs, or a cell
-with a count was added or removed), so CI can demand a review; 0 otherwise; 2 when a file is not a
+with a count was added or removed; the last line says which), so CI can demand a review; 0 otherwise; 2 when a file is not a
 manifest.
 """
 
@@ -79,9 +79,26 @@ def render(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
     by_edit = f" ({len(edits)} by a budget edit)" if edits else ""
     lines.append(
         f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed{by_edit}; "
-        + ("resolved counts changed: review before release." if d["counts_changed"] else "no resolved count changed.")
+        + (
+            f"resolved counts changed ({_why(d, old, new)}): review before release."
+            if d["counts_changed"]
+            else "no resolved count changed."
+        )
     )
     return "\n".join(lines)
+
+
+def _why(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Which resolved counts changed: counts of cells in both, added cells with one, removed cells with one."""
+    changed = sum("kvcache_num_blocks" in fields for fields in d["changed"].values())
+    added = sum(new[cid].get("kvcache_num_blocks") is not None for cid in d["added"])
+    removed = sum(old[cid].get("kvcache_num_blocks") is not None for cid in d["removed"])
+    parts = [
+        f"{changed:,} count{'' if changed == 1 else 's'} changed" if changed else "",
+        f"{added:,} added cell{' has' if added == 1 else 's have'} a count" if added else "",
+        f"{removed:,} removed cell{'' if removed == 1 else 's'} had a count" if removed else "",
+    ]
+    return ", ".join(p for p in parts if p)
 
 
 def main(argv: list[str]) -> int:
