@@ -390,3 +390,24 @@ def test_an_up_to_date_compile_counts_even_when_a_shown_one_has_its_label() -> N
     for name in ("compile:m.RBLN-CA.x4.k1", "compile:m.RBLN-CA.x4.k2", "cells:m.RBLN-CA.x4.k2"):
         reporter.skip_uptodate(SimpleNamespace(name=name))
     assert (p.compiles_done, p.compiles_total, p.cells_done, p.cells_total) == (2, 2, 2, 2)
+
+
+def test_without_history_a_compile_is_expected_to_take_what_its_model_took_in_this_run() -> None:
+    """A first build (no history): tiny_qwen3's second compile is expected to take what its first one
+    took (24 s), not the mean of every compile so far, which plans' 0.1 s pulled down to 8 s (the status
+    then read "~3s left" for a compile 10 s from its end)."""
+    now = [0.0]
+    p = Progress(clock=lambda: now[0])
+    ca, cr = "tiny_qwen3 for RBLN-CA x4 (torch)", "tiny_qwen3 for RBLN-CR x1 (torch)"
+    plans = ["llama3_2_1b for RBLN-CA x4 (torch)", "llama3_2_1b for RBLN-CR x1 (torch)"]
+    p.plan([ca, cr, *plans], 4)
+    p.use_workers(2)
+    p.compile_started(ca, "k1")
+    now[0] = 10
+    p.compile_started(cr, "k2")
+    now[0] = 24
+    p.compile_finished(ca, 24.0, True, "program", "k1")
+    for i, label in enumerate(plans):
+        p.compile_started(label, f"p{i}")
+        p.compile_finished(label, 0.1, True, "plan", f"p{i}")
+    assert p.seconds_left() == pytest.approx(10.0)  # cr: 24 s expected, 14 s spent

@@ -5,8 +5,9 @@
 * ``TimeLeft``: the time left of the planned work. Each compile still to run is expected to take
   what its kind took before (the median of the history; of the same model on another target when
   the kind is new), times how much slower or faster this run's finished compiles were than their
-  history said (an exponential moving average of the ratio); a kind with no history counts the mean
-  of this run's finished compiles, else the mean of the known kinds. A running compile needs its
+  history said (an exponential moving average of the ratio); a kind with no history counts the
+  median of this run's finished compiles of its kind (else of its model), else the mean of this run's
+  finished compiles, else the mean of the known kinds. A running compile needs its
   expected time less what it has spent, and never less than a fifth of what it has spent (or a
   second): an overrun is not "done". The compiles are then spread over the workers (each next one
   to the worker that frees first, running ones first), and the time left is when the last ends.
@@ -84,6 +85,7 @@ class TimeLeft:
         self.known = dict(history.seconds)  # the history as the run started (record() adds this run's)
         self.ratio: float | None = None  # this run's compiles took ratio x what the history said
         self.observed: list[float] = []  # this run's compile durations
+        self.observed_by: dict[str, list[float]] = {}  # ... by similar label
         self.cell_s: float | None = None  # this run's seconds per cell (moving average)
 
     def _prior(self, label: str) -> float | None:
@@ -101,6 +103,7 @@ class TimeLeft:
         if prior is not None and prior > 0 and seconds > 0:
             self.ratio = self._smooth(self.ratio, seconds / prior)
         self.observed.append(seconds)
+        self.observed_by.setdefault(similar(label), []).append(seconds)
 
     def cell_took(self, seconds: float) -> None:
         """Wall seconds from one finished cell to the next, once no compile is left to run."""
@@ -110,6 +113,13 @@ class TimeLeft:
         prior = self._prior(label)
         if prior is not None:
             return prior * (self.ratio or 1.0)
+        kind = similar(label)
+        model = kind.split(" ")[0]
+        mine = self.observed_by.get(kind) or [
+            t for k, v in self.observed_by.items() if k.split(" ")[0] == model for t in v
+        ]
+        if mine:  # this run's compiles of its kind, else of its model
+            return statistics.median(mine)
         if self.observed:
             return statistics.mean(self.observed)
         means = [statistics.median(v) for v in self.known.values() if v]
