@@ -249,9 +249,11 @@ def test_explain_plot_keeps_the_requested_budgets_on_the_picture() -> None:
         assert fig.axes[0].get_xlim()[1] >= budget
 
 
-def test_explain_plot_dram_labels_never_overprint() -> None:
+@pytest.mark.parametrize("many", [5, 12])
+def test_explain_plot_dram_labels_never_overprint(many: int) -> None:
     """explain --plot's DRAM panel (half of a fixed-size picture): a tiny model on a 4-chiplet device at
-    explain's five default budgets, all far above its bars, so each label carries its budget."""
+    explain's five default budgets (or twelve), all far above its bars, so each label carries its
+    budget; neither they nor the chiplets' names under the bars touch one another."""
     from rbln_build.estimator import AllocationReport
     from rbln_build.figures._bars import DramCase
     from rbln_build.figures._figures import Point
@@ -268,17 +270,21 @@ def test_explain_plot_dram_labels_never_overprint() -> None:
                  "kvcache_partition_len": 4096, "max_seq_len": 8192, "prefill_chunk_size": 128}  # fmt: skip
     curve = blocks_curve(report, "RBLN-CR03", 1, attention)
     stacks = tuple(dram_stacks(report, curve.num_full_blocks))
-    budgets = [(f"{f}", int(f * curve.available_bytes)) for f in (0.1, 0.2, 0.3, 0.5, 1.0)]
+    fractions = (0.1, 0.2, 0.3, 0.5, 1.0) if many == 5 else tuple(i / many for i in range(1, many + 1))
+    budgets = [(f"{f:.2f}", int(f * curve.available_bytes)) for f in fractions]
     cases = [DramCase(f"{name}\n{curve.num_full_blocks} blocks", b, stacks) for name, b in budgets]
     points = [Point(name, b, curve.num_full_blocks, "full_pool") for name, b in budgets]
     fig = explain_figure(curve, points, cases, "tiny model, five budgets")
     render(fig)
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     texts = fig.axes[1].texts
-    assert len(texts) == 5 and all("↑" in t.get_text() for t in texts)
+    assert len(texts) == many and all("↑" in t.get_text() for t in texts)
     boxes = [t.get_window_extent(renderer) for t in texts]
     for a, b in itertools.combinations(boxes, 2):
         assert not a.overlaps(b), (a, b)
+    ticks = [t.get_window_extent(renderer) for t in fig.axes[1].get_xticklabels() if t.get_text()]
+    assert all(not a.overlaps(b) for a, b in itertools.combinations(ticks, 2))
+    assert ticks or "the bars of a group: c0, c1, c2, c3" in fig.axes[1].get_title(loc="left")
 
 
 @pytest.mark.parametrize(

@@ -133,27 +133,37 @@ def draw_dram(ax: Any, cases: Sequence[DramCase], num_chiplets: int, available_b
 
 def keep_apart(fig: Figure, labels: Sequence[Any]) -> None:
     """Labels under bar groups (``draw_dram``'s) that overprint one another in the composed ``fig``
-    (a group is narrower than its label: many budgets, a half-width panel) are set on two alternating
-    rows, and their font shrinks (to 5 pt at least) until none touches another."""
+    (a group is narrower than its label: many budgets, a half-width panel) are set on two (up to four)
+    alternating rows, with a font shrinking to 5 pt, until none touches another. Chiplet names under the
+    bars that touch are left out, and the title says the bars' order instead."""
 
-    def clash() -> list[Any] | None:
+    def clash(texts: Sequence[Any] = labels) -> list[Any] | None:
         fig.draw_without_rendering()  # the final layout: the labels' places
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-        boxes = [t.get_window_extent(renderer) for t in labels]
+        boxes = [t.get_window_extent(renderer) for t in texts]
         return boxes if any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)) else None
 
+    if not labels:
+        return
+    ax = labels[0].axes
+    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+    if clash(ticks) is not None:
+        order = ", ".join(dict.fromkeys(t.get_text() for t in ticks))
+        ax.set_xticks(ax.get_xticks(), [""] * len(ax.get_xticks()))
+        ax.set_title(f"{ax.get_title(loc='left')}\nthe bars of a group: {order}", loc="left", fontsize=8)
     boxes = clash() if len(labels) > 1 else None
     if boxes is None:
         return
-    row = max(b.height for b in boxes) * 72 / fig.dpi + 3  # points
-    for label in labels[1::2]:
-        x, y = label.xyann
-        label.xyann = (x, y - row)
-    for size in (7.0, 6.5, 6.0, 5.5, 5.0):
-        for label in labels:
-            label.set_fontsize(size)
-        if clash() is None:
-            return
+    row = max(b.height for b in boxes) * 72 / fig.dpi + 3  # points, at the first font size
+    first = [label.xyann for label in labels]
+    for rows in (2, 3, 4):
+        for size in (7.0, 6.5, 6.0, 5.5, 5.0):
+            for i, label in enumerate(labels):
+                label.set_fontsize(size)
+                x, y = first[i]
+                label.xyann = (x, y - (i % rows) * row * size / 7.0)
+            if clash() is None:
+                return
 
 
 def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: int, title: str) -> Figure:
