@@ -270,7 +270,7 @@ def test_explain_plot_dram_labels_never_overprint(many: int) -> None:
                  "kvcache_partition_len": 4096, "max_seq_len": 8192, "prefill_chunk_size": 128}  # fmt: skip
     curve = blocks_curve(report, "RBLN-CR03", 1, attention)
     stacks = tuple(dram_stacks(report, curve.num_full_blocks))
-    fractions = (0.1, 0.2, 0.3, 0.5, 1.0) if many == 5 else tuple(i / many for i in range(1, many + 1))
+    fractions = (0.1, 0.2, 0.3, 0.5, 1.0) if many == 5 else (*(i / 100 for i in range(1, 8)), 0.1, 0.3, 0.5, 0.8, 1)
     budgets = [(f"{f:.2f}", int(f * curve.available_bytes)) for f in fractions]
     cases = [DramCase(f"{name}\n{curve.num_full_blocks} blocks", b, stacks) for name, b in budgets]
     points = [Point(name, b, curve.num_full_blocks, "full_pool") for name, b in budgets]
@@ -278,10 +278,16 @@ def test_explain_plot_dram_labels_never_overprint(many: int) -> None:
     render(fig)
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     texts = fig.axes[1].texts
-    assert len(texts) == many and all("↑" in t.get_text() for t in texts)
+    assert len(texts) == many and all("↑" in t.get_text() for t in texts[-5:])
     boxes = [t.get_window_extent(renderer) for t in texts]
     for a, b in itertools.combinations(boxes, 2):
         assert not a.overlaps(b), (a, b)
+    shown = [t for t in fig.axes[0].texts if t.get_visible()]  # the curve's point labels: none overprints
+    assert shown and all(
+        not a.get_window_extent(renderer).overlaps(b.get_window_extent(renderer))
+        for a, b in itertools.combinations(shown, 2)
+    )
+    assert len(fig.axes[0].collections[-1].get_offsets()) == many  # every budget keeps its point
     ticks = [t.get_window_extent(renderer) for t in fig.axes[1].get_xticklabels() if t.get_text()]
     assert all(not a.overlaps(b) for a, b in itertools.combinations(ticks, 2))
     assert ticks or "the bars of a group: c0, c1, c2, c3" in fig.axes[1].get_title(loc="left")

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         require_matplotlib,
         size_label,
         style,
+        thin_labels,
         zoom_limit,
     )
 
@@ -49,6 +50,7 @@ _DRAWING = {
             "require_matplotlib",
             "size_label",
             "style",
+            "thin_labels",
             "zoom_limit",
         ],
         "_figures",
@@ -81,6 +83,7 @@ __all__ = [
     "require_matplotlib",
     "size_label",
     "style",
+    "thin_labels",
     "zoom_limit",
 ]
 

@@ -38,6 +38,7 @@ __all__ = [
     "require_matplotlib",
     "size_label",
     "style",
+    "thin_labels",
     "zoom_limit",
 ]
 
@@ -143,9 +144,11 @@ def _curve_xy(curve: BlocksCurve, xmax: int) -> tuple[list[int], list[int]]:
 
 def draw_curve(
     ax: Any, curve: BlocksCurve, points: Sequence[Point], xmax: int, title: str, what: str = "cells"
-) -> None:
+) -> list[Any]:
     """The step curve on ``ax`` from 0 to ``xmax`` bytes per device; the line labelled
-    "kvcache_num_blocks" holds the exact vertices (drawn post-step)."""
+    "kvcache_num_blocks" holds the exact vertices (drawn post-step). Returns the points' labels
+    (``thin_labels`` drops those that would overprint, once the figure is composed)."""
+    labels: list[Any] = []
     xs, ys = _curve_xy(curve, xmax)
     if curve.eager:
         ax.step(xs, ys, where="post", color="#9e9e9e", ls="--", lw=1, label="blocks that fit")
@@ -180,7 +183,17 @@ def draw_curve(
         )
         if len(points) <= 12:
             for p, y in zip(mine, py, strict=True):
-                ax.annotate(p.label, (p.budget_bytes, y), textcoords="offset points", xytext=(4, -9), fontsize=6.5)
+                right = p.budget_bytes > 0.9 * xmax  # at the right edge: the label to the left of its point
+                labels.append(
+                    ax.annotate(
+                        p.label,
+                        (p.budget_bytes, y),
+                        textcoords="offset points",
+                        xytext=(-4 if right else 4, -9),
+                        ha="right" if right else "left",
+                        fontsize=6.5,
+                    )
+                )
     unit = bytes_axis(ax.xaxis, xmax)
     ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
     ax.set_xlim(0, xmax)
@@ -189,6 +202,22 @@ def draw_curve(
     ax.set_ylabel("kvcache_num_blocks")
     ax.set_title(title, loc="left")
     ax.grid(True, color="#e0e0e0", lw=0.6)
+    return labels
+
+
+def thin_labels(fig: Figure, labels: Sequence[Any]) -> None:
+    """Hide the point labels that would overprint one already kept (kept from the lowest budget up)."""
+    if len(labels) < 2:
+        return
+    fig.draw_without_rendering()  # the final layout: the labels' places
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    kept: list[Any] = []
+    for label in sorted(labels, key=lambda t: t.xy[0]):
+        box = label.get_window_extent(renderer)
+        if any(box.overlaps(k) for k in kept):
+            label.set_visible(False)
+        else:
+            kept.append(box)
 
 
 def zoom_limit(curve: BlocksCurve) -> int | None:
@@ -213,9 +242,10 @@ def curve_figure(curve: BlocksCurve, points: Sequence[Point], title: str) -> Fig
     with style():
         fig = new_figure(10.0 if zoom else 7.5, 3.4)
         axes = fig.subplots(1, 2 if zoom else 1, squeeze=False)[0]
-        draw_curve(axes[0], curve, points, curve.available_bytes, "the whole device")
+        labels = draw_curve(axes[0], curve, points, curve.available_bytes, "the whole device")
         if zoom:
-            draw_curve(axes[1], curve, points, zoom, "zoom: where the steps are")
+            labels += draw_curve(axes[1], curve, points, zoom, "zoom: where the steps are")
         fig.suptitle(f"blocks vs budget: {title}", x=0.01, ha="left", fontsize=9.5)
         fig.legend(*_legend_entries(axes), loc="outside right upper", fontsize=7)
+        thin_labels(fig, labels)
     return fig

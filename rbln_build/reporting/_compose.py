@@ -23,6 +23,7 @@ from ..figures import (
     render,
     size_label,
     style,
+    thin_labels,
     zoom_limit,
 )
 from ._data import Group, budget_label, outcome
@@ -98,7 +99,7 @@ def explain_figure(curve: BlocksCurve, points: Sequence[Point], cases: Sequence[
     with style():
         fig = new_figure(12.0, 4.0)
         left, right = fig.subplots(1, 2)
-        draw_curve(
+        points_labels = draw_curve(
             left,
             curve,
             points,
@@ -111,4 +112,5 @@ def explain_figure(curve: BlocksCurve, points: Sequence[Point], cases: Sequence[
         right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=6.5)
         fig.suptitle(title, x=0.01, ha="left", fontsize=10)
         keep_apart(fig, labels)
+        thin_labels(fig, points_labels)
     return fig
