@@ -1,7 +1,8 @@
 """Regenerate docs/report.png and the sample build log in docs/reporting.md from the current code.
 
     python scripts/docs_report.py                    # builds the default matrix in a temporary folder
-    python scripts/docs_report.py --build-dir /tmp/shot   # or there (kept; a second run reuses its cache)
+    python scripts/docs_report.py --build-dir /tmp/shot   # or there (kept; a second run reuses its cache
+                                                          # and leaves the sample log as it was)
 
 1. ``rbln-build build_dir=DIR progress=false`` (the default matrix): its plain log is the sample.
 2. ``rbln-build report DIR``.
@@ -52,9 +53,12 @@ def rbln(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rbln_build.cli", *args], capture_output=True, text=True, env=env)
 
 
-def sample(log: str) -> str:
+def sample(log: str) -> str | None:
+    """The sample (first compile line, a count line, the last one); None when nothing was compiled."""
     lines = log.splitlines()
-    first = next(ln for ln in lines if ln.startswith("[compile "))
+    first = next((ln for ln in lines if ln.startswith("[compile ")), None)
+    if first is None:
+        return None
     counts = [ln for ln in lines if ln.startswith("[progress ")]
     middle = next((ln for ln in counts if "running" in ln), counts[0])
     return "\n".join(["```", first, middle, counts[-1], "```"])
@@ -96,7 +100,12 @@ def main() -> int:
         if not block.search(text):
             print(f"docs_report: {DOC} has no {START} ... {END} block.", file=sys.stderr)
             return 1
-        DOC.write_text(block.sub(lambda _: f"{START}\n{sample(built.stderr)}\n{END}", text), encoding="utf-8")
+        log = sample(built.stderr)
+        if log is None:  # a reused --build-dir: its build was up to date, so there is no log to show
+            print(f"wrote {SHOT.relative_to(ROOT)}; the build compiled nothing (its cache was reused), so the")
+            print(f"sample log in {DOC.relative_to(ROOT)} is left as it was (a fresh --build-dir records it)")
+            return 0
+        DOC.write_text(block.sub(lambda _: f"{START}\n{log}\n{END}", text), encoding="utf-8")
         print(f"wrote {SHOT.relative_to(ROOT)} and the sample log in {DOC.relative_to(ROOT)}")
         return 0
     finally:
