@@ -22,10 +22,14 @@ Two families, kept apart as doit keeps ``InvalidTask`` apart from ``TaskFailed``
                                    content that would run code when loaded: refused before loading
 
 Every message says what failed, where (config key or file), what it got, and what to do next.
-The CLI prints ``str(error)`` without a traceback for any ``RblnBuildError``.
+The CLI prints ``str(error)`` without a traceback for any ``RblnBuildError``. ``UsageParser`` is
+argparse with its usage errors raised as one-line ``UserError``s (argparse prints three lines).
 """
 
 from __future__ import annotations
+
+import argparse
+from typing import NoReturn
 
 __all__ = [
     "RblnBuildError",
@@ -40,6 +44,7 @@ __all__ = [
     "CacheError",
     "RuntimeLimitError",
     "IntegrityError",
+    "UsageParser",
 ]
 
 
@@ -108,3 +113,10 @@ class RuntimeLimitError(BuildError):
 class IntegrityError(BuildError):
     """An artifact fails its integrity check (a program's sha256, or content that would run code when
     loaded); nothing was loaded."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse whose usage errors are a UserError (one line, exit 2 at the command's boundary)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{' '.join(message.split())}; see `{self.prog} --help`.")

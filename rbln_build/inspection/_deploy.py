@@ -115,7 +115,7 @@ def _explain(settings: Any, as_json: bool) -> int:
 
 def _serve(settings: Any, as_json: bool) -> int:
     from ..estimator import resolve_npu
-    from ..pipeline import command_for, with_budget
+    from ..pipeline import check_serving, command_for, with_budget
 
     d = settings.deployment
     path = settings.build_dir / "manifest.json"
@@ -142,7 +142,14 @@ def _serve(settings: Any, as_json: bool) -> int:
         if serving is None:
             sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
             return 1
-        serving = with_budget(serving, record["models"][dm.name].get("serve_budget_bytes"), npu)
+        serving = check_serving(serving, f"{path}: cell {str(entry_id)[:200]}")
+        budget = record["models"][dm.name].get("serve_budget_bytes")
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise InputError(
+                f"serve-command: {path}: deployment {d.name}'s serve_budget_bytes of {dm.name} is "
+                f"{str(budget)[:80]!r}, not a positive integer; rebuild it: rbln-build deployment={d.name}"
+            )
+        serving = with_budget(serving, budget, npu)
         command = command_for(serving, dm.port, d.device_ids, str(_display(settings.build_dir)))
         commands.append(
             {
@@ -188,7 +195,7 @@ def main(argv: list[str]) -> int:
         try:
             return serve_cell(rest)
         except UserError as exc:
-            sys.stderr.write(f"rbln-build {command}: {exc}\n")
+            sys.stderr.write(f"rbln-build {command}: {_one_line(exc)}\n")
             return 2
     if any(a in ("-h", "--help", "help") for a in rest):
         from ..config import list_group_options
@@ -203,11 +210,16 @@ def main(argv: list[str]) -> int:
         run = {"plan": _plan, "serve-command": _serve, "explain": _explain}[command]
         return run(settings, as_json)
     except UserError as exc:
-        sys.stderr.write(f"rbln-build {command}: {exc}\n")
+        sys.stderr.write(f"rbln-build {command}: {_one_line(exc)}\n")
         return 2
     except RblnBuildError as exc:
-        sys.stderr.write(f"rbln-build {command}: {exc}\n")
+        sys.stderr.write(f"rbln-build {command}: {_one_line(exc)}\n")
         return 1
+
+
+def _one_line(exc: Exception) -> str:
+    """An error as one line (Hydra's own messages list the config search path on many)."""
+    return " ".join(str(exc).split())
 
 
 def plan_main(argv: list[str]) -> int:

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from .._documents import absent, load_json
+from ..errors import UsageParser, UserError
 
 __all__ = ["serving_of_dir", "main"]
 
@@ -25,15 +26,16 @@ RECORD_FILE = "rbln-build.json"
 
 
 def _load(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The JSON document at ``path``, or None when there is none; one that is there but cannot be
+    used (a FIFO, a device, over the size cap, too deep, not JSON) is an InputError naming it."""
+    if absent(path):
         return None
+    return load_json(path, hint="pass the cell where the build or the release put it")
 
 
 def serving_of_dir(cell_dir: Path) -> tuple[str, dict[str, Any]]:
     """(cell id, manifest entry) of a built or released cell folder; UserError naming what is missing."""
-    if not (cell_dir / RECORD_FILE).is_file():
+    if absent(cell_dir, hint="pass a cell folder") or not (cell_dir / RECORD_FILE).is_file():
         raise UserError(
             f"{cell_dir}: no {RECORD_FILE}; pass a cell folder (<build_dir>/artifacts/<cell id> or "
             "<release>/<cell id>), or deployment=<name>."
@@ -64,25 +66,37 @@ def _devices(text: str) -> tuple[int, ...]:
     return ids
 
 
-def main(argv: list[str]) -> int:
-    from ..pipeline import command_for
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text[:80]!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 1 to 65535, got {port}")
+    return port
 
-    parser = argparse.ArgumentParser(
+
+def main(argv: list[str]) -> int:
+    from ..pipeline import check_serving, command_for
+
+    parser = UsageParser(
         prog="rbln-build serve-command",
         description="The vllm-rbln command that serves one built or released cell.",
     )
     parser.add_argument("cell", type=Path, metavar="CELL_DIR", help="a cell folder holding rbln-build.json")
-    parser.add_argument("--port", type=int, default=8000, help="the server's port (default 8000)")
+    parser.add_argument("--port", type=_port, default=8000, help="the server's port (default 8000)")
     parser.add_argument(
         "--devices", type=_devices, default=None, help="NPU ids to pin (default: 0..N-1 for the cell's N devices)"
     )
     parser.add_argument("--json", action="store_true", help="print the command as JSON")
     opts = parser.parse_args(argv)
     cid, entry = serving_of_dir(opts.cell)
-    serving = entry.get("serving")
-    if not isinstance(serving, dict):
-        raise UserError(f"{opts.cell}: cell {cid} has no serving record (status {entry.get('status')!r}).")
-    count = int(serving["flags"].get("rbln_num_devices_per_local_rank", 1))
+    serving = entry.get("serving") if isinstance(entry, dict) else None
+    if serving is None:
+        status = entry.get("status") if isinstance(entry, dict) else None
+        raise UserError(f"{opts.cell}: cell {cid} has no serving record (status {str(status)[:80]!r}).")
+    serving = check_serving(serving, f"{opts.cell}: cell {cid}")
+    count = serving["flags"].get("rbln_num_devices_per_local_rank", 1)
     devices = opts.devices if opts.devices is not None else tuple(range(count))
     if len(devices) != count:
         raise UserError(f"--devices: cell {cid} runs on {count} device(s), got {len(devices)} id(s).")

@@ -302,11 +302,11 @@ def main(argv: list[str], plot_with: PlotFn | None = None, resolve: Resolver | N
             if plot_with is None:
                 raise _UsageError("explain: --plot is not available from this entry point; use rbln-build explain.")
             plot_with(data, report, plot)
-    except UserError as error:
-        sys.stderr.write(f"{error}\n")
+    except UserError as error:  # one line, whatever a value or a config's text held
+        sys.stderr.write(" ".join(str(error).split()) + "\n")
         return 2
     except (BuildError, RblnBuildError) as error:
-        sys.stderr.write(f"{error}\n")
+        sys.stderr.write(" ".join(str(error).split()) + "\n")
         return 1
     if as_json:
         sys.stdout.write(json.dumps(data, sort_keys=True, indent=2) + "\n")

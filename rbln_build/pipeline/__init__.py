@@ -22,7 +22,7 @@ from ._deploy_compile import compile_for_planning
 from ._doit import doit_config
 from ._manifest import entry_for
 from ._publish import ours
-from ._serving import command_for, with_budget
+from ._serving import check_serving, command_for, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun, dodo_namespace
 
@@ -31,6 +31,7 @@ __all__ = [
     "BuildRun",
     "Ledger",
     "STATE_FILE",
+    "check_serving",
     "command_for",
     "compile_for_planning",
     "dodo_namespace",

@@ -41,7 +41,7 @@ from ..errors import UserError
 from ..estimator import fraction_for_bytes
 from ..store import CellResult
 
-__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "FLAG_ORDER"]
+__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "check_serving", "FLAG_ORDER"]
 
 ENGINE = "vllm-rbln==0.12.0"
 DEVICE_ENV = "RBLN_VISIBLE_DEVICES"
@@ -127,6 +127,48 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         "flags": flags,
         "notes": notes,
     }
+
+
+def check_serving(serving: Any, where: str) -> dict[str, Any]:
+    """A serving record read from a manifest or a release (documents anyone may have edited), held to
+    the shape ``serving_for`` writes before a command is made from it: strings where paths and notes
+    go, scalars as flags, a device count within the limits (it sizes the device list). Anything else
+    is a UserError naming ``where`` and what it holds."""
+    from ..estimator import count_problem
+
+    def bad(what: str) -> UserError:
+        return UserError(f"{where}: its serving record {what}; rebuild the cell (rbln-build) or release it again.")
+
+    if not isinstance(serving, dict):
+        raise bad(f"is a {type(serving).__name__}, not an object")
+    refused = serving.get("refused")
+    if refused is not None and not isinstance(refused, str):
+        raise bad(f"has 'refused' {refused!r}, not a string")
+    for key in ("model", "tokenizer"):
+        value = serving.get(key)
+        if value is not None and not isinstance(value, str):
+            raise bad(f"has {key!r} {str(value)[:80]!r}, not a string")
+    if serving.get("model") is None and not refused:
+        raise bad("names no model")
+    for key in ("exact", "precompiled"):
+        if not isinstance(serving.get(key), bool):
+            raise bad(f"has {key!r} {str(serving.get(key))[:80]!r}, not true or false")
+    blocks = serving.get("kvcache_num_blocks")
+    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 0:
+        raise bad(f"has 'kvcache_num_blocks' {str(blocks)[:80]!r}, not a non-negative integer")
+    notes = serving.get("notes")
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise bad("has 'notes' that are not a list of strings")
+    flags = serving.get("flags")
+    if not isinstance(flags, dict) or not all(
+        isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in flags.values()
+    ):
+        raise bad("has 'flags' that are not an object of numbers and strings")
+    devices = flags.get("rbln_num_devices_per_local_rank", 1)
+    problem = count_problem("num_devices", devices if isinstance(devices, int) else str(devices)[:80])
+    if problem is not None:
+        raise bad(f"has rbln_num_devices_per_local_rank: {problem}")
+    return serving
 
 
 def with_budget(serving: dict[str, Any], budget: int | None, npu: Any) -> dict[str, Any]:

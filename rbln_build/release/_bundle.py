@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -20,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import absent, parse_json, read_document
 from ..errors import IntegrityError, UserError
 from ..store import ENTRY_FILE, content_hash, is_key
 from ._card import card_for
 from ._format import CARD_FILE, FORMAT, RELEASE_FILE, render_release
 from ._provenance import provenance_for
 
-__all__ = ["Selection", "StagedRelease", "check_name", "select_cells", "stage_release"]
+__all__ = ["Selection", "StagedRelease", "check_name", "read_manifest", "select_cells", "stage_release"]
 
 RELEASED_STATUSES = ("ok",)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
@@ -63,6 +63,23 @@ class StagedRelease:
     cells: list[str]
     not_released: dict[str, str]
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def read_manifest(build_dir: Path) -> tuple[bytes, dict[str, Any]]:
+    """(bytes, parsed) of ``build_dir``'s manifest, read as every user document is (a regular file, size
+    cap, nesting bounded: a FIFO, ``/dev/zero`` or a deep document is an error, never a hang); a
+    manifest without a ``cells`` object, or whose ``deployments`` is not an object, is refused."""
+    path = build_dir / "manifest.json"
+    if absent(path, error=UserError, hint="pass the build directory with --build-dir"):
+        raise UserError(f"{path}: no manifest; build first (rbln-build) or pass --build-dir.")
+    data = read_document(path, error=UserError, hint="rebuild it (rbln-build) or pass another --build-dir")
+    manifest = parse_json(data, str(path), error=UserError, hint="rebuild it (rbln-build)")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), dict):
+        raise UserError(f"{path}: not a readable rbln-build manifest (no 'cells' object); rebuild it.")
+    if not isinstance(manifest.get("deployments") or {}, dict):
+        got = type(manifest["deployments"]).__name__
+        raise UserError(f"{path}: not a readable rbln-build manifest ('deployments' is a {got}); rebuild it.")
+    return data, manifest
 
 
 def select_cells(manifest: dict[str, Any], selection: Selection, where: str) -> tuple[list[str], dict[str, str]]:
@@ -130,8 +147,8 @@ def _copy_verified(build_dir: Path, cid: str, record: dict[str, Any], dest: Path
         )
     entry_file = source.parent / ENTRY_FILE
     try:
-        meta = json.loads(entry_file.read_bytes())["meta"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        meta = parse_json(read_document(entry_file), str(entry_file))["meta"]
+    except (UserError, KeyError, TypeError) as exc:
         raise IntegrityError(f"{entry_file}: unreadable cache entry of cell {cid!r} ({exc}); rebuild it.") from None
     for folder, dirs, names in os.walk(source):
         dirs.sort()
@@ -175,15 +192,7 @@ def stage_release(
     ``project_root``: whose git commit is recorded; ``exclude``: paths git's clean check ignores."""
     check_name(name, "release name")
     manifest_path = build_dir / "manifest.json"
-    try:
-        manifest_bytes = manifest_path.read_bytes()
-        manifest = json.loads(manifest_bytes)
-        if not isinstance(manifest.get("cells"), dict):
-            raise ValueError("no 'cells' object")
-    except FileNotFoundError:
-        raise UserError(f"{manifest_path}: no manifest; build first (rbln-build) or pass --build-dir.") from None
-    except (OSError, ValueError, AttributeError) as exc:
-        raise UserError(f"{manifest_path}: not a readable rbln-build manifest ({exc}); rebuild it.") from None
+    manifest_bytes, manifest = read_manifest(build_dir)
     released, skipped = select_cells(manifest, selection, str(manifest_path))
     staging.mkdir(parents=True)
     files: dict[str, dict[str, Any]] = {}
@@ -221,7 +230,7 @@ def stage_release(
 
 def _cell_meta(cell_dir: Path) -> dict[str, Any]:
     try:
-        meta = json.loads((cell_dir / "rbln-build.json").read_bytes())
+        meta = parse_json(read_document(cell_dir / "rbln-build.json"), "rbln-build.json")
         return meta if isinstance(meta, dict) else {}
-    except (OSError, ValueError):
+    except UserError:
         return {}

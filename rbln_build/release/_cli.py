@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import BuildError, UserError
+from ..errors import BuildError, UsageParser, UserError
 
 __all__ = ["release_main", "verify_main"]
 
@@ -35,7 +35,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _release_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="rbln-build release",
         description="Release built cells as self-contained folders with release.json (docs/releasing.md).",
         epilog=RELEASE_EPILOG,
@@ -58,7 +58,7 @@ def _release_parser() -> argparse.ArgumentParser:
 def release_main(argv: list[str]) -> int:
     args = _release_parser().parse_args(argv)
     from ..config import find_project
-    from ._bundle import Selection, check_name, stage_release
+    from ._bundle import Selection, check_name, read_manifest, select_cells, stage_release
     from ._dest import is_url, local_staging, publish
     from ._format import SIGNATURE_FILE, redact
 
@@ -67,6 +67,9 @@ def release_main(argv: list[str]) -> int:
     build_dir = Path(args.build_dir) if args.build_dir else project.root / "build"
     to = args.to if args.to is not None else str(build_dir / "releases")
     selection = Selection(tuple(args.cells), args.deployment, args.allow_failed)
+    # the manifest and the selection are checked before anything is created (a usage error writes
+    # nothing); stage_release reads the manifest again under the build directory's lock
+    select_cells(read_manifest(build_dir)[1], selection, str(build_dir / "manifest.json"))
     if is_url(to):
         parent = Path(tempfile.mkdtemp(prefix="rbln-release-"))
         staging = parent / args.name
@@ -76,8 +79,9 @@ def release_main(argv: list[str]) -> int:
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            where = f"--to {to}" if args.to is not None else f"{to} (the default --to, under the build directory)"
             raise UserError(
-                f"--to {to}: cannot create the folder ({exc.strerror or exc}); choose a writable one."
+                f"{where}: cannot create the folder ({exc.strerror or exc}); choose a writable one with --to DIR."
             ) from None
         staging = local_staging(parent, args.name)
         exclude = (build_dir, parent)
@@ -134,7 +138,7 @@ def release_main(argv: list[str]) -> int:
 
 
 def _verify_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="rbln-build verify",
         description="Check a release folder or URL against its release.json, without the build directory.",
         epilog=VERIFY_EPILOG,

@@ -31,14 +31,14 @@ def _crypto() -> Any:
 
 
 def _read_key(path: Path, what: str) -> bytes:
+    """The key file's bytes: a regular file of at most 16 KiB (a FIFO or a device is refused, never
+    waited on or read without end)."""
+    from .._documents import read_document
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"{what} {path}: cannot read ({exc.strerror or exc}).") from None
-    if len(data) > _MAX_KEY_BYTES:
-        raise UserError(f"{what} {path}: over {_MAX_KEY_BYTES} bytes; not a PEM key file.")
-    return data
+        return read_document(path, limit=_MAX_KEY_BYTES, error=UserError, hint="pass a PEM key file")
+    except UserError as exc:
+        raise UserError(f"{what} {exc}") from None
 
 
 def sign(data: bytes, key_file: Path) -> bytes:

@@ -114,7 +114,14 @@ def open_release(location: str) -> LocalRelease | RemoteRelease:
     if "://" in location:
         return RemoteRelease(location)
     root = Path(location)
-    if not root.is_dir():
+    try:
+        is_dir = root.is_dir()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL: the OS refuses to look
+        raise UserError(
+            f"{location[:300]}: cannot use it ({getattr(exc, 'strerror', None) or exc}); "
+            f"pass the release folder (the one holding {RELEASE_FILE}) or its URL."
+        ) from None
+    if not is_dir:
         raise UserError(f"{location}: no release folder there (expected a folder holding {RELEASE_FILE}).")
     return LocalRelease(root)
 
