@@ -8,7 +8,7 @@ from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
 from rbln_build.estimator import resolve_budget
 from rbln_build.pipeline._manifest import entry_for
-from rbln_build.pipeline._serving import command_for, serving_for
+from rbln_build.pipeline._serving import command_for, serving_for, with_budget
 from rbln_build.store._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
@@ -70,6 +70,30 @@ def test_an_explicit_count_cannot_be_reproduced_by_compiling_at_start_up() -> No
     serving = serving_for(c, ok(12, 150_323_855_360))
     assert serving is not None and not serving["exact"] and "gpu_memory_utilization" not in serving["flags"]
     assert "explicit kvcache_num_blocks (12) cannot be passed" in serving["notes"][-1]
+
+
+def test_an_explicit_count_is_served_by_the_budget_a_deployment_records_for_it() -> None:
+    # A deployment in mode blocks records, per model, the smallest budget resolving to its built count
+    # (serve_budget_bytes); with it the start-up compile gets that count, without it the record says
+    # why not. A precompiled cell keeps its own count and gets no fraction.
+    c = cell("qwen3_8b.rebel100.bnone.n12", "matrix.budgets=[null]", "matrix.kvcache_num_blocks=[12]")
+    explicit = serving_for(c, ok(12, 150_323_855_360))
+    assert explicit is not None
+    budget = 4 * 9_000 * 2**20
+    served = with_budget(explicit, budget, c.npu)
+    assert served["exact"] and resolve_budget(served["flags"]["gpu_memory_utilization"], c.npu) == budget
+    assert (
+        not any("cannot be passed" in n for n in served["notes"]) and "memory_budget 37748736000" in served["notes"][-1]
+    )
+    command = command_for(served, 8000, (0,), "build")
+    assert command["argv"][command["argv"].index("--gpu-memory-utilization") + 1] == str(
+        served["flags"]["gpu_memory_utilization"]
+    )
+    unserved = with_budget(explicit, None, c.npu)
+    assert not unserved["exact"] and "gpu_memory_utilization" not in unserved["flags"]
+    assert "no memory_budget resolves to exactly 12 blocks" in unserved["notes"][-1]
+    precompiled = serving_for(replace(c, backend="rbln"), ok(12, 150_323_855_360, produced="rbln"))
+    assert precompiled is not None and with_budget(precompiled, budget, c.npu) == precompiled
 
 
 def test_a_failed_cell_has_no_serving_record() -> None:
