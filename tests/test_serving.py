@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
-from rbln_build.estimator import resolve_budget
+from rbln_build.estimator import fraction_for_bytes, resolve_budget
 from rbln_build.pipeline._manifest import entry_for
-from rbln_build.pipeline._serving import command_for, serving_for, with_budget
+from rbln_build.pipeline._serving import command_for, serve_fraction, serving_for, with_budget
 from rbln_build.store._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
@@ -94,6 +96,22 @@ def test_an_explicit_count_is_served_by_the_budget_a_deployment_records_for_it()
     assert "no memory_budget resolves to exactly 12 blocks" in unserved["notes"][-1]
     precompiled = serving_for(replace(c, backend="rbln"), ok(12, 150_323_855_360, produced="rbln"))
     assert precompiled is not None and with_budget(precompiled, budget, c.npu) == precompiled
+
+
+def test_the_fraction_is_never_vllms_default_which_vllm_rbln_serves_as_093() -> None:
+    # vllm-rbln 0.12.0 raises a --gpu-memory-utilization equal to upstream vLLM's default (0.92) to 0.93
+    # (RblnPlatform.apply_config_platform_defaults). No shipped NPU's smallest fraction is exactly 0.92
+    # (their available bytes are not multiples of 25); on one whose are, the next float up is passed.
+    npu = SimpleNamespace(name="made-up", available_bytes=16_000_000_000, num_chiplets=1)
+    budget = 14_720_000_000  # 0.92 of it, exactly
+    assert serve_fraction(budget, npu) == math.nextafter(0.92, 1.0)
+    c = cell("qwen3_8b.rebel100.bnone.n12", "matrix.budgets=[null]", "matrix.kvcache_num_blocks=[12]")
+    served = with_budget(serving_for(c, ok(12, 150_323_855_360)), budget, npu)  # type: ignore[arg-type]
+    fraction = served["flags"]["gpu_memory_utilization"]
+    assert fraction != 0.92 and int(npu.available_bytes * fraction) == budget and served["exact"]
+    real = cell("qwen3_8b.rebel100.b0.3").npu
+    nbytes = int(real.available_bytes * 0.92)
+    assert serve_fraction(nbytes, real) == fraction_for_bytes(nbytes, real.available_bytes) < 0.92  # as it is
 
 
 def test_a_failed_cell_has_no_serving_record() -> None:
