@@ -342,6 +342,33 @@ def test_run_checks_a_released_cell_against_release_json_before_it_reads_it(
     assert "this cell is a resolved plan" in capsys.readouterr().err
 
 
+def test_a_card_says_a_null_budget_a_checkpoints_digest_and_how_to_prompt_a_program(released: Path) -> None:
+    """The card's wording on a released record, varied where the plans build has no such cell: a null
+    budget (it printed '- = <bytes>'), a checkpoint's weights digest (it printed 'sha256 `sha256:...`'),
+    and a torch program with a tokenizer (only --prompt-ids was shown)."""
+    from rbln_build.release._card import card_for
+
+    record = json.loads((released / "release.json").read_bytes())["cells"][CELL]["record"]
+    card = card_for(CELL, record, {})
+    assert f"| requested budget | 0.3 = {record['budget_bytes']:,} bytes per device |" in card
+    assert "weights from the recipe (no checkpoint digest)" in card
+    digest = "sha256:" + "ab" * 32
+    card = card_for(
+        CELL,
+        {**record, "memory_budget": None, "inputs": {**record["inputs"], "weights_hash": digest}},
+        {},
+    )
+    assert f"| requested budget | null (all available DRAM) = {record['budget_bytes']:,} bytes per device |" in card
+    assert f"weights `{digest}`" in card and "sha256 `sha256:" not in card
+    program = {**record, "produced": "program"}
+    with_tokenizer = card_for(CELL, program, {"tokenizer": {"files": ["tokenizer.json"]}})
+    assert f'python -m rbln_build.run {CELL} --prompt "Hello" --max-new-tokens 8' in with_tokenizer
+    assert f"python -m rbln_build.run {CELL} --prompt-ids 1,2,3" in with_tokenizer
+    without = card_for(CELL, program, {"tokenizer": None})
+    assert "--prompt " not in without and "--prompt-ids 1,2,3" in without
+    assert "Tokenizer: **no tokenizer** in this cell" in without
+
+
 def test_verify_imports_no_torch(released: Path, tmp_path: Path) -> None:
     modules = tmp_path / "modules.txt"
     check_ok(rbln(["verify", str(released)], cwd=tmp_path, modules=modules))
