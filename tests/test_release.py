@@ -308,6 +308,67 @@ def test_verify_names_every_kind_of_tampering(released: Path, tmp_path: Path, ta
     assert "FAILED" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_run_checks_a_released_cell_against_release_json_before_it_reads_it(
+    released: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m rbln_build.run <release>/<cell>` verifies the cell's files against release.json first
+    (issue 19: every load verifies first). A plan cell gets as far as the runtime's own refusal when it
+    matches; a changed config.json (which rbln-build.json does not cover) or an extra file stops it first."""
+    from rbln_build.run import main as run_main
+
+    root = tmp_path / "v1"
+    shutil.copytree(released, root, symlinks=True)
+    cell = root / CELL
+    assert run_main([str(cell), "--prompt-ids", "1,2"]) == 2
+    assert "this cell is a resolved plan" in capsys.readouterr().err  # checked, then refused as a plan
+    config = cell / "config.json"
+    config.write_bytes(config.read_bytes() + b" ")  # still valid JSON, and the same config
+    assert run_main([str(cell), "--prompt-ids", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {config}: changed: " in err and f"does not match {root / 'release.json'}" in err
+    assert f"rbln-build verify {root}" in err and "resolved plan" not in err
+    config.write_bytes(config.read_bytes()[:-1])
+    (cell / "notes.txt").write_text("x")
+    assert run_main([str(cell), "--prompt-ids", "1,2"]) == 2
+    assert f"error: {cell / 'notes.txt'}: an extra file, not in release.json" in capsys.readouterr().err
+    (cell / "notes.txt").unlink()
+    other = root / "stray.cell"
+    shutil.copytree(cell, other)  # beside release.json, but not one of its cells
+    assert run_main([str(other), "--prompt-ids", "1,2"]) == 2
+    assert f"error: {other}: not a cell of release.json" in capsys.readouterr().err
+    alone = tmp_path / "alone" / CELL  # no release.json beside it: a copied cell, not checked as a release
+    shutil.copytree(cell, alone)
+    assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
+    assert "this cell is a resolved plan" in capsys.readouterr().err
+
+
+def test_a_card_says_a_null_budget_a_checkpoints_digest_and_how_to_prompt_a_program(released: Path) -> None:
+    """The card's wording on a released record, varied where the plans build has no such cell: a null
+    budget (it printed '- = <bytes>'), a checkpoint's weights digest (it printed 'sha256 `sha256:...`'),
+    and a torch program with a tokenizer (only --prompt-ids was shown)."""
+    from rbln_build.release._card import card_for
+
+    record = json.loads((released / "release.json").read_bytes())["cells"][CELL]["record"]
+    card = card_for(CELL, record, {})
+    assert f"| requested budget | 0.3 = {record['budget_bytes']:,} bytes per device |" in card
+    assert "weights from the recipe (no checkpoint digest)" in card
+    digest = "sha256:" + "ab" * 32
+    card = card_for(
+        CELL,
+        {**record, "memory_budget": None, "inputs": {**record["inputs"], "weights_hash": digest}},
+        {},
+    )
+    assert f"| requested budget | null (all available DRAM) = {record['budget_bytes']:,} bytes per device |" in card
+    assert f"weights `{digest}`" in card and "sha256 `sha256:" not in card
+    program = {**record, "produced": "program"}
+    with_tokenizer = card_for(CELL, program, {"tokenizer": {"files": ["tokenizer.json"]}})
+    assert f'python -m rbln_build.run {CELL} --prompt "Hello" --max-new-tokens 8' in with_tokenizer
+    assert f"python -m rbln_build.run {CELL} --prompt-ids 1,2,3" in with_tokenizer
+    without = card_for(CELL, program, {"tokenizer": None})
+    assert "--prompt " not in without and "--prompt-ids 1,2,3" in without
+    assert "Tokenizer: **no tokenizer** in this cell" in without
+
+
 def test_verify_imports_no_torch(released: Path, tmp_path: Path) -> None:
     modules = tmp_path / "modules.txt"
     check_ok(rbln(["verify", str(released)], cwd=tmp_path, modules=modules))
