@@ -22,7 +22,8 @@ Two families, kept apart as doit keeps ``InvalidTask`` apart from ``TaskFailed``
                                    content that would run code when loaded: refused before loading
 
 Every message says what failed, where (config key or file), what it got, and what to do next.
-The CLI prints ``str(error)`` without a traceback for any ``RblnBuildError``.
+The CLI prints ``str(error)`` without a traceback for any ``RblnBuildError``, on one line, then its
+``detail`` when it has one.
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ __all__ = [
 
 
 class RblnBuildError(Exception):
-    """Base of every error rbln-build raises on purpose."""
+    """Base of every error rbln-build raises on purpose.
+
+    ``detail``: optional text rbln-build rendered itself (an infeasible deployment's plan: its tables,
+    conflicts and the override lines of each change), printed as it is under the message's one line.
+    The message alone must still say what failed and what to do (a caller may drop the detail)."""
+
+    detail: str | None = None
 
 
 class UserError(RblnBuildError):

@@ -13,7 +13,9 @@ skip_special_tokens=True)`` gives it). A cell without a tokenizer is refused wit
 nothing is loaded before it is verified: the program's sha256 against the cell's rbln-build.json
 and its archive against the pickle allowlist (``backends.torch._archive``); with ``--manifest``,
 first the whole cell folder against the manifest's ``artifact.content_hash``, so rewriting
-rbln-build.json together with the program is caught too. Errors (a missing artifact, a failed
+rbln-build.json together with the program is caught too; a released cell (``<release>/<cell id>``,
+``release.json`` beside it) is first checked against ``release.json`` (every file's size and sha256,
+nothing extra, no link, its self-hash), which catches the same rewrite. Errors (a missing artifact, a failed
 check, a plan instead of a program, a request bigger than the KV pool) print one line to stderr and
 exit with status 2; ``RBLN_BUILD_FULL_ERROR=1`` shows the traceback. docs/security.md says what is
 and is not verified.
@@ -30,7 +32,7 @@ from typing import Any, NoReturn
 from ._documents import load_json
 from .errors import InputError, IntegrityError, RblnBuildError, UserError
 
-__all__ = ["main", "verified_cell"]
+__all__ = ["main", "released_cell", "verified_cell"]
 
 
 def _token_ids(text: str) -> list[int]:
@@ -143,6 +145,24 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
     return folder
 
 
+def released_cell(folder: Path) -> None:
+    """A released cell (``<release>/<cell id>``, release.json beside it) is checked against
+    release.json before anything in it is read: its files' sizes and sha256, nothing extra, no
+    link, release.json's self-hash. IntegrityError naming the first problem; a built cell passes."""
+    from .release import RELEASE_FILE, verify_cell
+
+    verdict = verify_cell(folder)
+    if verdict is None or verdict.ok:
+        return
+    rel, problem = verdict.problems[0]
+    more = f" (and {len(verdict.problems) - 1} more problem(s))" if len(verdict.problems) > 1 else ""
+    release = Path(verdict.location)
+    raise IntegrityError(
+        f"{release / rel}: {problem}{more}; this released cell does not match {release / RELEASE_FILE}. "
+        f"Refusing to load it: check the release (rbln-build verify {release}) and fetch it again."
+    )
+
+
 def _text_side(folder: Path) -> tuple[Any, list[int]]:
     """The cell's tokenizer (its own files, no hub) and the eos ids of its generation config."""
     from .backends import read_record
@@ -188,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(args.artifact)
         if args.manifest is not None:
             folder = verified_cell(Path(args.manifest), args.artifact)
+        else:
+            released_cell(folder)
         from .backends.torch._runtime import load_artifact
 
         artifact = load_artifact(folder)  # verifies the program first

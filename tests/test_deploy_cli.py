@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,9 @@ def test_an_infeasible_deployment_builds_nothing(tmp_path: Path, env: dict[str, 
     check_ok(proc, 2)
     assert "deployment qwen3_8b_llama3_2_1b: the budget plan does not fit, so nothing was built." in proc.stderr
     assert "reservation vision_encoder: bytes 150,323,855,360 -> " in proc.stderr
+    # the plan is printed as `plan` prints it, under the error's one line: each override on its own line
+    assert proc.stderr.startswith("rbln-build: deployment qwen3_8b_llama3_2_1b: the budget plan does not fit")
+    assert re.search(r"\n      deployment\.reservations\.0\.bytes=\d+MB\n", proc.stderr), proc.stderr
     assert not build.exists()
     # without a user cache the memory model's inventories would go to build/cache/inventory: planning
     # stages them and moves them there only when the plan fits
@@ -299,6 +303,38 @@ def test_an_rbln_deployment_builds_in_one_run_planned_from_its_compiled_reports(
         config = json.loads((artifact / "rbln_config.json").read_text())  # what vllm-rbln loads
         check_flags(c["argv"], config, entry)
         assert c["argv"][2] == str(artifact.relative_to(tmp_path)) or c["argv"][2] == str(artifact)
+
+
+@pytest.mark.slow  # two compiles through the stand-in SDK (~15 s)
+@needs_optimum_rbln
+def test_an_infeasible_rbln_deployment_keeps_only_the_compiles_it_planned_from(tmp_path: Path) -> None:
+    # With the rbln backend the plan needs the compiled reports, so the compiles stay in cache/compile
+    # (keyed by the models' compile inputs); nothing else is written: no manifest, no artifacts, no
+    # inventories (the suggestions' other targets use the memory model: staged, then discarded). The
+    # printed fix, applied as printed, reuses those compiles.
+    build = tmp_path / "build"
+    rbln_env = {"PYTHONPATH": f"{FAKES}:{os.environ.get('PYTHONPATH', '')}"}
+    # the stand-in's reports: tiny_qwen3's floor needs 31.20 MiB; leave 30 MiB
+    args = [
+        "deployment=tiny_pair",
+        "matrix.backend=rbln",
+        f"deployment.reservations.0.bytes={ATOM.available_bytes - 30 * MiB}",
+        f"build_dir={build}",
+    ]
+    proc = rbln(args, cwd=tmp_path, env=rbln_env)
+    check_ok(proc, 2)
+    lines = proc.stderr.splitlines()
+    assert any(line.startswith("rbln-build: deployment tiny_pair: the budget plan does not fit") for line in lines)
+    assert "\n  tiny_qwen3 cannot reach its floor of 9 blocks on atom_max even alone" in proc.stderr
+    written = sorted(str(p.relative_to(build)) for p in build.rglob("*") if "/files/" not in str(p.relative_to(build)))
+    assert [p for p in written if not p.startswith("cache/compile/")] == ["cache", "cache/compile"], written
+    assert len(list((build / "cache" / "compile").iterdir())) == 2
+    fix = next(
+        line.strip() for line in proc.stderr.splitlines() if line.startswith("      deployment.reservations.0.bytes=")
+    )
+    again = rbln([*args, fix], cwd=tmp_path, env=rbln_env)
+    check_ok(again)
+    assert "[plan" not in again.stdout and "2 cells: 0 compiled, 2 finalized" in again.stdout
 
 
 @pytest.mark.slow  # two torch exports (~10 s) and a CPU prefill

@@ -24,11 +24,11 @@ from fractions import Fraction
 
 import pytest
 from deploy_oracle import best, need, reserved, resolved
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from memory_helpers import report, spec
 
-from rbln_build.deploy import BLOCKS, BUDGET, Problem, Reservation, Target, Tenant, plan_deployment
+from rbln_build.deploy import BLOCKS, BUDGET, Demand, Problem, Reservation, Target, Tenant, plan_deployment
 from rbln_build.errors import ConfigError
 from rbln_build.estimator import AllocationReport, KVTensor, resolve_attention, resolve_npu
 
@@ -232,6 +232,39 @@ def test_min_blocks_and_a_fixed_budget() -> None:
     assert kinds[("min_blocks", "tiny_llama")] == 6 and ("memory_budget", "tiny_qwen3") not in kinds
 
 
+def test_the_shipped_deployment_is_the_optimum_of_its_accounting() -> None:
+    # docs/colocation.md section 2: Qwen3-8B (batch 8, 40,960 tokens) and Llama-3.2-1B on one Rebel100,
+    # 20 GiB reserved on chiplet 0, planned from the memory model's reports as `rbln-build plan` does.
+    # The brute-force oracle, pricing every count by what it occupies, finds the same counts in both
+    # modes; one block more for either model does not fit chiplet 0 (22 MiB left).
+    tenants = [tiny("qwen3_8b", REBEL, batch_size=8, max_seq_len=40960), tiny("llama3_2_1b", REBEL)]
+    reservations = [Reservation("vision_encoder", 20 * 2**30, 0)]
+    plan = plan_deployment(REBEL, tenants, reservations)
+    for mode_plan in (plan.budget, plan.blocks):
+        assert (
+            counts(mode_plan)
+            == best(REBEL, tenants, reservations, mode_plan.mode)
+            == {
+                "qwen3_8b": 33,
+                "llama3_2_1b": 29,
+            }
+        )
+    assert plan.budget.headroom()[0] == 22 * MiB
+    assert [a.memory_budget for a in plan.budget.assignments] == ["56544MB", "11512MB"]
+    for a in plan.budget.assignments:
+        assert resolved(REBEL, plan.tenant(a.name), a.memory_budget).kvcache_num_blocks == a.kvcache_num_blocks
+    base = reserved(REBEL, reservations)
+    for i, (t, n) in enumerate(((tenants[0], 34), (tenants[1], 30))):
+        other = tenants[1 - i]
+        total = [
+            r + a + b
+            for r, a, b in zip(
+                base, need(REBEL, t, n), need(REBEL, other, counts(plan.budget)[other.name]), strict=True
+            )
+        ]
+        assert total[0] > REBEL.available_per_chiplet, (t.name, n)
+
+
 def test_bad_inputs_are_config_errors() -> None:
     llama = tiny("tiny_llama", ATOM)
     with pytest.raises(ConfigError, match="min_blocks 9 exceeds its full pool"):
@@ -323,3 +356,28 @@ def test_the_planner_matches_brute_force(case) -> None:
             assert list(a.usage) == used
             if mode_plan.mode == BUDGET:  # each budget resolves, through the estimator, to its count
                 assert resolved(target, plan.tenant(a.name), a.memory_budget).kvcache_num_blocks == a.kvcache_num_blocks
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deployments())
+def test_the_budget_that_serves_a_count_is_the_smallest_resolving_to_it(case) -> None:
+    # Demand.budget_for gives serve-command the budget that reproduces a built count (blocks mode): the
+    # estimator resolves it to exactly that count, one byte less resolves to fewer blocks, and it is
+    # None exactly where no budget resolves to the count (the tightest chiplet does not grow at the
+    # next count, so a budget that holds it holds one more) or none fits the device at all.
+    target, tenants, _ = case
+    C = target.num_chiplets
+    for t in tenants:
+        demand = Demand(t, target)
+        for n in range(t.floor, t.full + 1):
+            tightest = max(need(target, t, n))
+            plateau = n < t.full and max(need(target, t, n + 1)) == tightest
+            budget = demand.budget_for(n)
+            if plateau or tightest * C > target.npu.available_bytes:
+                event("a count no budget resolves to")
+                assert budget is None, (t.name, n)
+                continue
+            assert budget == max(tightest, 1) * C, (t.name, n)
+            assert resolved(target, t, budget).kvcache_num_blocks == n, (t.name, n)
+            if tightest > 0:  # a model of no bytes resolves any positive budget to its full pool
+                assert resolved(target, t, budget - 1).kvcache_num_blocks != n, (t.name, n)

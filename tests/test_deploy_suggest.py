@@ -139,6 +139,23 @@ def test_the_largest_reservation_that_fits_and_other_devices() -> None:
         assert apply_and_plan(plan, s).feasible
 
 
+def test_a_fixed_budget_below_the_floor_is_named_with_the_estimators_reason_and_a_budget_that_fits() -> None:
+    # 60 MB gives tiny_qwen3 none of its 9 floor blocks: its own conflict, with optimum-rbln's message
+    # as one sentence of the reason (rendered with a single period), and the largest budget that fits
+    tenants = [tenant("tiny_llama", "tiny_llama", ATOM), tenant("tiny_qwen3", "tiny_qwen3", ATOM, memory_budget="60MB")]
+    plan = plan_deployment(ATOM, tenants)
+    (conflict,) = plan.chosen.conflicts
+    assert conflict.name == "tiny_qwen3" and conflict.alone
+    assert conflict.reason.startswith(
+        "tiny_qwen3 cannot reach its floor on atom_max with its fixed memory_budget '60MB': Insufficient memory "
+        "for the required KV cache: only 0 blocks can be allocated, but at least 9 blocks are required."
+    )
+    assert not conflict.reason.endswith(".")  # the plan's text adds the sentence's period
+    raised = next(s for s in plan.suggestions if s.kind == "memory_budget")
+    assert (raised.old, raised.new) == ("60MB", "140MB") and counts(raised.plan) == {"tiny_llama": 8, "tiny_qwen3": 16}
+    assert apply_and_plan(plan, raised).feasible
+
+
 # -- every suggestion, applied independently, plans as feasible ------------------------------------
 
 

@@ -308,6 +308,40 @@ def test_verify_names_every_kind_of_tampering(released: Path, tmp_path: Path, ta
     assert "FAILED" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_run_checks_a_released_cell_against_release_json_before_it_reads_it(
+    released: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m rbln_build.run <release>/<cell>` verifies the cell's files against release.json first
+    (issue 19: every load verifies first). A plan cell gets as far as the runtime's own refusal when it
+    matches; a changed config.json (which rbln-build.json does not cover) or an extra file stops it first."""
+    from rbln_build.run import main as run_main
+
+    root = tmp_path / "v1"
+    shutil.copytree(released, root, symlinks=True)
+    cell = root / CELL
+    assert run_main([str(cell), "--prompt-ids", "1,2"]) == 2
+    assert "this cell is a resolved plan" in capsys.readouterr().err  # checked, then refused as a plan
+    config = cell / "config.json"
+    config.write_bytes(config.read_bytes() + b" ")  # still valid JSON, and the same config
+    assert run_main([str(cell), "--prompt-ids", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {config}: changed: " in err and f"does not match {root / 'release.json'}" in err
+    assert f"rbln-build verify {root}" in err and "resolved plan" not in err
+    config.write_bytes(config.read_bytes()[:-1])
+    (cell / "notes.txt").write_text("x")
+    assert run_main([str(cell), "--prompt-ids", "1,2"]) == 2
+    assert f"error: {cell / 'notes.txt'}: an extra file, not in release.json" in capsys.readouterr().err
+    (cell / "notes.txt").unlink()
+    other = root / "stray.cell"
+    shutil.copytree(cell, other)  # beside release.json, but not one of its cells
+    assert run_main([str(other), "--prompt-ids", "1,2"]) == 2
+    assert f"error: {other}: not a cell of release.json" in capsys.readouterr().err
+    alone = tmp_path / "alone" / CELL  # no release.json beside it: a copied cell, not checked as a release
+    shutil.copytree(cell, alone)
+    assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
+    assert "this cell is a resolved plan" in capsys.readouterr().err
+
+
 def test_verify_imports_no_torch(released: Path, tmp_path: Path) -> None:
     modules = tmp_path / "modules.txt"
     check_ok(rbln(["verify", str(released)], cwd=tmp_path, modules=modules))

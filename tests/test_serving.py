@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
-from rbln_build.estimator import resolve_budget
+from rbln_build.estimator import fraction_for_bytes, resolve_budget
 from rbln_build.pipeline._manifest import entry_for
-from rbln_build.pipeline._serving import command_for, serving_for
+from rbln_build.pipeline._serving import command_for, serve_fraction, serving_for, with_budget
 from rbln_build.store._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
@@ -70,6 +72,46 @@ def test_an_explicit_count_cannot_be_reproduced_by_compiling_at_start_up() -> No
     serving = serving_for(c, ok(12, 150_323_855_360))
     assert serving is not None and not serving["exact"] and "gpu_memory_utilization" not in serving["flags"]
     assert "explicit kvcache_num_blocks (12) cannot be passed" in serving["notes"][-1]
+
+
+def test_an_explicit_count_is_served_by_the_budget_a_deployment_records_for_it() -> None:
+    # A deployment in mode blocks records, per model, the smallest budget resolving to its built count
+    # (serve_budget_bytes); with it the start-up compile gets that count, without it the record says
+    # why not. A precompiled cell keeps its own count and gets no fraction.
+    c = cell("qwen3_8b.rebel100.bnone.n12", "matrix.budgets=[null]", "matrix.kvcache_num_blocks=[12]")
+    explicit = serving_for(c, ok(12, 150_323_855_360))
+    assert explicit is not None
+    budget = 4 * 9_000 * 2**20
+    served = with_budget(explicit, budget, c.npu)
+    assert served["exact"] and resolve_budget(served["flags"]["gpu_memory_utilization"], c.npu) == budget
+    assert (
+        not any("cannot be passed" in n for n in served["notes"]) and "memory_budget 37748736000" in served["notes"][-1]
+    )
+    command = command_for(served, 8000, (0,), "build")
+    assert command["argv"][command["argv"].index("--gpu-memory-utilization") + 1] == str(
+        served["flags"]["gpu_memory_utilization"]
+    )
+    unserved = with_budget(explicit, None, c.npu)
+    assert not unserved["exact"] and "gpu_memory_utilization" not in unserved["flags"]
+    assert "no memory_budget resolves to exactly 12 blocks" in unserved["notes"][-1]
+    precompiled = serving_for(replace(c, backend="rbln"), ok(12, 150_323_855_360, produced="rbln"))
+    assert precompiled is not None and with_budget(precompiled, budget, c.npu) == precompiled
+
+
+def test_the_fraction_is_never_vllms_default_which_vllm_rbln_serves_as_093() -> None:
+    # vllm-rbln 0.12.0 raises a --gpu-memory-utilization equal to upstream vLLM's default (0.92) to 0.93
+    # (RblnPlatform.apply_config_platform_defaults). No shipped NPU's smallest fraction is exactly 0.92
+    # (their available bytes are not multiples of 25); on one whose are, the next float up is passed.
+    npu = SimpleNamespace(name="made-up", available_bytes=16_000_000_000, num_chiplets=1)
+    budget = 14_720_000_000  # 0.92 of it, exactly
+    assert serve_fraction(budget, npu) == math.nextafter(0.92, 1.0)
+    c = cell("qwen3_8b.rebel100.bnone.n12", "matrix.budgets=[null]", "matrix.kvcache_num_blocks=[12]")
+    served = with_budget(serving_for(c, ok(12, 150_323_855_360)), budget, npu)  # type: ignore[arg-type]
+    fraction = served["flags"]["gpu_memory_utilization"]
+    assert fraction != 0.92 and int(npu.available_bytes * fraction) == budget and served["exact"]
+    real = cell("qwen3_8b.rebel100.b0.3").npu
+    nbytes = int(real.available_bytes * 0.92)
+    assert serve_fraction(nbytes, real) == fraction_for_bytes(nbytes, real.available_bytes) < 0.92  # as it is
 
 
 def test_a_failed_cell_has_no_serving_record() -> None:

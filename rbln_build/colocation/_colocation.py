@@ -161,10 +161,13 @@ def _deployment_cells(
     assert d is not None
     plan = plan_for(settings, stage=True)
     if not plan.feasible:
-        raise ConfigError(
-            f"deployment {d.name}: the {d.mode} plan does not fit, so nothing was built.\n"
-            + render_plan(plan, d.name, overrides=overrides_for(d)).rstrip()
+        error = ConfigError(
+            f"deployment {d.name}: the {d.mode} plan does not fit, so nothing was built. The plan below names "
+            "every model that cannot fit and the changes that fit, each with the overrides that apply it "
+            f"(`rbln-build plan deployment={d.name}` with the same overrides prints it too)."
         )
+        error.detail = render_plan(plan, d.name, overrides=overrides_for(d))
+        raise error
     parts = []
     for i, (dm, a) in enumerate(zip(d.models, plan.chosen.assignments, strict=True)):
         explicit = d.mode == BLOCKS and not a.fixed

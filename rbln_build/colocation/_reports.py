@@ -36,8 +36,13 @@ class Reports:
         self.backend = settings.matrix.backend
         self.store = Store(settings.build_dir / "cache")  # a corrupt entry: a warning and a miss
         self.inventory_dir: Path | None = None
-        if not os.environ.get("RBLN_BUILD_CACHE"):  # as a build does: inventories live in the build dir
-            self.inventory_dir = settings.build_dir / "cache" / "inventory"
+        chosen = os.environ.get("RBLN_BUILD_CACHE")
+        own = settings.build_dir / "cache"
+        # As a build does, inventories live in the build dir, unless the user chose a place. A build
+        # that compiled to plan (``pipeline._deploy_compile``) already pointed RBLN_BUILD_CACHE at the
+        # build dir's own cache (``scope_inventory_cache``): that is still the build dir, and staged.
+        if not chosen or os.path.abspath(chosen) == os.path.abspath(own):
+            self.inventory_dir = own / "inventory"
         self._toolchain: dict[str, str] | None | bool = False
         self.stage = stage
         self._staged: Path | None = None

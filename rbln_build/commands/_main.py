@@ -164,6 +164,8 @@ def run_command(name: str, fn: Any, argv: list[str]) -> int:
         return _closed_pipe()
     except RblnBuildError as exc:  # UserError (ConfigError, RecipeError, InputError: a file they named), ...
         print(f"{prefix}: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever a value held
+        if exc.detail:  # text rbln-build rendered itself (a plan's tables), kept as it is
+            print(exc.detail.rstrip(), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # workers are stopped; the Store holds only whole entries
         print(f"{prefix}: interrupted; finished compiles and cells are kept, the next run resumes.", file=sys.stderr)

@@ -130,7 +130,8 @@ class Problem:
                 assert res.breakdown.budget_bytes is not None
                 self._fixed[t.name] = (res.kvcache_num_blocks, res.breakdown.budget_bytes)
             else:
-                self._fixed[t.name] = f"its fixed memory_budget {t.memory_budget!r}: {res.error}"
+                error = (res.error or "").rstrip(".")  # the reason is printed as a sentence of its own
+                self._fixed[t.name] = f"its fixed memory_budget {t.memory_budget!r}: {error}"
         return self._fixed[t.name]
 
     def capacity(self) -> Vector:

@@ -15,6 +15,10 @@ nothing of it is imported here):
   --max-num-batched-tokens``, ``num_devices = --rbln-num-devices-per-local-rank`` and
   ``memory_budget = --gpu-memory-utilization`` (a fraction). That budget always goes in, so an
   explicit ``kvcache_num_blocks`` cannot (optimum-rbln takes one or the other).
+* An omitted ``--gpu-memory-utilization`` is 0.93 (``RBLN_DEFAULT_GPU_MEMORY_UTILIZATION``), and a
+  value equal to upstream vLLM's default, 0.92, is raised to 0.93 too
+  (``RblnPlatform.apply_config_platform_defaults``): so a record always carries the fraction, and never
+  exactly 0.92 (``serve_fraction``).
 * Its devices are the ones ``RBLN_VISIBLE_DEVICES`` lists, and a runtime's device ids count within
   them; ``tensor_parallel_size`` must stay 1 on this path. Co-located models are separate
   processes pinned to the same devices, each on its own port.
@@ -33,6 +37,7 @@ its torch and plan cells are refused (``refused``: the reason), never ``vllm ser
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from typing import Any
 
@@ -41,7 +46,7 @@ from ..errors import UserError
 from ..estimator import fraction_for_bytes
 from ..store import CellResult
 
-__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "FLAG_ORDER"]
+__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "serve_fraction", "FLAG_ORDER"]
 
 ENGINE = "vllm-rbln==0.12.0"
 DEVICE_ENV = "RBLN_VISIBLE_DEVICES"
@@ -55,6 +60,22 @@ FLAG_ORDER = (
     "rbln_num_devices_per_local_rank",
     "gpu_memory_utilization",
 )
+
+
+# vllm-rbln 0.12.0 takes a --gpu-memory-utilization equal to upstream vLLM's default (CacheConfig's
+# 0.92) for "left alone" and raises it to its own default, 0.93 (platform/__init__.py).
+UPSTREAM_DEFAULT_FRACTION = 0.92
+
+
+def serve_fraction(nbytes: int, npu: Any) -> float | None:
+    """The ``--gpu-memory-utilization`` for a budget of ``nbytes`` per device: the smallest float that
+    resolves to at least ``nbytes`` (``fraction_for_bytes``), except exactly 0.92, which vllm-rbln would
+    serve as 0.93: the next float up instead (whether it still resolves to the cell's count is the
+    caller's ``exact`` check). None when no fraction gives ``nbytes``."""
+    fraction = fraction_for_bytes(nbytes, npu.available_bytes)
+    if fraction == UPSTREAM_DEFAULT_FRACTION:
+        fraction = math.nextafter(fraction, 1.0)
+    return fraction
 
 
 def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
@@ -92,7 +113,7 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         if cell.recipe.seed is not None:
             notes.append(f"{cell.recipe.name} is a synthetic recipe (seeded weights): no hub model to serve")
         budget = result.budget_bytes
-        fraction = None if budget is None else fraction_for_bytes(budget, cell.npu.available_bytes)
+        fraction = None if budget is None else serve_fraction(budget, cell.npu)
         if cell.kvcache_num_blocks == 0 and budget is not None and fraction is not None:
             flags["gpu_memory_utilization"] = fraction
             chiplets = cell.npu.num_chiplets
@@ -138,7 +159,7 @@ def with_budget(serving: dict[str, Any], budget: int | None, npu: Any) -> dict[s
         return serving
     count = serving["kvcache_num_blocks"]
     notes = [n for n in serving["notes"] if "cannot be passed" not in n]
-    fraction = None if budget is None else fraction_for_bytes(budget, npu.available_bytes)
+    fraction = None if budget is None else serve_fraction(budget, npu)
     if budget is None or fraction is None:
         notes.append(
             f"no memory_budget resolves to exactly {count} blocks (a budget that holds them holds one more): "

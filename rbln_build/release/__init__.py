@@ -15,6 +15,15 @@ neither the store nor the pipeline). The writer's side is ``rbln_build.release._
 
 from ._cli import release_main, verify_main
 from ._format import FORMAT, RELEASE_FILE, SIGNATURE_FILE
-from ._verify import Verdict, verify_release
+from ._verify import Verdict, verify_cell, verify_release
 
-__all__ = ["FORMAT", "RELEASE_FILE", "SIGNATURE_FILE", "Verdict", "release_main", "verify_main", "verify_release"]
+__all__ = [
+    "FORMAT",
+    "RELEASE_FILE",
+    "SIGNATURE_FILE",
+    "Verdict",
+    "release_main",
+    "verify_cell",
+    "verify_main",
+    "verify_release",
+]

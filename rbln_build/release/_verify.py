@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import UserError
 from ._format import FORMAT, MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, self_hash
 
-__all__ = ["Verdict", "verify_release", "open_release"]
+__all__ = ["Verdict", "verify_cell", "verify_release", "open_release"]
 
 _SHA = re.compile(r"[0-9a-f]{64}")
 _TOP = {RELEASE_FILE, SIGNATURE_FILE}
@@ -55,21 +55,37 @@ class LocalRelease:
         self.root = root
         self.location = str(root)
 
-    def listing(self) -> dict[str, str]:
+    def listing(self, under: str | None = None) -> dict[str, str]:
+        """{relative path: "file" | "symlink" | "other"} of every non-folder entry; with ``under``
+        (a cell's folder), of that folder only, plus release.json and its signature."""
         out: dict[str, str] = {}
-        for folder, dirs, names in os.walk(self.root, followlinks=False):
+        top = self.root
+        if under is not None:
+            for rel in (*sorted(_TOP), under):
+                kind = self._kind(self.root / rel)
+                if kind is not None and kind != "folder":
+                    out[rel] = kind
+            if self._kind(self.root / under) != "folder":
+                return out
+            top = self.root / under
+        for folder, dirs, names in os.walk(top, followlinks=False):
             here = Path(folder)
             for name in [*names, *dirs]:
                 path = here / name
-                rel = path.relative_to(self.root).as_posix()
-                mode = path.lstat().st_mode
-                if stat.S_ISLNK(mode):
-                    out[rel] = "symlink"
-                elif stat.S_ISREG(mode):
-                    out[rel] = "file"
-                elif not stat.S_ISDIR(mode):
-                    out[rel] = "other"
+                kind = self._kind(path)
+                if kind is not None and kind != "folder":
+                    out[path.relative_to(self.root).as_posix()] = kind
         return out
+
+    @staticmethod
+    def _kind(path: Path) -> str | None:
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(mode):
+            return "symlink"
+        return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"
 
     def chunks(self, rel: str) -> Iterator[bytes]:
         fd = os.open(self.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -91,11 +107,11 @@ class RemoteRelease:
         self.location = url.rstrip("/")
         self.fs, self.base = filesystem(self.location)
 
-    def listing(self) -> dict[str, str]:
+    def listing(self, under: str | None = None) -> dict[str, str]:
         out: dict[str, str] = {}
         for path, info in self.fs.find(self.base, detail=True).items():
             rel = path[len(self.base) :].lstrip("/")
-            if rel:
+            if rel and (under is None or rel in _TOP or rel.split("/", 1)[0] == under):
                 out[rel] = "symlink" if info.get("islink") else "file" if info.get("type") == "file" else "other"
         return out
 
@@ -171,11 +187,24 @@ def verify_release(location: str, key: Path | None = None) -> Verdict:
         ) from None
 
 
-def _verify(release: LocalRelease | RemoteRelease, key: Path | None) -> Verdict:
+def verify_cell(cell_dir: Path) -> Verdict | None:
+    """Check one released cell folder (``<release>/<cell id>``) against its release's
+    ``release.json``, as ``python -m rbln_build.run`` does before it loads a released cell: the
+    self-hash, every file listed under the cell (size, sha256, a regular file) and nothing else in
+    the folder. The signature is not checked here (``verify --key`` does). None when no
+    ``release.json`` is beside the folder: not a released cell (a built one, or a copy)."""
+    folder = Path(os.path.abspath(cell_dir))
+    root = folder.parent
+    if LocalRelease._kind(root / RELEASE_FILE) is None:
+        return None
+    return _verify(LocalRelease(root), None, only=folder.name)
+
+
+def _verify(release: LocalRelease | RemoteRelease, key: Path | None, only: str | None = None) -> Verdict:
     verdict = Verdict(release.location)
     problems = verdict.problems
     try:
-        present = release.listing()
+        present = release.listing(only)
     except FileNotFoundError:
         present = {}
     kind = present.get(RELEASE_FILE)
@@ -196,7 +225,14 @@ def _verify(release: LocalRelease | RemoteRelease, key: Path | None) -> Verdict:
         return verdict
     verdict.name = body.get("name") if isinstance(body.get("name"), str) else None
     verdict.cells = len(body.get("cells") or {})
-    _check_signature(release, present, data, key, verdict)
+    if only is not None:  # one cell: its files only; the signature is verify --key's
+        if only not in body["cells"]:
+            problems.append((only, f"not a cell of {RELEASE_FILE} (it lists {verdict.cells})"))
+            return verdict
+        listed = {rel: v for rel, v in listed.items() if rel.split("/", 1)[0] == only}
+        verdict.cells = 1
+    else:
+        _check_signature(release, present, data, key, verdict)
     for rel in sorted(set(present) - set(listed) - _TOP):
         extra = present[rel]
         problems.append(
