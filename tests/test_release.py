@@ -275,6 +275,13 @@ def _symlink(root: Path) -> str:
     return f"{CELL}/config.json: a symlink where release.json lists a file"
 
 
+def _fifo(root: Path) -> str:
+    path = root / CELL / "README.md"
+    path.unlink()
+    os.mkfifo(path)  # never opened: a reader would block on it
+    return f"{CELL}/README.md: a special file where release.json lists a file"
+
+
 def _truncate(root: Path) -> str:
     path = root / CELL / "README.md"
     path.write_bytes(path.read_bytes()[:-1])
@@ -294,7 +301,7 @@ def _delete_release_json(root: Path) -> str:
 
 @pytest.mark.parametrize(
     "tamper",
-    [_flip, _add, _delete, _symlink, _truncate, _edit_release_json, _delete_release_json],
+    [_flip, _add, _delete, _symlink, _fifo, _truncate, _edit_release_json, _delete_release_json],
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_verify_names_every_kind_of_tampering(released: Path, tmp_path: Path, tamper: Any) -> None:
