@@ -158,11 +158,14 @@ def test_released_to_a_folder_and_s3_every_cell_works_from_the_release_alone(pro
             assert GenerationConfig.from_pretrained(str(folder)).eos_token_id == EOS_IDS
             card = (folder / "README.md").read_text()
             assert "`tokenizer.json`" in card and "| generation config | `generation_config.json` |" in card
+            assert "| requested budget | null (all available DRAM) = " in card  # the cells are bnone
+            assert f"weights `{cell['record']['inputs']['weights_hash']}`" in card and "sha256 `sha256:" not in card
             if build == "build":
                 text = cli(
                     [str(folder), "--prompt", PROMPT, "--max-new-tokens", "8"], cwd=tmp_path, module="rbln_build.run"
                 )
                 assert text == greedy_text(checkpoint, PROMPT, 8) + "\n", cid
+                assert f'python -m rbln_build.run {cid} --prompt "Hello" --max-new-tokens 8' in card
                 assert "No serve command: " in card and "no hub model id" in card and "vllm serve" not in card
             else:
                 assert f"vllm serve ./{cid} --port 8000 --tokenizer ./{cid} " in card

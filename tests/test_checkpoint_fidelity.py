@@ -272,7 +272,21 @@ def test_serve_command_takes_a_built_or_a_released_cell_folder(checkpoints, tmp_
     assert deploy_main(["serve-command", str(alone)]) == 2
     assert "records cell" in capsys.readouterr().err
     assert deploy_main(["serve-command", str(tmp_path)]) == 2
-    assert "no rbln-build.json" in capsys.readouterr().err
+    assert "no rbln-build.json; pass a cell folder" in capsys.readouterr().err
+    # a release's or a build directory's root: the error names a cell folder to pass instead
+    assert deploy_main(["serve-command", str(tmp_path / "release")]) == 2
+    err = capsys.readouterr().err
+    assert f"it is a release, not a cell: pass one of its cell folders ({cell.id}), e.g. {released}." in err
+    assert deploy_main(["serve-command", str(tmp_path / "build")]) == 2
+    assert f"it is a build directory, not a cell: pass {tmp_path / 'build' / 'artifacts'}/<cell id>" in (
+        capsys.readouterr().err
+    )
+    with pytest.MonkeyPatch.context() as mp:  # '.' inside a released cell names that cell
+        mp.chdir(released)
+        assert deploy_main(["serve-command", ".", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["cell"] == cell.id
+        assert out["argv"][:7] == ["vllm", "serve", ".", "--port", "8000", "--tokenizer", "."]
 
 
 def test_run_prompt_on_a_cell_without_a_tokenizer_says_why(capsys) -> None:

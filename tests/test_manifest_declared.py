@@ -87,6 +87,11 @@ def test_narrowed_runs_one_after_the_other_give_the_full_runs_manifest(built: Pa
     assert gc["removed"] == [] and gc["bytes"] == 0  # nothing a manifest references is collected
     gc_narrowed = json.loads(check(rbln(["gc", "--dry-run", "--json", "model=qwen3_0_6b"], cwd=root)))
     assert gc_narrowed["removed"] == []
+    # and release agrees: a release taken after the narrowed runs holds the whole declared matrix
+    released = json.loads(check(rbln(["release", "after-narrowed", "--json"], cwd=root)))
+    assert released["cells"] == CELLS and released["not_released"] == {}
+    body = json.loads((root / "build" / "releases" / "after-narrowed" / "release.json").read_bytes())
+    assert sorted(body["cells"]) == CELLS
 
 
 def test_a_narrowed_run_in_a_fresh_build_dir_lists_only_what_it_built(tmp_path: Path) -> None:

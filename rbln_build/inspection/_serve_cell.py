@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,8 @@ def _load(path: Path) -> Any:
 def serving_of_dir(cell_dir: Path) -> tuple[str, dict[str, Any]]:
     """(cell id, manifest entry) of a built or released cell folder; UserError naming what is missing."""
     if not (cell_dir / RECORD_FILE).is_file():
-        raise UserError(
-            f"{cell_dir}: no {RECORD_FILE}; pass a cell folder (<build_dir>/artifacts/<cell id> or "
-            "<release>/<cell id>), or deployment=<name>."
-        )
+        raise UserError(f"{cell_dir}: no {RECORD_FILE}; {_what_instead(cell_dir)}")
+    cell_dir = Path(os.path.abspath(cell_dir))  # '.' inside a cell names it; links are not followed
     cid = cell_dir.name
     manifest = _load(cell_dir.parent.parent / "manifest.json")  # the literal path: artifacts/<id> is a link
     if isinstance(manifest, dict) and isinstance(manifest.get("cells"), dict) and cid in manifest["cells"]:
@@ -52,6 +51,20 @@ def serving_of_dir(cell_dir: Path) -> tuple[str, dict[str, Any]]:
         f"{cell_dir}: neither {cell_dir.parent.parent / 'manifest.json'} nor {cell_dir.parent / 'release.json'} "
         f"records cell {cid!r}; pass the cell where the build or the release put it."
     )
+
+
+def _what_instead(folder: Path) -> str:
+    """What to pass instead of ``folder``: a release's or a build directory's cells, by name."""
+    release = _load(folder / "release.json")
+    if isinstance(release, dict) and isinstance(release.get("cells"), dict) and release["cells"]:
+        cells = sorted(release["cells"])
+        more = f", ... ({len(cells)} cells)" if len(cells) > 3 else ""
+        return f"it is a release, not a cell: pass one of its cell folders ({', '.join(cells[:3])}{more}), e.g. {folder / cells[0]}."
+    manifest = _load(folder / "manifest.json")
+    if isinstance(manifest, dict) and isinstance(manifest.get("cells"), dict) and manifest["cells"]:
+        cells = sorted(manifest["cells"])
+        return f"it is a build directory, not a cell: pass {folder / 'artifacts'}/<cell id>, e.g. {folder / 'artifacts' / cells[0]}."
+    return "pass a cell folder (<build_dir>/artifacts/<cell id> or <release>/<cell id>), or deployment=<name>."
 
 
 def _devices(text: str) -> tuple[int, ...]:

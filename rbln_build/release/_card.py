@@ -69,9 +69,11 @@ def _load_lines(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> l
             ]
         return [*lines, "```"]
     if produced == "program":
+        text = [f'python -m rbln_build.run {cell_id} --prompt "Hello" --max-new-tokens 8'] if has_tokenizer else []
         return [
             "A torch program for the CPU (rbln-build's own runtime); it is not an NPU model:",
             "```bash",
+            *text,
             f"python -m rbln_build.run {cell_id} --prompt-ids 1,2,3 --max-new-tokens 8",
             "```",
         ]
@@ -83,6 +85,16 @@ def _quantization(meta: dict[str, Any]) -> str:
     if not isinstance(q, dict) or not q:
         return "none recorded"
     return ", ".join(f"{k} {v}" for k, v in sorted(q.items()))
+
+
+def _budget(value: Any) -> str:
+    return "null (all available DRAM)" if value is None else _n(value)
+
+
+def _weights(digest: Any) -> str:
+    if not digest:
+        return "weights from the recipe (no checkpoint digest)"
+    return f"weights `{digest}`" if str(digest).startswith("sha256:") else f"weights sha256 `{digest}`"
 
 
 def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -97,15 +109,14 @@ def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
         f"# {cell_id}",
         "",
         f"Released by rbln-build from a built manifest. Model `{inputs.get('model')}` (recipe "
-        f"`{inputs.get('recipe')}`, recipe sha256 `{inputs.get('recipe_hash')}`, weights "
-        f"{'sha256 `' + str(inputs.get('weights_hash')) + '`' if inputs.get('weights_hash') else 'from the recipe (no checkpoint digest)'}"
+        f"`{inputs.get('recipe')}`, recipe sha256 `{inputs.get('recipe_hash')}`, {_weights(inputs.get('weights_hash'))}"
         + (f", source `{source}`" if source else "")
         + f"); backend `{inputs.get('backend')}`, produced: **{record.get('produced')}**.",
         "",
         "| | |",
         "|---|---|",
         f"| target NPU | {inputs.get('npu')} x {inputs.get('num_devices')} (device `{inputs.get('device')}`) |",
-        f"| requested budget | {_n(record.get('memory_budget'))} = {_n(record.get('budget_bytes'))} bytes per device |",
+        f"| requested budget | {_budget(record.get('memory_budget'))} = {_n(record.get('budget_bytes'))} bytes per device |",
         f"| kvcache_num_blocks | **{_n(record.get('kvcache_num_blocks'))}** |",
         f"| floor | {_n(record.get('num_min_blocks'))} blocks (needs {_n(floor.get('bytes'))} bytes per device) |",
         f"| full pool | {_n(record.get('num_full_blocks'))} blocks (needs {_n(full.get('bytes'))} bytes per device) |",
