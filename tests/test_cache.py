@@ -165,3 +165,37 @@ def test_keys_that_are_not_hex_digests_never_become_paths(tmp_path: Path, key: s
     ):
         with pytest.raises(ValueError, match="not a cache key"):
             call()
+
+
+@pytest.mark.parametrize("damage", ["files", "files-keeping-mtime", "entry-json"])
+def test_an_entry_looked_up_before_is_checked_again_after_a_change(tmp_path: Path, damage: str) -> None:
+    """Store.lookup remembers an entry.json it checked (a sweep looks up a few hundred entries
+    thousands of times); a change of the files or of entry.json after that lookup is still caught."""
+    store, warnings = _store(tmp_path)
+    entry = store.put("compile", K1, _fill)
+    assert store.lookup("compile", K1) is not None and store.lookup("compile", K1) is not None  # remembered
+    if damage.startswith("files"):
+        victim = entry.files / "a.bin"
+        st = victim.stat()
+        victim.write_bytes(b"\x01" * 1000)
+        if damage == "files-keeping-mtime":
+            os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        record = json.loads((entry.path / "entry.json").read_text())
+        record["meta"]["produced"] = "program"
+        (entry.path / "entry.json").write_text(json.dumps(record))
+    assert store.lookup("compile", K1) is None
+    assert len(warnings) == 1 and str(entry.path) in warnings[0] and not entry.path.exists()
+
+
+def test_a_record_is_canonical_json_and_its_fingerprint_is_returned(tmp_path: Path) -> None:
+    from rbln_build.store import canonical_json, result_hash
+
+    store, _ = _store(tmp_path)
+    body = {"error": None, "kvcache_num_blocks": 21, "warnings": ["é"], "z": {"b": 1, "a": 2}}
+    fingerprint = store.save_record("results", C1, body)
+    path = store.record_path("results", C1)
+    want = {"key": C1, "result": body, "content_hash": result_hash(body)}
+    assert path.read_bytes() == canonical_json(want).encode("utf-8")
+    st = path.stat()
+    assert fingerprint == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]

@@ -140,3 +140,21 @@ def test_compiles_up_to_date_count_as_done_beside_new_compiles_of_the_same_model
     ], lines
     assert re.fullmatch(r"\[progress 100%\] compiles 8/8 \| cells 8/8 \| \d+s elapsed", lines[-1]), lines
     assert sum(ln.startswith("[progress ") and "cells 8/8" in ln for ln in lines) == 1, lines
+
+
+def test_cells_go_to_the_workers_in_order_in_batches() -> None:
+    from rbln_build.execution._jobs import BATCH_MAX, BATCH_PER_WORKER, batch_name, cell_batches
+
+    cells = [object() for _ in range(1000)]
+    for workers in (1, 2, 8):
+        batches = cell_batches(cells, workers)  # type: ignore[arg-type]
+        assert [c for b in batches for c in b] == cells  # every cell once, in order
+        assert all(1 <= len(b) <= BATCH_MAX for b in batches)
+        assert len(batches) >= min(len(cells), workers * BATCH_PER_WORKER)
+    assert [len(b) for b in cell_batches(cells[:3], 2)] == [1, 1, 1]  # fewer cells than slots: one each
+    assert cell_batches([], 2) == []
+
+    class Named:
+        id = "m.d.b0.5"
+
+    assert batch_name([Named(), Named()]) == "cells:m.d.b0.5+2"  # type: ignore[list-item]

@@ -275,6 +275,13 @@ def _symlink(root: Path) -> str:
     return f"{CELL}/config.json: a symlink where release.json lists a file"
 
 
+def _fifo(root: Path) -> str:
+    path = root / CELL / "README.md"
+    path.unlink()
+    os.mkfifo(path)  # never opened: a reader would block on it
+    return f"{CELL}/README.md: a special file where release.json lists a file"
+
+
 def _truncate(root: Path) -> str:
     path = root / CELL / "README.md"
     path.write_bytes(path.read_bytes()[:-1])
@@ -294,7 +301,7 @@ def _delete_release_json(root: Path) -> str:
 
 @pytest.mark.parametrize(
     "tamper",
-    [_flip, _add, _delete, _symlink, _truncate, _edit_release_json, _delete_release_json],
+    [_flip, _add, _delete, _symlink, _fifo, _truncate, _edit_release_json, _delete_release_json],
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_verify_names_every_kind_of_tampering(released: Path, tmp_path: Path, tamper: Any) -> None:
@@ -504,6 +511,27 @@ def test_release_to_s3_then_verify_from_the_url(plans: Path, tmp_path: Path, s3:
     proc = rbln(["verify", f"{url}/v1"], cwd=tmp_path, env=env)
     check_ok(proc, 1)
     assert f"rbln-build verify: {url}/v1/{CELL}/config.json: changed: sha256 " in proc.stderr
+    # a signed release on S3: the signature travels with it and verify --key checks it from the URL
+    private, public = _keys(tmp_path, "release")
+    _, other = _keys(tmp_path, "other")
+    work = copy(plans, tmp_path / "again")
+    check_ok(
+        rbln(
+            ["release", "s1", "--build-dir", str(work / "build"), "--to", url, "--sign", str(private)],
+            cwd=work,
+            env=env,
+        )
+    )
+    assert len(fs.cat_file("rbln-cache/releases/s1/release.json.sig")) == 64
+    proc = rbln(["verify", f"{url}/s1", "--key", str(public)], cwd=tmp_path, env=env)
+    check_ok(proc)
+    assert f"signature ok ({public})" in proc.stdout
+    proc = rbln(["verify", f"{url}/s1", "--key", str(other)], cwd=tmp_path, env=env)
+    check_ok(proc, 1)
+    assert (
+        f"rbln-build verify: {url}/s1/release.json: its signature (release.json.sig) does not verify with {other}"
+        in (proc.stderr)
+    )
 
 
 def test_provenance_records_the_projects_git_commit_and_a_dirty_tree(plans: Path, tmp_path: Path) -> None:

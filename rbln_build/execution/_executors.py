@@ -8,8 +8,8 @@ Store's location (``StoreRef``) and the stage's inputs, both picklable:
 
 ``Parallel`` is the scheduler a build uses when it has more than one worker (``jobs``) or a Ray
 executor. It works ahead of doit: it submits every compile key that is not done, and submits the
-cells of a key the moment its compile is in the Store (cells whose compile was already there start
-at once). It prints one line per finished compile and cell, from its one thread, so lines never
+cells of a key, in batches (``cell_batches``), the moment its compile is in the Store (cells whose
+compile was already there start at once). It prints one line per finished compile and cell, from its one thread, so lines never
 interleave. doit then runs its tasks as usual and their actions take the results instead of
 redoing them (``_tasks``): doit keeps its up-to-date state, the Store keeps the truth.
 
@@ -29,7 +29,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..store import CellResult, CompileOutcome, Store
-from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job, show_cell_finished, worker_died
+from ._index import remember
+from ._jobs import (
+    CellDone,
+    CompileDone,
+    StoreRef,
+    batch_name,
+    cell_batches,
+    cell_job,
+    cells_job,
+    compile_job,
+    show_cell_finished,
+    worker_died,
+)
 from ._stages import compile_done, reusable
 from ._workers import InlineCells, LocalPool
 
@@ -49,6 +61,7 @@ __all__ = [
     "Parallel",
     "compile_job",
     "cell_job",
+    "cells_job",
     "worker_died",
 ]
 
@@ -111,11 +124,14 @@ class Parallel:
                 pending[compiler.submit_compile(key, cell.spec, cell.backend)] = ("compile", key)
                 if not hasattr(compiler, "started"):  # Ray: queued counts as started
                     self.display.compile_started(self.label(cell), key)
+            ready: list[Cell] = []
             for cell in todo:
                 if cell.compile_key in waiting:
                     waiting[cell.compile_key].append(cell)
                 else:
-                    pending[cell_runner.submit_cell(cell)] = ("cell", cell)
+                    ready.append(cell)
+            for batch in cell_batches(ready, workers):
+                pending[cell_runner.submit_cells(batch)] = ("cells", batch)
             tries: dict[str, int] = {}
             while pending:
                 done, _ = wait(list(pending), timeout=0.1, return_when=FIRST_COMPLETED)
@@ -128,8 +144,8 @@ class Parallel:
                     what, item = pending.pop(fut)
                     if what == "compile":
                         self._compiled(item, fut)
-                        for cell in waiting.pop(item, []):
-                            pending[cell_runner.submit_cell(cell)] = ("cell", cell)
+                        for batch in cell_batches(waiting.pop(item, []), workers):
+                            pending[cell_runner.submit_cells(batch)] = ("cells", batch)
                     else:
                         self._finished(item, fut)
         except BaseException:
@@ -160,7 +176,7 @@ class Parallel:
         report = {f for f in done if not _broke(f)}
         for fut in [f for f in pending if _broke(f)]:
             what, item = pending[fut]
-            name = f"{what}:{item if what == 'compile' else item.id}"
+            name = f"compile:{item}" if what == "compile" else batch_name(item)
             tries[name] = tries.get(name, 1) + 1
             if name in dead or tries[name] > _MAX_SUBMITS:
                 report.add(fut)
@@ -171,7 +187,7 @@ class Parallel:
                 assert cell.spec is not None
                 pending[pool.submit_compile(item, cell.spec, cell.backend)] = (what, item)
             else:
-                pending[pool.submit_cell(item)] = (what, item)
+                pending[pool.submit_cells(item)] = (what, item)
         return report
 
     def _runners(self, workers: int, compiles: bool) -> tuple[Any, Any]:
@@ -216,18 +232,18 @@ class Parallel:
             where = f"(worker {done.where}{retried})" if done.fresh else "from the cache"
             self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}", key)
 
-    def _finished(self, cell: Cell, fut: Future[CellDone]) -> None:
+    def _finished(self, cells: list[Cell], fut: Future[list[CellDone]]) -> None:
         try:
-            done = fut.result()
-            result = done.result
-            for message in done.warnings:
-                self.warn(message)
-        except Exception as exc:  # the worker died: the cell is not recorded; the next run redoes it
-            result = CellResult(cell.cell_key, cell.compile_key).failed(
-                f"the worker building this cell died ({type(exc).__name__}); the next run retries it",
-                "build_failed",
-                True,
-            )
-        self.cell_results[cell.id] = result
-        self.shown.add(cell.id)
-        show_cell_finished(self.display, cell, result)
+            results = [done.result for done in fut.result()]
+            for done in fut.result():
+                for message in done.warnings:
+                    self.warn(message)
+                if done.recorded is not None:
+                    remember(done.result, done.recorded)
+        except Exception as exc:  # the worker died: its cells are not recorded; the next run redoes them
+            why = f"the worker building this cell died ({type(exc).__name__}); the next run retries it"
+            results = [CellResult(c.cell_key, c.compile_key).failed(why, "build_failed", True) for c in cells]
+        for cell, result in zip(cells, results, strict=True):
+            self.cell_results[cell.id] = result
+            self.shown.add(cell.id)
+            show_cell_finished(self.display, cell, result)

@@ -50,6 +50,17 @@ def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
         return None
 
 
+# cell key -> (its record's fingerprint, its result) for the records this run wrote, in this process
+# or reported by a worker (``remember``): ``index_cells`` takes a redone cell's body from here when
+# its record still has that fingerprint (the same file, unchanged), instead of reading it back.
+RECORDED: dict[str, tuple[list[int], CellResult]] = {}
+
+
+def remember(result: CellResult, recorded: list[int]) -> None:
+    """The record of ``result`` was written with the fingerprint ``recorded``."""
+    RECORDED[result.cell_key] = (recorded, result)
+
+
 def _index_path(store: Store, key: str) -> str:
     return os.path.join(store.root, INDEX_KIND, f"{key}.json")
 
@@ -161,6 +172,10 @@ def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
             # redone this run: index what its record holds now (the record stays the ground truth)
             path = os.path.join(records, f"{cell.cell_key}.json")
             stat = fingerprint(path)
+            mine = RECORDED.get(cell.cell_key)
+            if stat is not None and mine is not None and mine[0] == stat:
+                entries[cell.cell_key] = (stat, mine[1].to_json())  # the record as this run wrote it
+                continue
             body = read_record(store, "results", cell.cell_key) if stat is not None else None
             if body is not None and stat == fingerprint(path):
                 entries[cell.cell_key] = (stat, body)  # type: ignore[assignment]

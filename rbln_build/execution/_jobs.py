@@ -5,6 +5,12 @@ Store's location (``StoreRef``) and the stage's inputs, both picklable:
 
     compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
     cell_job(ref, cell)                   -> CellDone      resolve + finalize one cell (in a worker)
+    cells_job(ref, cells)                 -> [CellDone]    a batch of cells, in order (one round trip)
+
+A sweep has thousands of cells that each take well under a millisecond: sent one by one, pickling
+them, their futures and the pool's bookkeeping cost the scheduler more than the work. ``cell_batches``
+cuts a compile key's cells into a few batches per worker (at most ``BATCH_MAX`` cells each), so a
+worker still finishes its share in small steps and a killed worker loses one batch.
 """
 
 from __future__ import annotations
@@ -18,14 +24,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..store import CellResult, CompileOutcome, Entry, Store
-from ._stages import build_cell, compile_once
+from ._stages import build_cell, build_cell_recorded, compile_once
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
     from ..config import Cell
     from ..store import RemoteOptions
 
-__all__ = ["show_cell_finished", "StoreRef", "CompileDone", "CellDone", "compile_job", "cell_job", "worker_died"]
+__all__ = [
+    "show_cell_finished",
+    "StoreRef",
+    "CompileDone",
+    "CellDone",
+    "compile_job",
+    "cell_job",
+    "cells_job",
+    "cell_batches",
+    "batch_name",
+    "worker_died",
+]
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,7 @@ class CellDone:
     result: CellResult
     elapsed_s: float
     warnings: tuple[str, ...] = ()
+    recorded: list[int] | None = None  # the fingerprint of the record the worker wrote (_index.remember)
 
 
 def _where() -> str:
@@ -110,6 +128,36 @@ def cell_job(ref: StoreRef, cell: Cell) -> CellDone:
     warnings: list[str] = []
     result = build_cell(ref.open(warnings.append), cell)
     return CellDone(result, time.perf_counter() - started, tuple(warnings))
+
+
+def cells_job(ref: StoreRef, cells: list[Cell]) -> list[CellDone]:
+    """``cell_job`` for each cell of a batch, in one Store (its memos are shared by the batch)."""
+    warnings: list[str] = []
+    store = ref.open(warnings.append)
+    out = []
+    for cell in cells:
+        started = time.perf_counter()
+        result, recorded = build_cell_recorded(store, cell)
+        out.append(CellDone(result, time.perf_counter() - started, tuple(warnings), recorded))
+        warnings.clear()
+    return out
+
+
+BATCH_PER_WORKER = 4  # batches per worker at least, so the workers' shares even out
+BATCH_MAX = 128  # cells per batch at most: a killed worker loses this much, the display moves this often
+
+
+def cell_batches(cells: list[Cell], workers: int) -> list[list[Cell]]:
+    """``cells`` in order, cut into batches for ``workers`` workers (see the module docstring)."""
+    if not cells:
+        return []
+    size = max(1, min(BATCH_MAX, -(-len(cells) // (max(1, workers) * BATCH_PER_WORKER))))
+    return [cells[i : i + size] for i in range(0, len(cells), size)]
+
+
+def batch_name(cells: list[Cell]) -> str:
+    """How a batch is named where a worker says what it runs (``_workers``): its first cell and size."""
+    return f"cells:{cells[0].id}+{len(cells)}"
 
 
 def worker_died(key: str, why: str) -> CompileDone:

@@ -135,10 +135,24 @@ def _parsed_report(content_hash: str, report_json: str) -> AllocationReport:
     return AllocationReport.from_json(json.loads(report_json))
 
 
+# compile entry's content hash -> (the report's JSON object it was parsed from, the report). The
+# Store's lookup memo hands back the same meta object while entry.json is unchanged, so a sweep
+# parses each key's report once instead of serializing it again for every cell.
+_REPORTS: dict[str, tuple[Any, AllocationReport]] = {}
+
+
 def _report(entry: Entry) -> AllocationReport:
     from ..store import canonical_json
 
-    return _parsed_report(entry.content_hash, canonical_json(entry.meta["report"]))
+    raw = entry.meta["report"]
+    seen = _REPORTS.get(entry.content_hash)
+    if seen is not None and seen[0] is raw:
+        return seen[1]
+    report = _parsed_report(entry.content_hash, canonical_json(raw))
+    if len(_REPORTS) >= 256:
+        _REPORTS.clear()
+    _REPORTS[entry.content_hash] = (raw, report)
+    return report
 
 
 def resolve(store: Store, cell: Cell) -> CellResult:
@@ -221,16 +235,27 @@ def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
 
 def build_cell(store: Store, cell: Cell) -> CellResult:
     """Resolve and finalize one cell, and record the result in the Store (failures included)."""
+    result, recorded = build_cell_recorded(store, cell)
+    if recorded is not None:
+        from ._index import remember
+
+        remember(result, recorded)
+    return result
+
+
+def build_cell_recorded(store: Store, cell: Cell) -> tuple[CellResult, list[int] | None]:
+    """``build_cell``, and the fingerprint of the record it wrote (None: not written)."""
+    recorded = None
     try:
         result = finalize(store, cell, resolve(store, cell))
     except Exception as exc:  # resolve has no handler of its own: a damaged report, a bug
         base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
         result = base.failed(*describe(exc, _log_path(store, "cell", cell.cell_key)))
     try:
-        store.save_record("results", cell.cell_key, result.to_json())
+        recorded = store.save_record("results", cell.cell_key, result.to_json())
     except OSError as exc:
         result = result.failed(f"cannot record the cell's result in {store.root}: {exc}", "build_failed", True)
-    return result
+    return result, recorded
 
 
 def derived_problem(cell: Cell, result: CellResult, keys: dict[tuple[Any, ...], str] | None = None) -> str | None:

@@ -29,7 +29,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from . import _jobs
-from ._jobs import CellDone, CompileDone, StoreRef, cell_job, compile_job
+from ._jobs import CellDone, CompileDone, StoreRef, batch_name, cell_job, cells_job, compile_job
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
@@ -162,8 +162,11 @@ class LocalPool:
     def submit_cell(self, cell: Cell) -> Future[CellDone]:
         return self._pool.submit(_tracked, f"cell:{cell.id}", cell_job, self.ref, cell)
 
+    def submit_cells(self, cells: list[Cell]) -> Future[list[CellDone]]:
+        return self._pool.submit(_tracked, batch_name(cells), cells_job, self.ref, cells)
+
     def dead_items(self) -> set[str]:
-        """After the pool broke: the items ("compile:<key>", "cell:<id>") that workers killed by a
+        """After the pool broke: the items ("compile:<key>", "cell:<id>", ``batch_name``) that workers killed by a
         signal were running. Empty when no worker died that way (then nothing is to blame)."""
         processes = dict(getattr(self._pool, "_processes", None) or {})  # no public handle on the workers
         for p in processes.values():
@@ -210,6 +213,11 @@ class InlineCells:
     def submit_cell(self, cell: Cell) -> Future[CellDone]:
         fut: Future[CellDone] = Future()
         fut.set_result(cell_job(self.ref, cell))
+        return fut
+
+    def submit_cells(self, cells: list[Cell]) -> Future[list[CellDone]]:
+        fut: Future[list[CellDone]] = Future()
+        fut.set_result(cells_job(self.ref, cells))
         return fut
 
     def close(self, cancel: bool) -> None:

@@ -157,6 +157,12 @@ def _link(
             f"{link} pointed at {current}, not at the artifact {MANIFEST_FILE} names for it "
             f"(changed since the last build); re-linked to {target}"
         )
+    if current is None:  # a new link: symlink(2) makes it whole or not at all, no temporary name needed
+        try:
+            os.symlink(target, link)
+            return
+        except (FileExistsError, FileNotFoundError):
+            pass  # made meanwhile, or no artifacts/ yet: the general way below
     link_atomic(Path(link), target)
 
 

@@ -56,7 +56,7 @@ class LocalRelease:
         self.location = str(root)
 
     def listing(self, under: str | None = None) -> dict[str, str]:
-        """{relative path: "file" | "symlink" | "other"} of every non-folder entry; with ``under``
+        """{relative path: "file" | "symlink" | "special file"} of every non-folder entry; with ``under``
         (a cell's folder), of that folder only, plus release.json and its signature."""
         out: dict[str, str] = {}
         top = self.root
@@ -85,7 +85,7 @@ class LocalRelease:
             return None
         if stat.S_ISLNK(mode):
             return "symlink"
-        return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"
+        return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "special file"
 
     def chunks(self, rel: str) -> Iterator[bytes]:
         fd = os.open(self.root / rel, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -112,7 +112,7 @@ class RemoteRelease:
         for path, info in self.fs.find(self.base, detail=True).items():
             rel = path[len(self.base) :].lstrip("/")
             if rel and (under is None or rel in _TOP or rel.split("/", 1)[0] == under):
-                out[rel] = "symlink" if info.get("islink") else "file" if info.get("type") == "file" else "other"
+                out[rel] = "symlink" if info.get("islink") else "file" if info.get("type") == "file" else "special file"
         return out
 
     def chunks(self, rel: str) -> Iterator[bytes]:

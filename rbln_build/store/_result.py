@@ -68,8 +68,13 @@ class CellResult:
         return replace(self, error=error, error_kind=kind, retry=retry, artifact_key=None, artifact_hash=None)
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        # Field by field rather than ``asdict`` (a deep copy through every value: most of a sweep's
+        # per-cell cost); the two nested answers are flat dicts, copied so the caller owns them.
+        out = {name: getattr(self, name) for name in _CELL_FIELDS}
         out["warnings"] = list(self.warnings)
+        for name in ("budget_for_floor", "budget_for_full_pool"):
+            if out[name] is not None:
+                out[name] = dict(out[name])
         return out
 
     @classmethod
@@ -79,6 +84,7 @@ class CellResult:
         return cls(**values)
 
 
+_CELL_FIELDS = tuple(f.name for f in fields(CellResult))
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
 
