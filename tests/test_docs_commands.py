@@ -315,3 +315,73 @@ def test_documented_command_runs_as_the_docs_say(doc: str, command: str, work: P
             timeout=600,
         )
         assert proc.returncode == 1 and "new" in proc.stdout, proc.stdout  # not built yet: a build would do it all
+
+
+# The README's commands that compose the root config (a build, its drift check and clean-up, and the
+# questions asked of a model or a deployment): each must compose in a project `rbln-build init` made,
+# whose root config is the project's own (issue 20: it lacked the deployment and executor groups).
+COMPOSING = ("", "status", "gc", "plan", "explain", "serve-command")
+NOT_COMPOSED_HERE = {  # README commands of those kinds that need more than a project
+    "rbln-build gc --remote released/manifest.json cache.remote=s3://bucket/cache": "a released manifest and a bucket",
+    "rbln-build serve-command build/artifacts/<cell>": "a built cell (a folder, no config composed)",
+}
+
+
+def _readme_composing_commands() -> list[list[str]]:
+    out = []
+    for doc, command in documented():
+        if doc != "README.md" or not command.startswith("rbln-build") or command in NOT_COMPOSED_HERE:
+            continue
+        for part in command.split("&&"):
+            argv = shlex.split(part.strip())
+            if argv[0] != "rbln-build" or argv[1:2] == ["--help"]:
+                continue
+            words = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
+            if (words[0] if words else "") in COMPOSING and argv not in out:
+                out.append(argv)
+    return out
+
+
+def test_every_readme_command_composes_in_an_init_project(tmp_path: Path) -> None:
+    """In a fresh `rbln-build init` project, in process: a build command with the build replaced by
+    its composition and matrix expansion (nothing compiled), the others as they are. None may be a
+    configuration error (2) or a bug (3); a command that says the deployment is not built yet (1) is
+    what it says before a build."""
+    import contextlib
+    import io
+
+    from rbln_build import cli
+    from rbln_build.colocation import expand_all
+    from rbln_build.commands import _build as build_command
+
+    def expand_only(jobs: list[object], sweep: object, state: dict[str, object], full_table: bool = False) -> int:
+        expand_all(jobs)
+        return 0
+
+    commands = _readme_composing_commands()
+    words = {next((a for a in c[1:] if not a.startswith("-") and "=" not in a), "") for c in commands}
+    assert words == set(COMPOSING), words  # the README still shows each kind
+    assert any("deployment=" in a for c in commands for a in c) and any("executor=ray" in c for c in commands)
+    project = tmp_path / "my-release"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))
+        mp.chdir(tmp_path)
+        mp.setattr(sys, "argv", ["rbln-build", "init", "my-release"])
+        with pytest.raises(SystemExit) as done, contextlib.redirect_stdout(io.StringIO()):
+            cli.main()
+        assert done.value.code in (0, None)
+        mp.chdir(project)
+        mp.setattr(build_command, "_build", expand_only)
+        for argv in commands:
+            err = io.StringIO()
+            mp.setattr(sys, "argv", argv)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                try:
+                    cli.main()
+                    code = 0
+                except SystemExit as exc:
+                    code = int(exc.code or 0)
+            assert code in (0, 1), f"{' '.join(argv)} in an init project: exit {code}: {err.getvalue()}"
+            assert "Traceback" not in err.getvalue()
+            if code == 1:
+                assert argv[1] in ("status", "serve-command"), (argv, err.getvalue())  # not built yet

@@ -13,13 +13,16 @@ JSON-lines estimator.
   non-blank line, in order, each a JSON object with every result key.
 
 * Every subcommand (``diff``, ``init``, ``report``, ``status``, ``gc``, ``recipe add``, ``run
-  --manifest``) in process, in a generated hostile working directory (documents from deep nesting
-  to wrong-typed manifests, binary garbage and YAML alias bombs; a symlink loop, a file where a
-  folder belongs, a FIFO, ``/dev/zero``, over-long names) with generated paths, names, flags and
+  --manifest``, ``explain``, ``plan``, ``serve-command``, ``release``, ``verify``) in process, in a
+  generated hostile working directory (documents from deep nesting to wrong-typed manifests, serving
+  records and release.json files, binary garbage and YAML alias bombs; a symlink loop, a file where
+  a folder belongs, a FIFO, ``/dev/zero``, over-long names) with generated paths, names, flags and
   numbers: never exit 3 or a traceback, an input error is one line, nothing changes outside the
-  place the command writes to (init's folder, report's ``report/``, recipe add's ``--to``), a
-  victim folder beside the world survives, and the process stays under a resident-memory limit
-  (this process's size at import plus 1 GiB; the JSON-lines stream is held to it too).
+  place the command writes to (init's folder, report's ``report/``, recipe add's ``--to``,
+  explain's ``--plot`` file, release's ``--to`` and its build directory's lock), a victim folder
+  beside the world survives, and the process stays under a resident-memory limit (this process's
+  size at import plus 1 GiB; the JSON-lines stream and the build's config path are held to it too).
+  The ``build`` command itself is the first item above (its config path, in process).
 
 More examples with ``-m slow`` (``RBLN_FUZZ_EXAMPLES`` sets how many; 400 by default, so each of the
 two slow generated tests feeds at least 300 hostile inputs).
@@ -159,6 +162,7 @@ def check_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("rbln-build: "), (argv, err)
     assert created == [], (argv, created)
+    assert_bounded_memory(f"rbln-build {argv}")
 
 
 @FAST
@@ -312,8 +316,67 @@ manifest_entries = st.fixed_dictionaries(
         ),
     },
 )
+serving_records = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {
+            "model": st.one_of(st.sampled_from(["Qwen/Qwen3-0.6B", "artifacts/c", None]), json_values),
+            "flags": st.one_of(
+                json_values,
+                st.dictionaries(
+                    st.sampled_from(["max_num_seqs", "rbln_num_devices_per_local_rank", "dtype", "x"]),
+                    st.one_of(numbers, json_values),
+                    max_size=3,
+                ),
+            ),
+            "notes": st.one_of(st.just([]), json_values),
+            "exact": st.one_of(st.booleans(), json_values),
+            "precompiled": st.one_of(st.booleans(), json_values),
+            "kvcache_num_blocks": st.one_of(numbers, json_values),
+        },
+        optional={"refused": st.one_of(st.none(), st.text(max_size=5)), "tokenizer": json_values},
+    ),
+)
+cell_records = st.fixed_dictionaries(
+    {},
+    optional={
+        "status": st.sampled_from(["ok", "failed", "expected_failure", 1, None]),
+        "serving": serving_records,
+        "artifact": st.one_of(json_values, st.fixed_dictionaries({"content_hash": st.sampled_from(["ab", "a" * 64])})),
+    },
+)
 documents = st.one_of(
     json_values.map(json.dumps),
+    st.fixed_dictionaries(  # a manifest with serving records and deployments (serve-command, release)
+        {
+            "cells": st.one_of(
+                json_values, st.dictionaries(st.sampled_from(["c", "x", "../c"]), cell_records, max_size=2)
+            )
+        },
+        optional={
+            "deployments": st.one_of(
+                json_values,
+                st.fixed_dictionaries(
+                    {"tiny_pair": st.one_of(json_values, st.just({"models": {"tiny_llama": {"cell": "c"}}}))}
+                ),
+            )
+        },
+    ).map(json.dumps),
+    st.fixed_dictionaries(  # a release.json
+        {
+            "format": st.sampled_from(["rbln-build-release/1", "x", None]),
+            "cells": st.one_of(json_values, st.just({"c": {"dir": "c", "record": {"serving": {"model": "m"}}}})),
+            "files": st.one_of(
+                json_values,
+                st.dictionaries(
+                    st.sampled_from(["c/rbln-build.json", "../x", "c/../../x", "/etc/passwd", "c"]),
+                    json_values,
+                    max_size=2,
+                ),
+            ),
+        },
+        optional={"content_sha256": st.sampled_from(["", "a" * 64])},
+    ).map(json.dumps),
     st.fixed_dictionaries(
         {"cells": st.one_of(json_values, st.dictionaries(names, st.one_of(manifest_entries, json_values), max_size=3))},
         optional={"schema_version": json_values},
@@ -346,10 +409,62 @@ PATHS = [
     "../sibling",
     "",
     "a\nb",
+    "bld",
+    "bld/artifacts/c",
+    "rel",
+    "rel/c",
 ]
 paths = st.one_of(st.sampled_from(PATHS), names)
 flags = st.sampled_from(
     ["--json", "--dry-run", "--open", "-h", "--keep", "--keep=doc", "--to", "--max-seq-len", "--", "-m"]
+)
+explain_args = st.one_of(
+    st.tuples(
+        st.one_of(st.sampled_from(["tiny_qwen3", "qwen3_8b"]), names),
+        st.one_of(st.sampled_from(["rebel100", "atom_max"]), names),
+        st.lists(
+            st.one_of(
+                st.tuples(
+                    st.sampled_from(["batch_size", "max_seq_len", "kvcache_partition_len", "prefill_chunk_size"]),
+                    numbers,
+                ).map(lambda t: f"{t[0]}={t[1]}"),
+                st.sampled_from(["attn_impl=eager", "attn_impl=x", "--json", "--plot", "x=1", "model=tiny_llama"]),
+                _list(budget_values).map(lambda b: "budgets=" + b.strip("[]")),
+                paths.map(lambda p: f"--plot={p}.png"),
+            ),
+            max_size=3,
+        ),
+    ).map(lambda t: [f"model={t[0]}", f"device={t[1]}", *t[2]]),
+    names.map(lambda n: [f"deployment={n}"]),
+)
+deployment_args = st.tuples(
+    st.one_of(st.just("tiny_pair"), names),
+    st.lists(
+        st.one_of(
+            numbers.map(lambda n: f"deployment.models.0.batch_size={n}"),
+            numbers.map(lambda n: f"deployment.reservations.0.bytes={n}"),
+            numbers.map(lambda n: f"deployment.serve.port={n}"),
+            names.map(lambda n: f"deployment.device={n}"),
+            paths.map(lambda p: f"build_dir={p}"),
+            st.just("--json"),
+        ),
+        max_size=3,
+    ),
+).map(lambda t: [f"deployment={t[0]}", *t[1]])
+serve_flags = st.one_of(
+    numbers.map(lambda n: ["--port", str(n)]),
+    st.sampled_from(["0,1", "0", "a", "-1", "", "0," * 40]).map(lambda d: ["--devices", d]),
+    st.just(["--json"]),
+)
+release_flags = st.one_of(
+    st.just(["--build-dir", "bld"]),  # the world's build dir: its manifest is a generated document
+    paths.map(lambda p: ["--build-dir", p]),
+    paths.map(lambda p: ["--to", p]),
+    names.map(lambda n: ["--cells", n]),
+    st.sampled_from(["*", "[", "c"]).map(lambda g: ["--cells", g]),
+    names.map(lambda n: ["--deployment", n]),
+    paths.map(lambda p: ["--sign", p]),
+    st.sampled_from([["--allow-failed"], ["--json"]]),
 )
 subcommands = st.one_of(
     st.tuples(st.just("diff"), st.lists(st.one_of(paths, flags), max_size=3)),
@@ -371,6 +486,35 @@ subcommands = st.one_of(
         ),
     ),
     st.tuples(st.just("run"), st.tuples(paths, names).map(lambda t: ["--manifest", t[0], t[1], "--prompt-ids", "1"])),
+    st.tuples(st.just("explain"), explain_args),
+    st.tuples(st.just("plan"), deployment_args),
+    st.tuples(
+        st.just("serve-command"),
+        st.one_of(
+            deployment_args,
+            st.tuples(
+                st.one_of(st.sampled_from(["bld/artifacts/c", "rel/c"]), paths), st.lists(serve_flags, max_size=2)
+            ).map(lambda t: [t[0], *[a for f in t[1] for a in f]]),
+        ),
+    ),
+    st.tuples(
+        st.just("release"),
+        st.one_of(
+            st.lists(release_flags, max_size=2).map(
+                lambda fs: ["v1", "--build-dir", "bld", *[a for f in fs for a in f]]
+            ),
+            st.tuples(st.one_of(st.sampled_from(["v1", "r.1"]), names), st.lists(release_flags, max_size=3)).map(
+                lambda t: [t[0], *[a for f in t[1] for a in f]]
+            ),
+        ),
+    ),
+    st.tuples(
+        st.just("verify"),
+        st.tuples(
+            st.one_of(st.sampled_from(["rel", "file://rel", "file:///nonexistent"]), paths),
+            st.lists(st.one_of(paths.map(lambda p: ["--key", p]), st.just(["--json"])), max_size=2),
+        ).map(lambda t: [t[0], *[a for f in t[1] for a in f]]),
+    ),
 )
 # exit statuses a subcommand may give; 3 (a bug) never
 ALLOWED = {
@@ -381,6 +525,11 @@ ALLOWED = {
     "gc": {0, 1, 2},
     "recipe": {0, 2},
     "run": {2},
+    "explain": {0, 1, 2},
+    "plan": {0, 1, 2},
+    "serve-command": {0, 1, 2},
+    "release": {0, 1, 2},
+    "verify": {0, 1, 2},
 }
 
 
@@ -397,6 +546,13 @@ def _world(root: Path, doc: str, doc2: str) -> Path:
     os.mkfifo(work / "fifo")
     os.symlink("loop2", work / "loop1")
     os.symlink("loop1", work / "loop2")
+    (work / "bld" / "artifacts" / "c").mkdir(parents=True)  # a build dir: its manifest, one cell
+    (work / "bld" / "manifest.json").write_text(doc2, encoding="utf-8", errors="surrogatepass")
+    (work / "bld" / "artifacts" / "c" / "rbln-build.json").write_text("{}")
+    (work / "rel" / "c").mkdir(parents=True)  # a release: release.json, a signature, one cell
+    (work / "rel" / "release.json").write_text(doc, encoding="utf-8", errors="surrogatepass")
+    (work / "rel" / "release.json.sig").write_text(doc2, encoding="utf-8", errors="surrogatepass")
+    (work / "rel" / "c" / "rbln-build.json").write_text("{}")
     (root / "victim").mkdir()
     (root / "victim" / "data.txt").write_text("keep me")
     return work
@@ -423,7 +579,18 @@ def _targets(command: str, args: list[str]) -> list[str]:
         return [a.split("=", 1)[1] for a in args if a.startswith("build_dir=")][-1:] or ["build"]
     if command == "recipe" and "--to" in args:
         return [args[args.index("--to") + 1]]
+    if command == "explain":  # --plot FILE (written through a temporary sibling, renamed)
+        return [a.split("=", 1)[1] for a in args if a.startswith("--plot=")]
+    if command == "release":  # --to (default <build dir>/releases), and the build dir's lock
+        build = _flag(args, "--build-dir") or "build"
+        return [_flag(args, "--to") or f"{build}/releases", build]
     return []
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    """The value of the last ``FLAG VALUE`` in ``args`` (argparse takes the last)."""
+    values = [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag]
+    return values[-1] if values else None
 
 
 def check_subcommand(command: str, args: list[str]) -> None:
@@ -455,12 +622,27 @@ def check_subcommand(command: str, args: list[str]) -> None:
 DOCS = ("{}", "{}")
 
 
+_INVENTORY: list[str] = []
+
+
+def _inventory_cache() -> str:
+    """One inventory cache for every example (the memory model's inventories take seconds to make),
+    removed when the tests end."""
+    if not _INVENTORY:
+        import atexit
+        import shutil
+
+        _INVENTORY.append(tempfile.mkdtemp(prefix="rbln-fuzz-inventory-"))
+        atexit.register(shutil.rmtree, _INVENTORY[0], True)
+    return _INVENTORY[0]
+
+
 def _run_in(work: Path, argv: list[str]) -> tuple[int, str]:
     err, out = io.StringIO(), io.StringIO()
     code: Any = 0
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(work)
-        mp.setenv("RBLN_BUILD_CACHE", str(work / "inventory-cache-unused"))
+        mp.setenv("RBLN_BUILD_CACHE", _inventory_cache())  # outside the world: explain and plan fill it
         if argv[0] == "run":
             from rbln_build.run import main as run_main
 
