@@ -72,20 +72,17 @@ def _tmp_name(final: Path, owner: str = "") -> Path:
     return final.parent / f".tmp-{final.name}-{tag}{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-# entry.json files this process has read and checked (the fast path of ``lookup``): its path ->
-# (its stat signature, meta, the files' recorded stat, content hash). A sweep looks up the same few
-# hundred entries thousands of times; the memo is only used while entry.json is the same file,
-# unchanged, and the files still match their recorded stat, which is what the fast path checks.
+# entry.json files this process checked (``lookup``'s fast path; a sweep looks up a few hundred entries
+# thousands of times): path -> (its stat signature, meta, the files' recorded stat, content hash).
 _READ: dict[str, tuple[tuple[int, int, int, int], dict[str, Any], Any, str]] = {}
 _READ_MAX = 4096
 
 
 def write_atomic(path: Path, data: bytes, owner: str = "", durable: bool = True) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder, then rename: a reader sees
-    the old file or the new one, whole. ``durable``: fsync the data before the rename, so a power
-    loss cannot leave the new name on empty blocks. A cell's record passes False: it is cheap to
-    redo, and a damaged one fails its content hash and is redone (``load_record``), while an fsync
-    per cell was most of a 10,000-cell sweep's writing time."""
+    """Write ``data`` to ``path`` via a temporary file in the same folder, then rename (readers see the
+    old file or the new one, whole). ``durable``: fsync before the rename. A cell's record passes
+    False: a damaged one fails its content hash and is redone (``load_record``), and an fsync per
+    cell was most of a 10,000-cell sweep's writing time."""
     tmp = _tmp_name(path, owner)
     try:
         try:
