@@ -17,7 +17,7 @@ JSON-lines estimator.
   generated hostile working directory (documents from deep nesting to wrong-typed manifests, serving
   records and release.json files, binary garbage and YAML alias bombs; a symlink loop, a file where
   a folder belongs, a FIFO, ``/dev/zero``, over-long names) with generated paths, names, flags and
-  numbers: never exit 3 or a traceback, an input error is one line, nothing changes outside the
+  numbers (``run`` both ways: ``--manifest`` and a cell folder): never exit 3 or a traceback, an input error is one line, nothing changes outside the
   place the command writes to (init's folder, report's ``report/``, recipe add's ``--to``,
   explain's ``--plot`` file, release's ``--to`` and its build directory's lock), a victim folder
   beside the world survives, and the process stays under a resident-memory limit (this process's
@@ -486,6 +486,12 @@ subcommands = st.one_of(
         ),
     ),
     st.tuples(st.just("run"), st.tuples(paths, names).map(lambda t: ["--manifest", t[0], t[1], "--prompt-ids", "1"])),
+    st.tuples(  # run CELL: a built cell, a released one (release.json beside it), anything else
+        st.just("run"),
+        st.tuples(
+            st.one_of(st.sampled_from(["bld/artifacts/c", "rel/c"]), paths), st.sampled_from(["1", "1,2", ""])
+        ).map(lambda t: [t[0], "--prompt-ids", t[1]]),
+    ),
     st.tuples(st.just("explain"), explain_args),
     st.tuples(st.just("plan"), deployment_args),
     st.tuples(

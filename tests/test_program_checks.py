@@ -324,3 +324,55 @@ def test_a_consistent_forged_entry_in_the_local_cache_fails_full_verification(ce
     assert store.lookup("artifacts", key, full=True) is None
     assert len(warnings) == 1 and "evaluate it as Python code" in warnings[0] and str(store.root) in warnings[0]
     assert not store.entry_path("artifacts", key).exists() and not marker.exists()
+
+
+def _hostile(cell: Path, name: str, kind: str) -> None:
+    """Replace the cell's ``name`` by a FIFO, a link to /dev/zero, or a JSON document nested 100,000 deep."""
+    import os
+
+    (cell / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(cell / name)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", cell / name)
+    else:
+        (cell / name).write_text("[" * 100_000 + "]" * 100_000)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "says"),
+    [
+        pytest.param("rbln-build.json", "fifo", "is not a regular file", id="record-fifo"),
+        pytest.param("rbln-build.json", "dev-zero", "is not a regular file", id="record-dev-zero"),
+        pytest.param("rbln-build.json", "deep", "nested deeper than 64 levels", id="record-deep"),
+        pytest.param("program.pt2", "fifo", "not a regular file", id="program-fifo"),
+        pytest.param("program.pt2", "dev-zero", "not a regular file", id="program-dev-zero"),
+        pytest.param("config.json", "fifo", "is not a regular file", id="config-fifo"),
+        pytest.param("config.json", "deep", "nested deeper than 64 levels", id="config-deep"),
+    ],
+)
+def test_run_reads_a_cells_files_bounded(cell: Path, capsys, name: str, kind: str, says: str) -> None:
+    """``run CELL`` on a folder anyone may have written: a FIFO hung, /dev/zero grew without bound
+    (MemoryError, exit 3) and a deep record was a RecursionError (exit 3); now each is one line, exit 2,
+    naming the file. (A cell of a release is checked against release.json first: test_release.py.)"""
+    _hostile(cell, name, kind)
+    args = [str(cell), "--prompt-ids", "1,2,3", "--max-new-tokens", "2"]
+    if kind == "deep":
+        proc = run_here(capsys, *args)
+    else:  # in a child with its address space capped and a deadline: a regression fails, never hangs or eats the host
+        import resource
+        import sys
+
+        def cap() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+        proc = subprocess.run(
+            [sys.executable, "-m", "rbln_build.run", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=cap,
+        )
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert f"{cell / name}" in line and says in line and "Traceback" not in proc.stderr

@@ -24,11 +24,15 @@ records each cell's budget). ``verify_programs`` checks every listed file before
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+from .._documents import absent, parse_json, read_document
 from ..errors import BuildError, IntegrityError, UserError
 
 if TYPE_CHECKING:
@@ -42,6 +46,7 @@ __all__ = [
     "write_json",
     "write_record",
     "read_record",
+    "open_regular",
     "sha256_file",
     "verify_programs",
 ]
@@ -56,9 +61,23 @@ def write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file; a FIFO, a device (``/dev/zero``) or a
+    socket is an OSError, never waited on or read without end (a cell folder is not trusted)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a device, pipe or socket)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -113,15 +132,13 @@ def write_record(directory: Path, record: dict[str, Any]) -> None:
 def read_record(directory: Path) -> dict[str, Any]:
     """The cell's record. A folder without one is not a cell (UserError); a damaged one is a BuildError."""
     path = Path(directory) / RECORD_FILE
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if absent(path, error=UserError, hint="pass a cell folder"):
         raise UserError(
             f"{path}: missing; {directory} is not an rbln-build cell artifact (pass a folder under "
             "<build_dir>/artifacts/)."
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{path}: unreadable ({exc}); rebuild the cell.") from None
+        )
+    # bounded: a FIFO, /dev/zero or a document nested without end is refused, not read
+    value = parse_json(read_document(path, error=BuildError, hint="rebuild the cell"), str(path), error=BuildError)
     if (
         not isinstance(value, dict)
         or value.get("format") != RECORD_FORMAT
@@ -153,11 +170,15 @@ def verify_programs(directory: Path, record: dict[str, Any], keep: bool = False)
             )
         path = directory / name
         try:
-            data = path.read_bytes() if keep else b""
+            if keep:
+                with open_regular(path) as f:
+                    data = f.read()
+            else:
+                data = b""
             actual = hashlib.sha256(data).hexdigest() if keep else sha256_file(path)
         except OSError as exc:
             raise IntegrityError(
-                f"{path}: cannot read the program ({exc.strerror}); the artifact is incomplete, rebuild the cell."
+                f"{path}: cannot read the program ({exc.strerror or exc}); the artifact is incomplete, rebuild the cell."
             ) from None
         if actual != expected:
             raise IntegrityError(

@@ -18,7 +18,6 @@ A request that could run out of blocks is refused before any compute with
 from __future__ import annotations
 
 import io
-import json
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..._documents import absent, parse_json, read_document
 from ...errors import BuildError, IntegrityError, RuntimeLimitError, UserError
 from ...estimator import LIMITS
 from .._record import RECORD_FILE, read_record, verify_programs
@@ -177,12 +177,10 @@ class Artifact:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror}); is this a cell artifact folder?") from None
-    except ValueError as exc:
-        raise BuildError(f"{path}: not valid JSON ({exc}); rebuild the cell.") from None
+    """A JSON document of the cell, read bounded (a FIFO, a device or deep nesting is refused)."""
+    if absent(path, error=UserError):
+        raise UserError(f"{path}: cannot read (No such file or directory); is this a cell artifact folder?")
+    value = parse_json(read_document(path, error=BuildError, hint="rebuild the cell"), str(path), error=BuildError)
     if not isinstance(value, dict):
         raise BuildError(f"{path}: expected a JSON object; rebuild the cell.")
     return value
