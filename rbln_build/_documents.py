@@ -20,6 +20,7 @@ what to do (docs/security.md, "Limits").
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_YAML_NODES",
     "absent",
+    "read_file",
     "read_document",
     "parse_json",
     "load_json",
@@ -62,6 +64,33 @@ def absent(path: Path | str, *, error: ErrorType = InputError, hint: str = "") -
         tail = f"; {hint}" if hint else ""
         raise error(f"{str(path)[:300]}: cannot use it ({getattr(exc, 'strerror', None) or exc}){tail}.") from None
     return False
+
+
+def read_file(path: Path | str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``; an OSError otherwise
+    (``FileNotFoundError`` when nothing is there), for readers that take any unreadable file alike:
+    the cache's entries, records and indexes, where a bad one is a miss. A FIFO or a device (a link
+    to ``/dev/zero``) is refused without waiting on it or reading it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a folder, device, pipe or socket)", str(path))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"over the size limit of {limit:,} bytes", str(path))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"over the size limit of {limit:,} bytes", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def read_document(

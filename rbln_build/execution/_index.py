@@ -18,6 +18,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from .._documents import read_file
 from ..store import CellResult, Store, canonical_json, is_key, result_hash, write_atomic
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def fingerprint(path: str) -> list[int] | None:
 def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
     """A record's body if it is there and intact, read-only (Store.load_record removes a damaged one)."""
     try:
-        record = json.loads(store.record_path(kind, key).read_bytes())
+        record = json.loads(read_file(store.record_path(kind, key)))
         body = record["result"]
         if record["key"] != key or record["content_hash"] != result_hash(body):
             return None
@@ -90,8 +91,7 @@ def read_index(store: Store, key: str) -> dict[str, tuple[list[int], dict[str, A
     if not is_key(key):
         return {}
     try:
-        with open(_index_path(store, key), "rb") as f:
-            data = f.read()
+        data = read_file(_index_path(store, key))
     except OSError:
         return {}
     header, _, body = data.partition(b"\n")

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._documents import read_file
 from ..store import (
     ENTRY_FILE,
     FILES_DIR,
@@ -98,13 +99,13 @@ def entry_state(store: Store, kind: str, key: str) -> tuple[str, dict[str, Any] 
     """("ok", meta) | ("missing", None) | ("damaged", None), read-only (unlike Store.lookup)."""
     path = store.entry_path(kind, key)
     try:
-        record = json.loads((path / ENTRY_FILE).read_bytes())
+        record = json.loads(read_file(path / ENTRY_FILE))
         meta, recorded = record["meta"], record["content_hash"]
         if record.get("key") != key:
             return "damaged", None
     except FileNotFoundError:
         return ("damaged" if path.exists() else "missing"), None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "damaged", None
     files = path / FILES_DIR
     if file_stats(files) == record.get("stat") and record.get("meta_hash") == meta_hash(meta):
@@ -213,8 +214,8 @@ def _artifact_ok(ledger: Ledger, result: CellResult) -> bool:
 
 def _recorded_hash(store: Store, key: str) -> str | None:
     try:
-        return json.loads((store.entry_path("artifacts", key) / ENTRY_FILE).read_bytes())["content_hash"]  # type: ignore[no-any-return]
-    except (OSError, ValueError, KeyError, TypeError):
+        return json.loads(read_file(store.entry_path("artifacts", key) / ENTRY_FILE))["content_hash"]  # type: ignore[no-any-return]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

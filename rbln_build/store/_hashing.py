@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,12 @@ def content_hash(files_dir: Path, meta: dict[str, Any]) -> str:
     h = hashlib.sha256()
     for rel, path in _files(files_dir):
         h.update(rel.encode("utf-8") + b"\0" + str(path.stat().st_size).encode() + b"\0")
-        with open(path, "rb") as f:
+        # O_NONBLOCK: a FIFO (or a link to one) is opened without waiting for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device or a pipe is never read: a marker instead
+                h.update(b"\0not a regular file\0")  # (an entry we make holds none, so it never verifies)
+                continue
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     h.update(b"\0meta\0" + canonical_json(meta).encode("utf-8"))

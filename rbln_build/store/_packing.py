@@ -67,5 +67,5 @@ def _unpack(packed: Path, dest: Path, key: str) -> dict[str, Any] | None:
             return None
         (dest / FILES_DIR).mkdir(exist_ok=True)
         return record["meta"]  # type: ignore[no-any-return]
-    except (OSError, tarfile.TarError, ValueError, KeyError):
+    except (OSError, tarfile.TarError, ValueError, KeyError, RecursionError):
         return None

@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from .._documents import read_file
 from ._remote import REMOTE_KINDS, RemoteStore
 from ._store import Store, write_atomic
 
@@ -31,7 +32,7 @@ def known_file(store: RemoteStore) -> Path:
 
 def _known(path: Path) -> set[str]:
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_file(path))
         return {x for x in data if isinstance(x, str)} if isinstance(data, list) else set()
     except (OSError, ValueError, RecursionError):
         return set()

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import read_file
 from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json
 
@@ -171,11 +172,11 @@ class Store:
             # still have the stat it records: the fast path below, without parsing and hashing again.
             return Entry(key, path, seen[1], seen[3])
         try:
-            record = json.loads(record_file.read_bytes())
+            record = json.loads(read_file(record_file))
             meta, recorded, stats = record["meta"], record["content_hash"], record["stat"]
             if record.get("key") != key or record.get("schema") != ENTRY_SCHEMA:
                 raise ValueError("key or schema does not match")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             self._discard(path, f"cache entry {path}: unreadable {ENTRY_FILE} ({exc}); removed, it will be rebuilt")
             return None
         if not full and file_stats(files_dir) == stats and record.get("meta_hash") == meta_hash(meta):
@@ -251,16 +252,14 @@ class Store:
         """The record's body if it is there and intact; a damaged one is reported, removed, a miss."""
         path = self.record_path(kind, key)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            record = json.loads(data)
+            record = json.loads(read_file(path))  # a FIFO or a link to /dev/zero: damaged, never waited on or read
             body = record["result"]
             if record["key"] != key or record["content_hash"] != result_hash(body):
                 raise ValueError("hash or key does not match")
             return body  # type: ignore[no-any-return]
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             self._discard(path, f"cache record {path} is corrupt ({exc}); removed, it will be redone")
             return None
 
