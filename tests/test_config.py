@@ -186,3 +186,18 @@ def test_include_entries_keep_budget_types_and_inherit_omitted_keys() -> None:
     assert [m.name for m in first.models] == [m.name for m in s.matrix.models]
     assert (second.batch_sizes, second.attn_impl) == (None, None)  # an explicit null: each model's default
     assert second.budgets == s.matrix.budgets
+
+
+@pytest.mark.parametrize("group", ["model", "device", "matrix"])
+def test_a_list_for_a_config_group_is_refused_with_what_to_write_instead(group: str, tmp_path: Path) -> None:
+    """`model=[a,b]` makes Hydra merge the two options into one config with no name: it built a
+    model named None from the last option's recipe. Refused, naming the ways to build several."""
+    options = {"model": "[tiny_llama,qwen3_8b]", "device": "[rebel100,atom_max]", "matrix": "[plans,default]"}
+    with pytest.raises(ConfigError) as info:
+        compose_settings([f"{group}={options[group]}"])
+    message = str(info.value)
+    assert message.startswith(f"{group}: selects several {group} configs") and f"-m {group}=a,b" in message
+    assert (f"matrix.{group}s=[a,b]" in message) == (group != "matrix")
+    if group == "model":  # what the message offers builds both, each under its own name
+        _, cells = expand_all([compose_settings(["matrix.models=[tiny_llama,qwen3_8b]", f"build_dir={tmp_path}"])])
+        assert {"tiny_llama", "qwen3_8b"} <= {c.model for c in cells} and None not in {c.model for c in cells}

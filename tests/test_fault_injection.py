@@ -279,3 +279,47 @@ def run_under(
         timeout=600,
         env=dict(os.environ, **env),
     )
+
+
+def test_jobs_2_with_a_worker_killed_while_it_runs_a_batch_of_cells(env: dict[str, str], tmp_path: Path) -> None:
+    """Cells go to the workers in batches (issue 24): the OS kills a worker in the middle of one.
+    That batch's cells fail as retryable (exit 1), every other cell is built (the broken pool's other
+    batches are resubmitted), nothing is half-written, and the next run gives a clean build's manifest."""
+    args = ["matrix=plans", "progress=false", "matrix.backend=rbln_test_plugins:SlowFinalizeBackend"]
+    reference = tmp_path / "reference"
+    assert rbln([*args, "jobs=1", f"build_dir={reference}"], tmp_path, env).returncode == 0
+    once = tmp_path / "once"  # the first finalize writes its pid there and lingers
+    build = tmp_path / "build"
+    slow = dict(env, RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_ONCE_FILE=str(once))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rbln_build.cli", *args, "jobs=2", f"build_dir={build}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **slow),
+    )
+    deadline = time.time() + 600
+    while not (once.exists() and once.read_text()) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert once.exists() and once.read_text(), "no finalize started"
+    os.kill(int(once.read_text()), signal.SIGKILL)  # what the OOM killer does
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and "internal error" not in err and "KeyboardInterrupt" not in err, err
+    cells = json.loads((build / "manifest.json").read_text())["cells"]
+    want = json.loads((reference / "manifest.json").read_text())["cells"]
+    failed = {c for c, e in cells.items() if e["status"] == "failed"}
+    assert failed and failed < set(cells), out  # the killed batch's cells, not all of them
+    assert all("the worker building this cell died" in cells[c]["error"] for c in failed)
+    assert all(cells[c] == want[c] for c in cells if c not in failed)  # the others, as a clean build
+    # What the killed worker was writing is a .tmp-* folder (never a half entry), which the next
+    # run's start-up removes: the other workers' temporaries were in use when it died.
+    store = Store(build / "cache", warn=lambda m: pytest.fail(f"warning while checking: {m}"))
+    for kind in ("compile", "artifacts"):
+        for entry in (build / "cache" / kind).iterdir():
+            assert entry.name.startswith(".tmp-") or store.lookup(kind, entry.name, full=True) is not None
+    again = rbln([*args, "jobs=2", f"build_dir={build}"], tmp_path, env)
+    assert again.returncode == 0, again.stderr
+    assert (build / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes()
+    assert not list(build.rglob(".tmp-*"))

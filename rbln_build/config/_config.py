@@ -131,6 +131,12 @@ class _Axes:
         for group in ("matrix", "model", "device", "deployment"):
             if choices.get(group) is not None:
                 check_name(group, choices[group])
+            elif cfg.get(group) is not None:  # `model=[a,b]`: Hydra merges the options into one config
+                several = f"matrix.{group}s=[a,b] (one build) or " if group in ("model", "device") else ""
+                raise ConfigError(
+                    f"{group}: selects several {group} configs at once, which Hydra merges into one nameless "
+                    f"{group}; name one ({group}=NAME), or build several with {several}-m {group}=a,b (a sweep)."
+                )
         if cfg.model is not None:
             self.model = model_from_node(str(choices.get("model")), cfg.model)
         if cfg.device is not None:

@@ -50,6 +50,25 @@ class SlowBackend(TorchExportBackend):
         return result
 
 
+class SlowFinalizeBackend(TorchExportBackend):
+    """The first finalize of the build (whichever worker gets it: the file in RBLN_TEST_SLEEP_ONCE_FILE
+    is created exclusively) writes its pid there and lingers RBLN_TEST_BACKEND_SLEEP_S seconds, so a
+    test can kill the worker while it runs a batch of cells."""
+
+    def finalize(self, spec: Any, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
+        once = os.environ.get(SLEEP_ONCE_ENV)
+        if once:
+            try:
+                fd = os.open(once, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                pass  # another cell was first, or this is the run after the kill
+            else:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                time.sleep(float(os.environ.get(SLEEP_ENV) or 0))
+        super().finalize(spec, baseline_dir, num_blocks, out_dir)
+
+
 class FlakyBackend(TorchExportBackend):
     """Compiling for the NPU family named in RBLN_TEST_FAIL_FAMILY raises (after a partial write)."""
 
