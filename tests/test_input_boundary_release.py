@@ -276,3 +276,22 @@ def test_hydras_own_errors_are_one_line_in_the_deployment_commands(tmp_path: Pat
     code, _, err = run_cli([command, "deployment=../x"], tmp_path)
     line = one_line_error(code, err, f"rbln-build {command}: ")
     assert "Could not find 'deployment/../x'" in line and "tiny_pair" in line
+
+
+@pytest.mark.parametrize(
+    ("manifest", "says"),
+    [
+        pytest.param("[" * 100_000 + "]" * 100_000, "maximum recursion depth", id="deep"),
+        pytest.param("9" * 5000, "not a readable rbln-build manifest", id="huge-integer"),
+    ],
+)
+def test_gc_remote_reads_its_manifests_bounded(tmp_path: Path, manifest: str, says: str) -> None:
+    """``gc --remote MANIFEST``: a deep document was a RecursionError (exit 3) before anything remote
+    was touched; now the one-line error that names it, and nothing removed."""
+    (tmp_path / "m.json").write_text(manifest)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    code, _, err = run_cli(["gc", "--remote", "m.json", f"cache.remote=file://{remote}"], tmp_path)
+    line = one_line_error(code, err, "rbln-build gc: ")
+    assert "m.json: not a readable rbln-build manifest" in line and says in line
+    assert list(remote.iterdir()) == []

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._documents import read_file
 from ..errors import ConfigError
 from ..store import INPUTS_DIR, bounded, is_key, open_filesystem
 
@@ -56,10 +57,10 @@ def referenced(manifests: list[Path]) -> dict[str, set[str]]:
     keys: dict[str, set[str]] = {"compile": set(), "artifacts": set()}
     for path in manifests:
         try:
-            cells = json.loads(path.read_bytes())["cells"]
+            cells = json.loads(read_file(path))["cells"]  # bounded: a FIFO, a device or a huge file is refused
             if not isinstance(cells, dict):
                 raise TypeError("'cells' is not a mapping")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise ConfigError(
                 f"{path}: not a readable rbln-build manifest ({exc}); gc --remote removes nothing without it."
             ) from None

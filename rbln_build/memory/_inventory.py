@@ -34,6 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._documents import read_file
 from ..errors import CacheError, RecipeError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -219,7 +220,7 @@ _CORRUPT = (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionE
 def _load_entry(path: Path, key: str, config_sha256: str) -> Inventory | None:
     """The entry at ``path`` if it is intact and is the one for ``key``, else None (a miss)."""
     try:
-        value = json.loads(path.read_bytes())
+        value = json.loads(read_file(path))  # a FIFO or a link to /dev/zero in the cache: a miss, never read
         inv = Inventory.from_json(value)
         if value.get("cache_key") != key or inv.config_sha256 != config_sha256:
             return None

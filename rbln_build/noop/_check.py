@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._documents import read_file
+
 __all__ = [
     "STAMP_DIR",
     "RACY_NS",
@@ -214,12 +216,12 @@ def _read(build_dir: Path, name: str, key: str, root: str | None) -> tuple[dict[
     try:
         if os.path.islink(path.parent) or os.path.islink(path):
             return None  # a stamp is only ever our own file in the build dir
-        stamp = json.loads(path.read_bytes())
+        stamp = json.loads(read_file(path))  # a FIFO or a device is no stamp: never waited on or read
         if stamp.get("v") != VERSION or stamp.get("key") != key or stamp.get("root") != root:
             return None
         if os.path.realpath(stamp["build_dir"]) != os.path.realpath(build_dir):
             return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return stamp, build_dir
 
@@ -316,7 +318,7 @@ def status_ids(args: list[str]) -> tuple[list[str], str] | None:
         return None
     stamp, build_dir = found
     try:
-        ids = (build_dir / STAMP_DIR / f"{stamp['key']}.ids").read_text("utf-8").split("\n")[:-1]
+        ids = read_file(build_dir / STAMP_DIR / f"{stamp['key']}.ids").decode("utf-8").split("\n")[:-1]
     except (OSError, KeyError, UnicodeDecodeError):
         return None
     if len(ids) != stamp.get("cells") or not _current(stamp, build_dir):

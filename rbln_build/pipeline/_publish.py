@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._documents import read_file
 from ..config import Cell
 from ..errors import BuildError
 from ..estimator import cell_id_problem
@@ -73,7 +74,7 @@ def publish(
     data = render_manifest(entries, sections)
     path = build_dir / MANIFEST_FILE
     try:
-        same = path.read_bytes() == data
+        same = read_file(path) == data  # a FIFO or a device there is replaced, never waited on
     except OSError:
         same = False
     if not same:
@@ -271,7 +272,7 @@ def recover(build_dir: Path, store: Store) -> int:
 
 def _roll_forward(build_dir: Path, store: Store) -> int:
     try:
-        cells = json.loads((build_dir / MANIFEST_FILE).read_bytes())["cells"]
+        cells = json.loads(read_file(build_dir / MANIFEST_FILE))["cells"]
         items = list(cells.items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return 0  # no manifest, or not one of ours: this run writes a new one

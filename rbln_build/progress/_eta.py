@@ -26,6 +26,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._documents import read_file
+
 __all__ = ["CompileHistory", "TimeLeft", "similar"]
 
 _HASH = re.compile(r"\b[0-9a-f]{8,}\b")
@@ -46,9 +48,9 @@ class CompileHistory:
         self.seconds: dict[str, list[float]] = {}
         if path is not None:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = json.loads(read_file(path))  # ours in the build dir, but never a FIFO or device read
                 self.seconds = {str(k): [float(x) for x in v] for k, v in data["compiles"].items()}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
                 self.seconds = {}
 
     def expected(self, label: str) -> float | None:
