@@ -268,6 +268,7 @@ def test_serve_command_of_a_deployment_checks_its_records(tmp_path: Path) -> Non
     code, _, err = run_cli(["serve-command", "deployment=tiny_pair", f"build_dir={build}"], tmp_path)
     line = one_line_error(code, err, "rbln-build serve-command: ")
     assert "serve_budget_bytes of tiny_llama is 'lots', not a positive integer" in line
+    assert line.startswith(f"rbln-build serve-command: {build}/manifest.json: ")  # one prefix, not two
 
 
 @pytest.mark.parametrize("command", ["plan", "explain", "serve-command"])

@@ -124,7 +124,7 @@ def _serve(settings: Any, as_json: bool) -> int:
     record = deployments.get(d.name) if isinstance(deployments, dict) else None
     if not isinstance(record, dict):
         sys.stderr.write(
-            f"serve-command: {path} holds no build of deployment {d.name}; build it first: "
+            f"rbln-build serve-command: {path} holds no build of deployment {d.name}; build it first: "
             f"rbln-build deployment={d.name}\n"
         )
         return 1
@@ -136,17 +136,17 @@ def _serve(settings: Any, as_json: bool) -> int:
             serving = manifest["cells"][entry_id].get("serving")
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(
-                f"serve-command: {path} does not describe deployment {d.name} as this rbln-build writes it "
+                f"{path} does not describe deployment {d.name} as this rbln-build writes it "
                 f"(no {exc}); rebuild it: rbln-build deployment={d.name}"
             ) from None
         if serving is None:
-            sys.stderr.write(f"serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
+            sys.stderr.write(f"rbln-build serve-command: cell {entry_id} of {d.name} did not build; see {path}.\n")
             return 1
         serving = check_serving(serving, f"{path}: cell {str(entry_id)[:200]}")
         budget = record["models"][dm.name].get("serve_budget_bytes")
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise InputError(
-                f"serve-command: {path}: deployment {d.name}'s serve_budget_bytes of {dm.name} is "
+                f"{path}: deployment {d.name}'s serve_budget_bytes of {dm.name} is "
                 f"{str(budget)[:80]!r}, not a positive integer; rebuild it: rbln-build deployment={d.name}"
             )
         serving = with_budget(serving, budget, npu)
