@@ -76,21 +76,25 @@ def read_file(path: Path | str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file (a folder, device, pipe or socket)", str(path))
-        if st.st_size > limit:
+        data = None if st.st_size > limit else _read_capped(fd, limit)
+        if data is None:
             raise OSError(errno.EFBIG, f"over the size limit of {limit:,} bytes", str(path))
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise OSError(errno.EFBIG, f"over the size limit of {limit:,} bytes", str(path))
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
+
+
+def _read_capped(fd: int, limit: int) -> bytes | None:
+    """Everything ``fd`` holds, or None when that is more than ``limit`` bytes (read at most one more)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return None if size > limit else b"".join(chunks)
 
 
 def read_document(
@@ -110,17 +114,10 @@ def read_document(
             raise error(f"{path}: is a folder, not a file{tail}.")
         if not stat.S_ISREG(mode):
             raise error(f"{path}: is not a regular file (a device, pipe or socket){tail}.")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
+        data = _read_capped(fd, limit)
+        if data is None:
             raise error(f"{path}: over the size limit of {limit:,} bytes for this document{tail}.")
-        return b"".join(chunks)
+        return data
     except OSError as exc:
         raise error(f"{path}: cannot read it ({exc.strerror or exc}){tail}.") from None
     finally:

@@ -186,14 +186,13 @@ def rbln(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
     )
 
 
-def test_jobs_2_with_a_worker_killed_mid_compile(env: dict[str, str], tmp_path: Path) -> None:
-    """The OS kills one compile worker of a jobs=2 build: that key's cells fail as retryable
-    (exit 1) and nothing else; no internal error and no worker's traceback on the terminal; the
-    next run retries the key and gives a clean build's manifest."""
-    args = ["matrix=plans", "progress=false", SLOW_BACKEND]
+def killed_worker_build(args: list[str], env: dict[str, str], tmp_path: Path) -> tuple[Path, Path, str]:
+    """A jobs=1 reference build, then a jobs=2 build whose worker that lingers first (the test
+    backend writes its pid to the RBLN_TEST_SLEEP_ONCE_FILE) is SIGKILLed, as the OOM killer does.
+    Checks that build exits 1 with no traceback; returns (reference, build, its stdout)."""
     reference = tmp_path / "reference"
     assert rbln([*args, "jobs=1", f"build_dir={reference}"], tmp_path, env).returncode == 0
-    once = tmp_path / "once"  # the first compile to start writes its pid there and lingers
+    once = tmp_path / "once"
     build = tmp_path / "build"
     slow = dict(env, RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_ONCE_FILE=str(once))
     proc = subprocess.Popen(
@@ -207,11 +206,20 @@ def test_jobs_2_with_a_worker_killed_mid_compile(env: dict[str, str], tmp_path: 
     deadline = time.time() + 600
     while not (once.exists() and once.read_text()) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert once.exists() and once.read_text(), "no compile started"
-    os.kill(int(once.read_text()), signal.SIGKILL)  # what the OOM killer does
+    assert once.exists() and once.read_text(), "no worker lingered"
+    os.kill(int(once.read_text()), signal.SIGKILL)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 1, err
     assert "Traceback" not in err and "internal error" not in err and "KeyboardInterrupt" not in err, err
+    return reference, build, out
+
+
+def test_jobs_2_with_a_worker_killed_mid_compile(env: dict[str, str], tmp_path: Path) -> None:
+    """The OS kills one compile worker of a jobs=2 build: that key's cells fail as retryable
+    (exit 1) and nothing else; no internal error and no worker's traceback on the terminal; the
+    next run retries the key and gives a clean build's manifest."""
+    args = ["matrix=plans", "progress=false", SLOW_BACKEND]
+    reference, build, _ = killed_worker_build(args, env, tmp_path)  # the first compile to start lingers
     cells = json.loads((build / "manifest.json").read_text())["cells"]
     failed = {c for c, e in cells.items() if e["status"] == "failed"}
     assert failed and len({cells[c]["compile_key"] for c in failed}) == 1  # the killed key's cells alone
@@ -286,27 +294,7 @@ def test_jobs_2_with_a_worker_killed_while_it_runs_a_batch_of_cells(env: dict[st
     That batch's cells fail as retryable (exit 1), every other cell is built (the broken pool's other
     batches are resubmitted), nothing is half-written, and the next run gives a clean build's manifest."""
     args = ["matrix=plans", "progress=false", "matrix.backend=rbln_test_plugins:SlowFinalizeBackend"]
-    reference = tmp_path / "reference"
-    assert rbln([*args, "jobs=1", f"build_dir={reference}"], tmp_path, env).returncode == 0
-    once = tmp_path / "once"  # the first finalize writes its pid there and lingers
-    build = tmp_path / "build"
-    slow = dict(env, RBLN_TEST_BACKEND_SLEEP_S="300", RBLN_TEST_SLEEP_ONCE_FILE=str(once))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rbln_build.cli", *args, "jobs=2", f"build_dir={build}"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, **slow),
-    )
-    deadline = time.time() + 600
-    while not (once.exists() and once.read_text()) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert once.exists() and once.read_text(), "no finalize started"
-    os.kill(int(once.read_text()), signal.SIGKILL)  # what the OOM killer does
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 1, err
-    assert "Traceback" not in err and "internal error" not in err and "KeyboardInterrupt" not in err, err
+    reference, build, out = killed_worker_build(args, env, tmp_path)  # the first finalize lingers
     cells = json.loads((build / "manifest.json").read_text())["cells"]
     want = json.loads((reference / "manifest.json").read_text())["cells"]
     failed = {c for c, e in cells.items() if e["status"] == "failed"}
