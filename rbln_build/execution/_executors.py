@@ -4,7 +4,7 @@ The stages are pure functions over the Store (``_stages``), so running them else
 Store's location (``StoreRef``) and the stage's inputs, both picklable:
 
     compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
-    cell_job(ref, cell)                   -> CellDone      resolve + finalize one cell (in a worker)
+    cells_job(ref, cells)                 -> [CellDone]    resolve + finalize a batch of cells (in a worker)
 
 ``Parallel`` is the scheduler a build uses when it has more than one worker (``jobs``) or a Ray
 executor. It works ahead of doit: it submits every compile key that is not done, and submits the
@@ -36,7 +36,6 @@ from ._jobs import (
     StoreRef,
     batch_name,
     cell_batches,
-    cell_job,
     cells_job,
     compile_job,
     show_cell_finished,
@@ -60,7 +59,6 @@ __all__ = [
     "LocalPool",
     "Parallel",
     "compile_job",
-    "cell_job",
     "cells_job",
     "worker_died",
 ]

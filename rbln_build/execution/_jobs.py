@@ -4,7 +4,6 @@ The stages are pure functions over the Store (``_stages``), so running them else
 Store's location (``StoreRef``) and the stage's inputs, both picklable:
 
     compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
-    cell_job(ref, cell)                   -> CellDone      resolve + finalize one cell (in a worker)
     cells_job(ref, cells)                 -> [CellDone]    a batch of cells, in order (one round trip)
 
 A sweep has thousands of cells that each take well under a millisecond: sent one by one, pickling
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..store import CellResult, CompileOutcome, Entry, Store
-from ._stages import build_cell, build_cell_recorded, compile_once
+from ._stages import build_cell_recorded, compile_once
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
@@ -37,7 +36,6 @@ __all__ = [
     "CompileDone",
     "CellDone",
     "compile_job",
-    "cell_job",
     "cells_job",
     "cell_batches",
     "batch_name",
@@ -123,15 +121,8 @@ def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> Com
     return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings))
 
 
-def cell_job(ref: StoreRef, cell: Cell) -> CellDone:
-    started = time.perf_counter()
-    warnings: list[str] = []
-    result = build_cell(ref.open(warnings.append), cell)
-    return CellDone(result, time.perf_counter() - started, tuple(warnings))
-
-
 def cells_job(ref: StoreRef, cells: list[Cell]) -> list[CellDone]:
-    """``cell_job`` for each cell of a batch, in one Store (its memos are shared by the batch)."""
+    """Resolve and finalize each cell of a batch, in order, in one Store (its memos are shared by the batch)."""
     warnings: list[str] = []
     store = ref.open(warnings.append)
     out = []

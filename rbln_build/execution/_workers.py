@@ -29,7 +29,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from . import _jobs
-from ._jobs import CellDone, CompileDone, StoreRef, batch_name, cell_job, cells_job, compile_job
+from ._jobs import CellDone, CompileDone, StoreRef, batch_name, cells_job, compile_job
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
@@ -159,9 +159,6 @@ class LocalPool:
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         return self._pool.submit(_tracked, f"compile:{key}", compile_job, self.ref, key, spec, backend)
 
-    def submit_cell(self, cell: Cell) -> Future[CellDone]:
-        return self._pool.submit(_tracked, f"cell:{cell.id}", cell_job, self.ref, cell)
-
     def submit_cells(self, cells: list[Cell]) -> Future[list[CellDone]]:
         return self._pool.submit(_tracked, batch_name(cells), cells_job, self.ref, cells)
 
@@ -209,11 +206,6 @@ class InlineCells:
     def __init__(self, ref: StoreRef) -> None:
         self.ref = ref
         self.description = "this process"
-
-    def submit_cell(self, cell: Cell) -> Future[CellDone]:
-        fut: Future[CellDone] = Future()
-        fut.set_result(cell_job(self.ref, cell))
-        return fut
 
     def submit_cells(self, cells: list[Cell]) -> Future[list[CellDone]]:
         fut: Future[list[CellDone]] = Future()
