@@ -188,6 +188,7 @@ class LocalPool:
             self._pool.shutdown(wait=True)
             return
         workers = list((getattr(self._pool, "_processes", None) or {}).values())
+        manager = getattr(self._pool, "_executor_manager_thread", None)  # no public handle; shutdown drops it
         self._pool.shutdown(wait=False, cancel_futures=True)
         for p in workers:
             if p.is_alive():
@@ -198,6 +199,11 @@ class LocalPool:
             if p.is_alive():
                 p.kill()
                 p.join(5)
+        # Wait for the pool's manager thread to see its workers gone and close its wake-up pipe. Left
+        # running, it closes that pipe while the interpreter's exit hook writes to it (Python 3.11 takes
+        # no lock there): "Exception ignored ... OSError: Bad file descriptor" after a Ctrl-C.
+        if manager is not None:
+            manager.join(10)
 
 
 class InlineCells:
