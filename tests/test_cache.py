@@ -199,3 +199,25 @@ def test_a_record_is_canonical_json_and_its_fingerprint_is_returned(tmp_path: Pa
     assert path.read_bytes() == canonical_json(want).encode("utf-8")
     st = path.stat()
     assert fingerprint == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def test_a_record_write_that_fails_leaves_no_temporary_and_shared_names_carry_the_owner(tmp_path: Path) -> None:
+    store = Store(tmp_path / "cache", owner="b1")
+    store.save_record("results", C1, {"n": 1})
+    store.save_record("results", C1, {"n": 2})  # replaced whole
+    assert store.load_record("results", C1) == {"n": 2}
+    path = store.record_path("results", C1)
+    path.unlink()
+    path.mkdir()  # the rename cannot replace a folder: the write fails after its temporary was made
+    with pytest.raises(OSError):
+        store.save_record("results", C1, {"n": 3})
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no .tmp-* left behind
+    path.rmdir()
+    # a killed writer's temporary in a shared cache is the owner's: clean_temporaries takes only its own
+    from rbln_build.store import _files
+
+    left = path.parent / f".tmp-{path.name}-b1-{os.getpid()}-{_files._TOKEN.partition('-')[2]}ff"
+    other = path.parent / f".tmp-{path.name}-b2-1-abcdef01"
+    left.write_text("{")
+    other.write_text("{")
+    assert store.clean_temporaries() == 1 and not left.exists() and other.exists()

@@ -88,3 +88,32 @@ def test_a_cell_learns_its_compile_failure_from_the_store(tmp_path: Path, monkey
         "insufficient_memory",
         False,
     )
+
+
+def test_a_batch_of_cells_looks_each_entry_up_once(
+    compiled: tuple[Store, list[Cell]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rbln_build.execution._jobs import StoreRef, cells_job
+
+    store, built = compiled
+    cells = _cells("matrix.budgets=[0.05,0.06,0.0601,0.07,0.3,0.5]")  # one compile key, some counts shared
+    assert {c.compile_key for c in cells} == {built[0].compile_key}
+    calls: list[tuple[str, str]] = []
+    lookup = Store.lookup
+
+    def counted(self: Store, kind: str, key: str, full: bool = False) -> Entry | None:
+        calls.append((kind, key))
+        return lookup(self, kind, key, full)
+
+    monkeypatch.setattr(Store, "lookup", counted)
+    done = cells_job(StoreRef(root=str(store.root)), cells)
+    artifacts = {d.result.artifact_key for d in done}
+    assert all(d.result.ok for d in done) and 1 < len(artifacts) < len(cells)
+    # the compile entry once, each artifact once (a miss, then made by put): not once per cell
+    assert sorted(set(calls)) == sorted(calls), calls
+    assert {k for kind, k in calls if kind == "artifacts"} == artifacts
+    assert [k for kind, k in calls if kind == "compile"] == [cells[0].compile_key]
+    # and the batch's results are what cells built one by one give
+    other = Store(store.root.parent / "one-by-one")
+    shutil.copytree(store.root / "compile", other.root / "compile")
+    assert [d.result for d in done] == [build_cell(other, c) for c in cells]

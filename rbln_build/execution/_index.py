@@ -170,12 +170,15 @@ def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
                     entries[cell.cell_key] = (stat, result.to_json())
                 continue
             # redone this run: index what its record holds now (the record stays the ground truth)
+            mine = RECORDED.get(cell.cell_key)
+            if mine is not None:
+                # The record as this run wrote it, with the fingerprint it had then: no need to stat it
+                # again, since the survey compares that fingerprint with the file's and reads a record
+                # that changed since (any rewrite changes its ctime or inode).
+                entries[cell.cell_key] = (mine[0], mine[1].to_json())
+                continue
             path = os.path.join(records, f"{cell.cell_key}.json")
             stat = fingerprint(path)
-            mine = RECORDED.get(cell.cell_key)
-            if stat is not None and mine is not None and mine[0] == stat:
-                entries[cell.cell_key] = (stat, mine[1].to_json())  # the record as this run wrote it
-                continue
             body = read_record(store, "results", cell.cell_key) if stat is not None else None
             if body is not None and stat == fingerprint(path):
                 entries[cell.cell_key] = (stat, body)  # type: ignore[assignment]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..store import CellResult, CompileOutcome, Entry, Store
-from ._stages import build_cell_recorded, compile_once
+from ._stages import Held, build_cell_recorded, compile_once
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
@@ -126,9 +126,10 @@ def cells_job(ref: StoreRef, cells: list[Cell]) -> list[CellDone]:
     warnings: list[str] = []
     store = ref.open(warnings.append)
     out = []
+    held: Held = {}  # each entry the batch uses is looked up (stat, verify) once, not once per cell
     for cell in cells:
         started = time.perf_counter()
-        result, recorded = build_cell_recorded(store, cell)
+        result, recorded = build_cell_recorded(store, cell, held)
         out.append(CellDone(result, time.perf_counter() - started, tuple(warnings), recorded))
         warnings.clear()
     return out

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from ..config import Cell
     from ..estimator import AllocationReport
 
+Held = dict[tuple[str, str], Entry]  # (kind, key) -> an entry verified earlier in this batch of cells
+
 __all__ = [
     "resolve",
     "finalize",
@@ -155,13 +157,25 @@ def _report(entry: Entry) -> AllocationReport:
     return report
 
 
-def resolve(store: Store, cell: Cell) -> CellResult:
+def _lookup(store: Store, kind: str, key: str, held: Held | None) -> Entry | None:
+    """``store.lookup``, once per entry in a batch of cells (``held``: the entries it verified)."""
+    if held is None:
+        return store.lookup(kind, key)
+    entry = held.get((kind, key))
+    if entry is None:
+        entry = store.lookup(kind, key)
+        if entry is not None:
+            held[(kind, key)] = entry
+    return entry
+
+
+def resolve(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
     """The cell's resolution from its compile entry's report (no artifact yet)."""
     base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
     if cell.setup_error is not None:
         return base.failed(cell.setup_error[0], cell.setup_error[1], retry=False)
     assert cell.compile_key is not None
-    compiled = store.lookup("compile", cell.compile_key)
+    compiled = _lookup(store, "compile", cell.compile_key, held)
     if compiled is None:
         failure = _failure(store, cell.compile_key)
         if failure is not None:
@@ -198,7 +212,7 @@ def artifact_key_of(compile_key: str | None, npu: str, num_blocks: int) -> str:
     return digest({"kind": "artifact", "compile": compile_key, "npu": npu, "num_blocks": num_blocks})
 
 
-def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
+def finalize(store: Store, cell: Cell, result: CellResult, held: Held | None = None) -> CellResult:
     """The artifact for a resolved cell (the backend resizes the KV pool to the resolved count)."""
     if not result.ok:
         return result
@@ -206,11 +220,11 @@ def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
     assert blocks is not None and blocks > 0 and cell.compile_key is not None and cell.spec is not None
     akey = artifact_key(cell, blocks)
     try:
-        entry = store.lookup("artifacts", akey)
+        entry = _lookup(store, "artifacts", akey, held)
         if entry is None:
             from ..backends import get_backend
 
-            compiled = store.lookup("compile", cell.compile_key)
+            compiled = _lookup(store, "compile", cell.compile_key, held)
             if compiled is None:
                 return result.failed(
                     "the compile entry of this cell disappeared before finalize", "compile_failed", True
@@ -228,6 +242,8 @@ def finalize(store: Store, cell: Cell, result: CellResult) -> CellResult:
                 }
 
             entry = store.put("artifacts", akey, fill)
+            if held is not None:
+                held[("artifacts", akey)] = entry
     except Exception as exc:
         return result.failed(*describe(exc, _log_path(store, "finalize", akey)))
     return replace(result, artifact_key=akey, artifact_hash=entry.content_hash)
@@ -243,11 +259,12 @@ def build_cell(store: Store, cell: Cell) -> CellResult:
     return result
 
 
-def build_cell_recorded(store: Store, cell: Cell) -> tuple[CellResult, list[int] | None]:
-    """``build_cell``, and the fingerprint of the record it wrote (None: not written)."""
+def build_cell_recorded(store: Store, cell: Cell, held: Held | None = None) -> tuple[CellResult, list[int] | None]:
+    """``build_cell``, and the fingerprint of the record it wrote (None: not written). ``held``: the
+    entries a batch of cells verified so far (``_jobs.cells_job``): each is looked up once per batch."""
     recorded = None
     try:
-        result = finalize(store, cell, resolve(store, cell))
+        result = finalize(store, cell, resolve(store, cell, held), held)
     except Exception as exc:  # resolve has no handler of its own: a damaged report, a bug
         base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
         result = base.failed(*describe(exc, _log_path(store, "cell", cell.cell_key)))

@@ -1,7 +1,8 @@
 """The content-addressed cache: what a build has made, verified on every read.
 
 _keys     compile keys and cell keys (content hashes of every input)
-_store    the Store: entries, result records, failures; atomic writes
+_store    the Store: entries, result records, failures
+_files    writing a file whole (temporary name, then rename): write_atomic, a cell record's writer
 _hashing  an entry's content hash and file stats, the hashes of metadata and records
 _result   CellResult and CompileOutcome, the records the Store keeps
 _remote   a shared remote behind the Store (cache.remote=, fsspec)
@@ -14,6 +15,7 @@ _lock     the build directory's lock
 
 from __future__ import annotations
 
+from ._files import write_atomic
 from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
@@ -22,7 +24,7 @@ from ._remote_inputs import INPUTS_DIR, fetch_input, publish_input, sha256_of
 from ._remote_io import DOWN_MARKER, REMOTE_MODES, RemoteOptions, bounded, once_key, open_filesystem
 from ._remote_sync import upload_missing
 from ._result import CellResult, CompileOutcome
-from ._store import ENTRY_FILE, FILES_DIR, RECORD_KINDS, Entry, Store, is_key, write_atomic
+from ._store import ENTRY_FILE, FILES_DIR, RECORD_KINDS, Entry, Store, is_key
 
 __all__ = [
     "INPUTS_DIR",

@@ -20,8 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .._documents import read_file
+from ._files import write_atomic
 from ._remote import REMOTE_KINDS, RemoteStore
-from ._store import Store, write_atomic
+from ._store import Store
 
 __all__ = ["upload_missing", "known_file"]
 

@@ -35,17 +35,17 @@ import re
 import shutil
 import stat
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._documents import read_file
+from ._files import _fsync_dir, _tmp_name, write_atomic, write_record
 from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json
 
-__all__ = ["Entry", "Store", "content_hash", "write_atomic", "is_key", "RECORD_KINDS"]
+__all__ = ["Entry", "Store", "content_hash", "is_key", "RECORD_KINDS"]
 
 ENTRY_FILE = "entry.json"
 FILES_DIR = "files"
@@ -66,43 +66,10 @@ def _checked_key(key: object) -> str:
     return key  # type: ignore[return-value]
 
 
-def _tmp_name(final: Path, owner: str = "") -> Path:
-    """``.tmp-<name>-[<owner>-]<pid>-<random>``: the owner tag names the build dir that made it (a
-    shared cache), so start-up clean-up removes only its own build dir's leftovers there."""
-    tag = f"{owner}-" if owner else ""
-    return final.parent / f".tmp-{final.name}-{tag}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 # entry.json files this process checked (``lookup``'s fast path; a sweep looks up a few hundred entries
 # thousands of times): path -> (its stat signature, meta, the files' recorded stat, content hash).
 _READ: dict[str, tuple[tuple[int, int, int, int], dict[str, Any], Any, str]] = {}
 _READ_MAX = 4096
-
-
-def write_atomic(path: Path, data: bytes, owner: str = "", durable: bool = True) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder, then rename (readers see the
-    old file or the new one, whole). ``durable``: fsync before the rename. A cell's record passes
-    False: a damaged one fails its content hash and is redone (``load_record``), and an fsync per
-    cell was most of a 10,000-cell sweep's writing time."""
-    tmp = _tmp_name(path, owner)
-    try:
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            tmp.unlink()
 
 
 @dataclass(frozen=True)
@@ -271,8 +238,9 @@ class Store:
         text = canonical_json(body)
         content = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
         record = f'{{"content_hash":{json.dumps(content)},"key":{json.dumps(key)},"result":{text}}}'
-        path = self.record_path(kind, key)
-        write_atomic(path, record.encode("utf-8"), self.owner, durable=False)
+        path = os.path.join(self.root, kind, f"{_checked_key(key)}.json")  # record_path, as a str
+        assert kind in RECORD_KINDS, kind
+        write_record(path, record.encode("utf-8"), self.owner)
         try:
             st = os.stat(path)
         except OSError:
@@ -333,16 +301,3 @@ def program_problem(files_dir: Path) -> str | None:
     except IntegrityError as exc:
         return str(exc)
     return None
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
