@@ -111,3 +111,42 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         executable="/bin/bash",
     )
     assert "Traceback" not in piped.stderr
+
+
+ENTRY = """
+import atexit, sys, threading, time
+from pathlib import Path
+import rbln_build.commands._main as m
+out = Path(sys.argv[1])
+class Freed:
+    def __del__(self):  # run by the interpreter's teardown, which entry() skips when it can
+        out.with_suffix(".freed").write_text("freed")
+m.kept = Freed()
+def main():
+    atexit.register(lambda: out.with_suffix(".atexit").write_text("ran"))
+    if sys.argv[2] == "thread":  # a thread still running: the usual exit, which waits for it
+        threading.Thread(target=lambda: (time.sleep(0.5), out.with_suffix(".thread").write_text("done"))).start()
+    print("printed, not flushed", end="")
+    sys.exit(int(sys.argv[3]))
+m.main = main
+m.entry()
+"""
+
+
+@pytest.mark.parametrize("how", ["alone", "thread"])
+def test_the_entry_point_keeps_the_exit_status_hooks_output_and_waits_for_threads(tmp_path: Path, how: str) -> None:
+    # entry() leaves without the interpreter's teardown: the status, atexit hooks and buffered output
+    # must still be what a normal exit gives, and a thread still running is waited for.
+    for status in (0, 1, 3):
+        proc = subprocess.run(
+            [sys.executable, "-c", ENTRY, str(tmp_path / "o"), how, str(status)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == status and proc.stdout == "printed, not flushed", proc.stderr
+        assert (tmp_path / "o.atexit").read_text() == "ran"
+        assert (tmp_path / "o.thread").exists() == (how == "thread")
+        assert (tmp_path / "o.freed").exists() == (how == "thread")  # the teardown: skipped when alone
+        for name in ("o.atexit", "o.thread", "o.freed"):
+            (tmp_path / name).unlink(missing_ok=True)

@@ -17,9 +17,10 @@ serve-command, diff, estimate), ``rbln_build.scaffold`` (init, recipe add), ``rb
 from __future__ import annotations
 
 from ._guard import report_internal
-from ._main import main
+from ._main import entry, main
 
 __all__ = [
+    "entry",
     "main",
     "report_internal",
 ]

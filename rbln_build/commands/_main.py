@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["main", "COMMANDS", "run_command", "version_text"]
+__all__ = ["main", "entry", "COMMANDS", "run_command", "version_text"]
 
 
 @dataclass(frozen=True)
@@ -291,3 +291,35 @@ def main() -> None:
     code = dispatch(sys.argv[1:])
     sys.stdout.flush()
     sys.exit(code)
+
+
+def entry() -> None:
+    """The process's entry point (the ``rbln-build`` script, ``python -m rbln_build.cli``): ``main``,
+    then the exit hooks (``atexit``), the streams flushed, and an exit without the interpreter's
+    teardown, which frees every object one by one (about 0.3 s after a 10,000-cell sweep, measured).
+    Only when this is the process's last thread and it has no child process: otherwise the usual exit,
+    which waits for them. ``main`` itself exits as usual (tests call it in process)."""
+    status = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+        threading = sys.modules.get("threading")
+        processes = sys.modules.get("multiprocessing")
+        if (
+            not isinstance(code, int)
+            or not 0 <= code <= 255
+            or (threading is not None and threading.active_count() > 1)
+            or (processes is not None and processes.active_children())
+        ):
+            raise
+        status = code
+    import atexit
+
+    atexit._run_exitfuncs()  # what the interpreter runs at exit (logging's flush, multiprocessing's hooks)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe (| head): main has ended quietly already
+    os._exit(status)
