@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..store import CellResult, CompileOutcome, Store
-from ._index import remember
 from ._jobs import (
     CellDone,
     CompileDone,
@@ -41,7 +40,7 @@ from ._jobs import (
     show_cell_finished,
     worker_died,
 )
-from ._stages import compile_done, reusable
+from ._stages import compile_done, record_cell, reusable
 from ._workers import InlineCells, LocalPool
 
 if TYPE_CHECKING:
@@ -232,15 +231,16 @@ class Parallel:
 
     def _finished(self, cells: list[Cell], fut: Future[list[CellDone]]) -> None:
         try:
-            results = [done.result for done in fut.result()]
-            for done in fut.result():
-                for message in done.warnings:
-                    self.warn(message)
-                if done.recorded is not None:
-                    remember(done.result, done.recorded)
+            finished = fut.result()
         except Exception as exc:  # the worker died: its cells are not recorded; the next run redoes them
             why = f"the worker building this cell died ({type(exc).__name__}); the next run retries it"
             results = [CellResult(c.cell_key, c.compile_key).failed(why, "build_failed", True) for c in cells]
+        else:
+            results = []
+            for cell, done in zip(cells, finished, strict=True):
+                for message in done.warnings:
+                    self.warn(message)
+                results.append(record_cell(self.store, cell, done.result))  # from this one process (cells_job)
         for cell, result in zip(cells, results, strict=True):
             self.cell_results[cell.id] = result
             self.shown.add(cell.id)

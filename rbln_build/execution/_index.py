@@ -51,9 +51,9 @@ def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
         return None
 
 
-# cell key -> (its record's fingerprint, its result) for the records this run wrote, in this process
-# or reported by a worker (``remember``): ``index_cells`` takes a redone cell's body from here when
-# its record still has that fingerprint (the same file, unchanged), instead of reading it back.
+# cell key -> (its record's fingerprint, its result) for the records this process wrote (``remember``;
+# the scheduler records what the workers built): ``index_cells`` indexes a redone cell from here, with
+# the fingerprint its record had when written, instead of reading it back.
 RECORDED: dict[str, tuple[list[int], CellResult]] = {}
 
 

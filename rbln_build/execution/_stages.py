@@ -37,6 +37,8 @@ __all__ = [
     "resolve",
     "finalize",
     "build_cell",
+    "make_cell",
+    "record_cell",
     "reusable",
     "derived_problem",
     "compile_done",
@@ -251,28 +253,31 @@ def finalize(store: Store, cell: Cell, result: CellResult, held: Held | None = N
 
 def build_cell(store: Store, cell: Cell) -> CellResult:
     """Resolve and finalize one cell, and record the result in the Store (failures included)."""
-    result, recorded = build_cell_recorded(store, cell)
-    if recorded is not None:
-        from ._index import remember
-
-        remember(result, recorded)
-    return result
+    return record_cell(store, cell, make_cell(store, cell))
 
 
-def build_cell_recorded(store: Store, cell: Cell, held: Held | None = None) -> tuple[CellResult, list[int] | None]:
-    """``build_cell``, and the fingerprint of the record it wrote (None: not written). ``held``: the
-    entries a batch of cells verified so far (``_jobs.cells_job``): each is looked up once per batch."""
-    recorded = None
+def make_cell(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
+    """Resolve and finalize one cell, not recorded yet (``record_cell``). ``held``: the entries a batch
+    of cells verified so far (``_jobs.cells_job``): each is looked up once per batch."""
     try:
-        result = finalize(store, cell, resolve(store, cell, held), held)
+        return finalize(store, cell, resolve(store, cell, held), held)
     except Exception as exc:  # resolve has no handler of its own: a damaged report, a bug
         base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
-        result = base.failed(*describe(exc, _log_path(store, "cell", cell.cell_key)))
+        return base.failed(*describe(exc, _log_path(store, "cell", cell.cell_key)))
+
+
+def record_cell(store: Store, cell: Cell, result: CellResult) -> CellResult:
+    """Record ``result`` as ``cell``'s in the Store (the results index learns its record's fingerprint,
+    ``_index.remember``). A record that cannot be written makes the cell a retryable failure."""
+    from ._index import remember
+
     try:
         recorded = store.save_record("results", cell.cell_key, result.to_json())
     except OSError as exc:
-        result = result.failed(f"cannot record the cell's result in {store.root}: {exc}", "build_failed", True)
-    return result, recorded
+        return result.failed(f"cannot record the cell's result in {store.root}: {exc}", "build_failed", True)
+    if recorded is not None:
+        remember(result, recorded)
+    return result
 
 
 def derived_problem(cell: Cell, result: CellResult, keys: dict[tuple[Any, ...], str] | None = None) -> str | None:
