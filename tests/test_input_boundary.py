@@ -193,6 +193,28 @@ def test_run_manifest_on_hostile_documents(hostile: Path, document: str, says: s
     assert code == 2 and len(err.getvalue().strip().splitlines()) == 1 and says in err.getvalue()
 
 
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [("x" * 300, "File name too long"), ("a/" + "y" * 300 + "/b", "not a directory")],
+    ids=["long-name", "long-part-below-a-missing-folder"],
+)
+def test_run_on_a_name_too_long_for_the_file_system_is_an_input_error(tmp_path: Path, name: str, says: str) -> None:
+    # found by the slow fuzz (test_every_subcommand_on_hostile_input_many): a 300-character cell name
+    # was "internal error ... File name too long" (exit 3)
+    from rbln_build.run import main as run_main
+
+    err = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with contextlib.redirect_stderr(err):
+            code = run_main([name, "--prompt-ids", "1"])
+    finally:
+        os.chdir(cwd)
+    assert code == 2, err.getvalue()
+    assert len(err.getvalue().strip().splitlines()) == 1 and says in err.getvalue()
+
+
 def test_a_bug_in_a_subcommand_is_exit_3_with_its_traceback_in_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

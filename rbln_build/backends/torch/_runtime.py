@@ -192,7 +192,13 @@ def load_artifact(path: str | Path) -> Artifact:
     The program is verified here, before anything else happens: its sha256 against rbln-build.json
     and its archive against the pickle allowlist. Either failing raises IntegrityError."""
     path = Path(path)
-    if not path.is_dir():
+    try:
+        folder = path.is_dir()
+    except OSError as exc:  # a name too long for the file system, a path it refuses: not a folder
+        raise UserError(
+            f"{path}: cannot be opened as a folder ({exc.strerror}); pass a cell artifact folder (it holds {RECORD_FILE})."
+        ) from None
+    if not folder:
         raise UserError(f"{path}: not a directory; pass a cell artifact folder (it holds {RECORD_FILE}).")
     cfg = read_record(path)
     if cfg["artifact"] == "plan":
