@@ -19,6 +19,7 @@
     memory      -> estimator, errors
     estimator   -> errors
     _documents -> errors                      (bounded reads of user documents; every layer but the estimator)
+    _interrupts                               (Ctrl-C never swallowed by a finalizer; commands, execution)
 
 Checked statically over every module's imports (top level and inside functions), so a lazy import
 cannot hide a wrong direction.
@@ -75,9 +76,12 @@ ALLOWED = {
     }
     | _LOW,
     "_documents": {"errors"},  # bounded reads of user documents: a base like errors, below every layer
+    "_interrupts": set(),  # standard library only: the process's and the workers' Ctrl-C
 }
+ALLOWED["execution"].add("_interrupts")
+ALLOWED["commands"].add("_interrupts")
 for _layer_name, _below in ALLOWED.items():
-    if _layer_name not in ("estimator", "_documents"):  # the estimator stays standard library + errors
+    if _layer_name not in ("estimator", "_documents", "_interrupts"):  # the estimator stays standard library + errors
         _below.add("_documents")
 ENTRY_SHIMS = {"estimate.py", "run.py", "explain.py", "cli.py", "__init__.py", "errors.py"}  # top-level modules
 

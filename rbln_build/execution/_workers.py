@@ -12,7 +12,8 @@ fresh pool so the scheduler can resubmit everything else: only the killed worker
 
 A worker turns SIGTERM and SIGINT into ``KeyboardInterrupt`` while it runs a job, so the Store's
 ``finally`` blocks remove its temporary folders, and then exits without a traceback (the scheduler
-stopping its workers is not an error to print); an idle worker exits at once. A worker that ends
+stopping its workers is not an error to print); an idle worker exits at once. A signal that lands in
+a finalizer (where Python would swallow the exception and print it) unwinds a moment later instead. A worker that ends
 normally skips the interpreter's teardown (``_exit_now``).
 """
 
@@ -26,8 +27,10 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .. import _interrupts
 from . import _jobs
 from ._jobs import CellDone, CompileDone, StoreRef, batch_name, cells_job, compile_job
 
@@ -42,16 +45,20 @@ _STOPPED = False  # in a worker: stopped by a signal (its exit status says so)
 _RUNNING = b"@"  # a pipe message "@<pid> <item>": this process runs that item (else: a compile key started)
 
 
-def _interrupt(*_: Any) -> None:
+def _interrupt(_signum: int, frame: FrameType | None) -> None:
     global _STOPPED
     _STOPPED = True
     # Unwind once: a second signal (Ctrl-C reaches the worker, then the scheduler's SIGTERM) must not
     # break into the `finally` blocks that are removing the Store's temporary folders.
     signal.signal(signal.SIGINT, _ignore)  # not SIG_IGN: a signal already pending would raise OSError
     signal.signal(signal.SIGTERM, _ignore)
+    _unwind(frame)
+
+
+def _unwind(frame: FrameType | None) -> None:
     if not _busy:
         _exit_now()  # idle: nothing to clean up, nothing to print
-    raise KeyboardInterrupt
+    _interrupts.unwind(frame, _unwind)  # not inside a finalizer, where Python would swallow it
 
 
 def _ignore(*_: Any) -> None:
@@ -78,6 +85,7 @@ def _worker_init(parent: int, threads: int, started: Any = None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+    _interrupts.retry_swallowed(_unwind)
     # A build killed outright (SIGKILL) takes its workers with it, as a one-process build would die:
     # what they leave is a .tmp-* folder that the next run removes. Linux: the kernel does it.
     try:
