@@ -229,6 +229,7 @@ def test_two_clean_builds_write_identical_manifests(plans_build: Path, tmp_path:
     assert (tmp_path / "build" / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
 
 
+@pytest.mark.slow  # over 10 s: the default suite keeps under 10 minutes on 2 cores
 def test_sigkill_mid_compile_leaves_no_partial_artifact(plans_build: Path, tmp_path: Path) -> None:
     build = tmp_path / "build"
     proc = popen([*PLANS, SLOW, f"build_dir={build}"], cwd=tmp_path, env={"RBLN_TEST_BACKEND_SLEEP_S": "120"})
@@ -258,6 +259,7 @@ def slow_plans_build(tmp_path: Path) -> Path:
     return other
 
 
+@pytest.mark.slow  # over 10 s: the default suite keeps under 10 minutes on 2 cores
 def test_two_builds_at_once_on_one_build_dir(plans_build: Path, tmp_path: Path) -> None:
     build = tmp_path / "build"
     # Each compile lingers 1 s, so the first run surely holds the lock while the second starts.

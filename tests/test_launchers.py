@@ -13,6 +13,7 @@ from test_cli import check_ok, plans_build, rbln, summary  # noqa: F401 (a fixtu
 SWEEP = ["-m", "matrix=plans", "budget=0.3,0.5"]
 
 
+@pytest.mark.slow  # over 10 s: the default suite keeps under 10 minutes on 2 cores
 def test_joblib_launcher_builds_every_job_and_merges_the_basic_launchers_manifest(
     plans_build: Path,  # noqa: F811
     tmp_path: Path,

@@ -37,6 +37,7 @@ def tree(root: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow  # over 10 s: the default suite keeps under 10 minutes on 2 cores
 def test_jobs_2_builds_what_jobs_1_builds_byte_for_byte(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     check_ok(rbln([*PLANS, "jobs=1", f"build_dir={one}"], cwd=tmp_path))

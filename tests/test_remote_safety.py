@@ -56,6 +56,7 @@ def silent_server() -> Iterator[int]:
         server.close()
 
 
+@pytest.mark.slow  # over 10 s: the default suite keeps under 10 minutes on 2 cores
 @pytest.mark.integration
 def test_a_server_that_never_answers_costs_a_bounded_time_and_one_warning(tmp_path: Path, silent_server: int) -> None:
     pytest.importorskip(

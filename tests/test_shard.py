@@ -16,6 +16,7 @@ pytest.importorskip(
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow  # over 10 s: the default suite keeps under 10 minutes on 2 cores
 def test_two_shards_and_a_merge_give_the_single_build_manifest_compiling_nothing(
     seeded: tuple[Path, Path],  # noqa: F811
     tmp_path: Path,

@@ -83,6 +83,7 @@ def test_a_linked_cache_names_the_setting_that_shares_it(tmp_path: Path) -> None
     assert proc.returncode == 2 and f"cache.dir={tmp_path / 'elsewhere'}" in proc.stderr
 
 
+@pytest.mark.slow  # over 10 s: the default suite keeps under 10 minutes on 2 cores
 @pytest.mark.integration
 def test_two_build_dirs_share_a_cache_through_cache_dir(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
