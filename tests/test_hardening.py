@@ -412,6 +412,37 @@ def test_links_roll_forward_to_the_manifest(clean: Path, tmp_path: Path) -> None
     assert os.readlink(a) == target_a and not (build / ".publishing").exists()
 
 
+def test_a_manifest_above_the_document_limit_is_still_the_builds_own(clean: Path, tmp_path: Path) -> None:
+    # A sweep of some 30,000 cells writes a manifest above the 64 MiB that a command reads of a user's
+    # document. The build's own reads of it must not stop there: publishing compared the old bytes
+    # through that limit (so rewrote the manifest on every no-op), and the roll-forward skipped.
+    from rbln_build._documents import MAX_DOCUMENT_BYTES
+    from rbln_build.pipeline._publish import publish
+
+    build = copy(clean, tmp_path)
+    data = json.loads((build / MANIFEST_FILE).read_text())
+    pad = {"padding": "x" * (MAX_DOCUMENT_BYTES + 1)}  # stands for 30,000 cells' entries
+    data.update(pad)
+    (build / MANIFEST_FILE).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    a, b = sorted((build / "artifacts").iterdir())
+    target_a = os.readlink(a)
+    a.unlink()
+    a.symlink_to(os.readlink(b))  # as if killed after the manifest, before re-linking a
+    (build / ".publishing").write_bytes(b"")
+    assert recover(build, Store(build / "cache")) == 1
+    assert os.readlink(a) == target_a and not (build / ".publishing").exists()
+
+    run = small_build(build, pytest.MonkeyPatch())  # the same inputs: same entries
+    rows = run.rows(run.cells)
+    publish(build, rows, sections=pad)
+    written = (build / MANIFEST_FILE).stat()
+    assert written.st_size > MAX_DOCUMENT_BYTES
+    publish(build, rows, sections=pad)  # nothing changed: the manifest is not written again
+    again = (build / MANIFEST_FILE).stat()
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    assert not (build / ".publishing").exists()
+
+
 def test_recover_ignores_a_hostile_manifest(clean: Path, tmp_path: Path) -> None:
     build = copy(clean, tmp_path)
     outside = victim(tmp_path)
