@@ -13,8 +13,9 @@ compile was already there start at once). It prints one line per finished compil
 interleave. doit then runs its tasks as usual and their actions take the results instead of
 redoing them (``_tasks``): doit keeps its up-to-date state, the Store keeps the truth.
 
-Worker processes are started with ``spawn``: a forked child of a process that has imported torch
-(or started threads) may deadlock, and spawn behaves the same on every platform. On Ctrl-C the
+Worker processes are forked when this process has a single thread and has not imported torch
+(Linux), and spawned otherwise (``_workers.start_method``): a forked child of a process that runs
+other threads may deadlock on a lock one of them held. On Ctrl-C the
 scheduler cancels what has not started, stops the workers (SIGTERM, which a worker turns into
 KeyboardInterrupt so the Store's temporary folders are removed), and re-raises: a compile is either
 in the Store whole or not at all, and the next run resumes from what is there.
@@ -111,7 +112,8 @@ class Parallel:
         workers = self.scale.workers(max(len(keys), 1))
         if (not keys and not todo) or (self.scale.executor == "local" and workers <= 1):
             return  # nothing to do, or one worker: doit runs the stages in this process, in order
-        compiler, cell_runner = self._runners(workers, bool(keys))
+        with self.display.without_threads():  # so the workers can be forked (``_workers.start_method``)
+            compiler, cell_runner = self._runners(workers, bool(keys))
         waiting: dict[str, list[Cell]] = {k: [] for k in keys}
         pending: dict[Future[Any], tuple[str, Any]] = {}
         self.display.use_workers(workers)

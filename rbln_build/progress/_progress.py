@@ -32,10 +32,11 @@ the table once the run is over is ``_summary``'s.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from ._eta import CompileHistory, TimeLeft, similar
@@ -73,6 +74,8 @@ class Progress:
         self.early: dict[str, str] = {}  # key -> label: started while every worker looked busy
         self.started = self.clock()
         self.last_cell: float | None = None
+        self.ticker: threading.Thread | None = None  # a display's thread that redraws or counts (``_tick``)
+        self.stop = threading.Event()
 
     def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
         """Announce this run's work: the compiles it will run (labels, or just how many) and its cells."""
@@ -141,6 +144,27 @@ class Progress:
 
     def close(self) -> None:
         pass
+
+    @contextlib.contextmanager
+    def without_threads(self) -> Iterator[None]:
+        """No thread of this display runs inside the block (its ticker stopped, started again after):
+        a fork copies only the calling thread, so a lock another thread held would stay locked in the
+        child (``_workers.start_method`` forks only in a process with one thread)."""
+        ticker = self.ticker
+        if ticker is None or not ticker.is_alive():
+            yield
+            return
+        self.stop.set()
+        ticker.join()
+        try:
+            yield
+        finally:
+            self.stop = threading.Event()
+            self.ticker = threading.Thread(target=self._tick, name="rbln-build-progress", daemon=True)
+            self.ticker.start()
+
+    def _tick(self) -> None:
+        """The ticker thread's loop (a display that has one), until ``stop`` is set."""
 
     # -- what the displays show -----------------------------------------------------------------
 
