@@ -1,9 +1,12 @@
-"""jobs=N: the workers are forked when that is safe (one thread, no torch), spawned otherwise. A fresh
-process each (the test runner's own threads must not decide how workers start)."""
+"""jobs=N on a sweep: the workers are forked when that is safe, and what they render (each cell's record
+and manifest line) is what the build process would have rendered. Real CLI runs in a subprocess
+(a fresh process: the test runner's own threads must not decide how workers start)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +14,53 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.integration
+
+# The real CLI (``_main.main``), with two observers: how each worker pool started, and the BuildRun
+# the build published (its rows, entries and the workers' lines are then checked in this process).
+BUILD = r"""
+import json, sys
+from rbln_build.execution import _workers
+from rbln_build.pipeline import _tasks, _outputs
+from rbln_build.pipeline._manifest import entry_for, render_entry, render_manifest
+from rbln_build.commands import _main
+
+methods, runs = [], []
+new_pool = _workers.LocalPool._new_pool
+def observed(self):
+    pool = new_pool(self)
+    methods.append(self.start_method)
+    return pool
+_workers.LocalPool._new_pool = observed
+publish = _tasks.BuildRun._publish
+def published(self):
+    publish(self)
+    runs.append(self)
+_tasks.BuildRun._publish = published
+
+sys.argv = ["rbln-build", *sys.argv[1:]]
+try:
+    _main.main()
+except SystemExit as exc:
+    code = exc.code
+run = runs[-1]
+rows = run.rows(run.cells)
+entries = [entry_for(cell, result) for cell, result in rows]
+lines = dict(run.parallel.lines)
+used = _outputs.worker_lines(run.parallel, rows, entries)
+first = next(cell.id for cell, _ in rows if cell.id in used)  # the first line is one that is checked
+run.parallel.lines[first] = lines[first].replace('"status": "', '"status": "not ')
+after_change = _outputs.worker_lines(run.parallel, rows, entries)
+print(json.dumps({
+    "code": code,
+    "methods": methods,
+    "cells": [cell.id for cell, _ in rows],
+    "lines": lines,
+    "used": sorted(used),
+    "same_lines": all(lines[e["cell"]] == render_entry(e) for e in entries if e["cell"] in lines),
+    "rendered_here": render_manifest(entries).decode(),
+    "changed_line_used": len(after_change),
+}))
+"""
 
 
 def _run(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -22,6 +72,37 @@ def _run(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
     )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is chosen on Linux only")
+def test_a_sweep_forks_its_workers_and_publishes_their_lines_as_this_process_renders_them(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    # progress=true: the display's ticker thread runs while the pool starts (it is paused for the fork)
+    proc = _run(BUILD, "matrix=plans", "jobs=2", "progress=true", f"build_dir={build}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["code"] == 0, proc.stderr
+    assert seen["methods"] == ["fork"]
+    # every cell was built by a worker, which rendered its line; the manifest joined them
+    assert sorted(seen["lines"]) == sorted(seen["cells"]) == seen["used"] and len(seen["cells"]) == 8
+    assert seen["same_lines"]  # each line is render_entry of the entry this process makes
+    assert (build / "manifest.json").read_text() == seen["rendered_here"]
+    # a line that differs from this process's rendering where it is checked drops them all
+    assert seen["changed_line_used"] == 0
+    # and the records the scheduler wrote from the workers' bytes verify: the full no-op path (its
+    # stamp removed) reads every record and redoes none
+    shutil.rmtree(build / ".noop", ignore_errors=True)
+    again = subprocess.run(
+        [sys.executable, "-m", "rbln_build.cli", "matrix=plans", "jobs=2", f"build_dir={build}"],
+        cwd=tmp_path,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr
+    summary = json.loads((build / "summary.json").read_text())
+    assert (summary["compiled"], summary["finalized"], summary["skipped"]) == (0, 0, 7), summary
 
 
 CHOICE = r"""

@@ -4,7 +4,7 @@ The stages are pure functions over the Store (``_stages``), so running them else
 Store's location (``StoreRef``) and the stage's inputs, both picklable:
 
     compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
-    cells_job(ref, cells)                 -> [CellDone]    resolve + finalize a batch of cells (in a worker)
+    cells_job(ref, cells, line_of)        -> [CellDone]    resolve + finalize a batch of cells (in a worker)
 
 ``Parallel`` is the scheduler a build uses when it has more than one worker (``jobs``) or a Ray
 executor. It works ahead of doit: it submits every compile key that is not done, and submits the
@@ -101,6 +101,10 @@ class Parallel:
     cell_results: dict[str, CellResult] = field(default_factory=dict)
     shown: set[str] = field(default_factory=set)  # compile keys and cell ids shown by this scheduler
     ledger: Ledger | None = None  # the run's single pass over the Store (None: this reads the Store itself)
+    # (cell, result) -> the cell's manifest line, run by the workers (``cells_job``); ``lines`` keeps
+    # them, cell id -> line, for the results that were recorded as the workers made them
+    line_of: Callable[[Cell, CellResult], str] | None = None
+    lines: dict[str, str] = field(default_factory=dict)
 
     def run(self) -> None:
         if self.ledger is not None:
@@ -130,7 +134,7 @@ class Parallel:
                 else:
                     ready.append(cell)
             for batch in cell_batches(ready, workers):
-                pending[cell_runner.submit_cells(batch)] = ("cells", batch)
+                pending[cell_runner.submit_cells(batch, self.line_of)] = ("cells", batch)
             tries: dict[str, int] = {}
             while pending:
                 done, _ = wait(list(pending), timeout=0.1, return_when=FIRST_COMPLETED)
@@ -144,7 +148,7 @@ class Parallel:
                     if what == "compile":
                         self._compiled(item, fut)
                         for batch in cell_batches(waiting.pop(item, []), workers):
-                            pending[cell_runner.submit_cells(batch)] = ("cells", batch)
+                            pending[cell_runner.submit_cells(batch, self.line_of)] = ("cells", batch)
                     else:
                         self._finished(item, fut)
         except BaseException:
@@ -186,7 +190,7 @@ class Parallel:
                 assert cell.spec is not None
                 pending[pool.submit_compile(item, cell.spec, cell.backend)] = (what, item)
             else:
-                pending[pool.submit_cells(item)] = (what, item)
+                pending[pool.submit_cells(item, self.line_of)] = (what, item)
         return report
 
     def _runners(self, workers: int, compiles: bool) -> tuple[Any, Any]:
@@ -242,7 +246,10 @@ class Parallel:
             for cell, done in zip(cells, finished, strict=True):
                 for message in done.warnings:
                     self.warn(message)
-                results.append(record_cell(self.store, cell, done.result))  # from this one process (cells_job)
+                result = record_cell(self.store, cell, done.result, done.record)  # one process writes (cells_job)
+                if done.line is not None and result is done.result:  # not made a failure by its record
+                    self.lines[cell.id] = done.line
+                results.append(result)
         for cell, result in zip(cells, results, strict=True):
             self.cell_results[cell.id] = result
             self.shown.add(cell.id)

@@ -120,14 +120,18 @@ def write_index(store: Store, key: str, cells: dict[str, tuple[list[int], dict[s
     if not is_key(key):
         return False
     values: list[Any] = []
-    seen: dict[tuple[bool, Any], int] = {}
+    seen: dict[tuple[type, Any], int] = {}
 
     def ref(value: Any) -> int:
-        text = (True, value) if value is None or isinstance(value, str) else (False, canonical_json(value))
-        if text not in seen:
-            seen[text] = len(values)
+        # Equal reprs are equal JSON values (the same keys in the same order, each value's repr alike),
+        # so they share one entry; a repr costs a fraction of a canonical rendering. Values equal
+        # only up to key order get an entry each, which is no error: it is only a table.
+        text = (type(value), value if value is None or isinstance(value, str) else repr(value))
+        number = seen.get(text)
+        if number is None:
+            number = seen[text] = len(values)
             values.append(value)
-        return seen[text]
+        return number
 
     rows = {}
     for cell_key, (stat, result) in sorted(cells.items()):

@@ -266,13 +266,17 @@ def make_cell(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
         return base.failed(*describe(exc, _log_path(store, "cell", cell.cell_key)))
 
 
-def record_cell(store: Store, cell: Cell, result: CellResult) -> CellResult:
+def record_cell(store: Store, cell: Cell, result: CellResult, rendered: bytes | None = None) -> CellResult:
     """Record ``result`` as ``cell``'s in the Store (the results index learns its record's fingerprint,
-    ``_index.remember``). A record that cannot be written makes the cell a retryable failure."""
+    ``_index.remember``). ``rendered``: the record's bytes, rendered already (``render_record``). A
+    record that cannot be written makes the cell a retryable failure."""
     from ._index import remember
 
     try:
-        recorded = store.save_record("results", cell.cell_key, result.to_json())
+        if rendered is None:
+            recorded = store.save_record("results", cell.cell_key, result.to_json())
+        else:
+            recorded = store.save_rendered("results", cell.cell_key, rendered)
     except OSError as exc:
         return result.failed(f"cannot record the cell's result in {store.root}: {exc}", "build_failed", True)
     if recorded is not None:

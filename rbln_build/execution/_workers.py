@@ -205,8 +205,8 @@ class LocalPool:
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
         return self._pool.submit(_tracked, f"compile:{key}", compile_job, self.ref, key, spec, backend)
 
-    def submit_cells(self, cells: list[Cell]) -> Future[list[CellDone]]:
-        return self._pool.submit(_tracked, batch_name(cells), cells_job, self.ref, cells)
+    def submit_cells(self, cells: list[Cell], line_of: Callable[..., str] | None = None) -> Future[list[CellDone]]:
+        return self._pool.submit(_tracked, batch_name(cells), cells_job, self.ref, cells, line_of)
 
     def dead_items(self) -> set[str]:
         """After the pool broke: the items ("compile:<key>", "cell:<id>", ``batch_name``) that workers killed by a
@@ -259,9 +259,9 @@ class InlineCells:
         self.ref = ref
         self.description = "this process"
 
-    def submit_cells(self, cells: list[Cell]) -> Future[list[CellDone]]:
+    def submit_cells(self, cells: list[Cell], line_of: Callable[..., str] | None = None) -> Future[list[CellDone]]:
         fut: Future[list[CellDone]] = Future()
-        fut.set_result(cells_job(self.ref, cells))
+        fut.set_result(cells_job(self.ref, cells, line_of))
         return fut
 
     def close(self, cancel: bool) -> None:

@@ -36,6 +36,8 @@ from ._serving import serving_for
 __all__ = [
     "SCHEMA_VERSION",
     "entry_for",
+    "render_entry",
+    "manifest_line",
     "render_manifest",
     "summarize",
     "render_json",
@@ -106,17 +108,28 @@ def entry_for(cell: Cell, result: CellResult | None) -> dict[str, Any]:
     }
 
 
-def render_manifest(entries: Iterable[dict[str, Any]], sections: dict[str, Any] | None = None) -> bytes:
+def render_entry(entry: dict[str, Any]) -> str:
+    """One cell's entry as its manifest line holds it (after the cell id)."""
+    return json.dumps(entry, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+
+
+def manifest_line(cell: Cell, result: CellResult) -> str:
+    """``render_entry(entry_for(cell, result))``: what a worker renders for the cells it builds
+    (``execution.cells_job``), so that publishing a sweep joins lines instead of rendering them."""
+    return render_entry(entry_for(cell, result))
+
+
+def render_manifest(
+    entries: Iterable[dict[str, Any]], sections: dict[str, Any] | None = None, rendered: dict[str, str] | None = None
+) -> bytes:
     """Valid, deterministic JSON with one line per cell (sorted keys everywhere): readable, diffable,
     and rendered by json's C encoder (an indented dump of 1,000 cells takes ~10x longer).
-    ``sections``: more top-level keys (``deployments``), each one indented JSON value."""
+    ``sections``: more top-level keys (``deployments``), each one indented JSON value. ``rendered``:
+    cell id -> ``render_entry`` of that cell's entry, rendered already (by the workers)."""
     cells = sorted((e["cell"], e) for e in entries)
+    given = rendered or {}
     lines = [
-        "  "
-        + json.dumps(cid, ensure_ascii=False)
-        + ": "
-        + json.dumps(e, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
-        for cid, e in cells
+        "  " + json.dumps(cid, ensure_ascii=False) + ": " + (given.get(cid) or render_entry(e)) for cid, e in cells
     ]
     body = ",\n".join("  " + line for line in lines)
     extra = "".join(

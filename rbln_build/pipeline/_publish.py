@@ -67,15 +67,17 @@ def publish(
     sections: dict[str, Any] | None = None,
     entries: list[dict[str, Any]] | None = None,
     warn: Callable[[str], None] | None = None,
+    rendered: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``manifest.json`` (only when its bytes change), then point every ok cell's link at its
     artifact and remove the links of cells that have none. Returns the manifest entries (``entries``:
     the rows' entries, when the caller has them already). ``sections``: more top-level manifest
     keys (a deployment's record). ``warn`` hears of a link of ours that pointed elsewhere although
-    the manifest did not change (tampering, repaired)."""
+    the manifest did not change (tampering, repaired). ``rendered``: cell id -> its entry's line,
+    rendered already (``render_manifest``)."""
     if entries is None:
         entries = [entry_for(cell, result) for cell, result in rows]
-    data = render_manifest(entries, sections)
+    data = render_manifest(entries, sections, rendered)
     path = build_dir / MANIFEST_FILE
     try:
         # The old bytes are compared, so reading more than the new ones' length is never needed (and

@@ -56,7 +56,8 @@ from ._doit import (
     group_label,
     task_namespace,
 )
-from ._manifest import entry_for, summarize
+from ._manifest import entry_for, manifest_line, summarize
+from ._outputs import Background, worker_lines
 from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
@@ -225,6 +226,8 @@ class BuildRun:
         entries are still known, for the report), never raised into doit."""
         if not self.publish:
             return
+        # what the next run's survey reads, written while the links are made (``_outputs``)
+        indexing = Background(index_cells, self.ledger, self.store, self.cells)
         try:
             rows = self.rows(self.cells)
             self.entries = [entry_for(cell, result) for cell, result in rows]
@@ -235,8 +238,9 @@ class BuildRun:
                 None if self.sections is None else self.sections(self.store, rows),
                 entries=self.entries + [entry_for(cell, result) for cell, result in others],
                 warn=self._warn,
+                rendered=worker_lines(self.parallel, rows, self.entries),
             )
-            index_cells(self.ledger, self.store, self.cells)  # what the next run's survey reads
+            indexing.result()
         except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
             self.entries = exc.entries[: len(rows)]
             self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
@@ -247,6 +251,8 @@ class BuildRun:
                 else describe(exc, self.build_dir / LOG_DIR / "publish.txt")[0]
             )
             self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {message}"
+        finally:
+            indexing.join()  # never left running: the process may end without waiting for threads
 
     # -- a whole run ------------------------------------------------------------------------------
 
@@ -278,6 +284,7 @@ class BuildRun:
                 display_label,
                 self._warn,
                 ledger=self.ledger,
+                line_of=manifest_line if self.publish else None,
             )
             self.parallel.run()
             with contextlib.redirect_stderr(stream):

@@ -24,9 +24,10 @@ from ._remote_inputs import INPUTS_DIR, fetch_input, publish_input, sha256_of
 from ._remote_io import DOWN_MARKER, REMOTE_MODES, RemoteOptions, bounded, once_key, open_filesystem
 from ._remote_sync import upload_missing
 from ._result import CellResult, CompileOutcome
-from ._store import ENTRY_FILE, FILES_DIR, RECORD_KINDS, Entry, Store, is_key
+from ._store import ENTRY_FILE, FILES_DIR, RECORD_KINDS, Entry, Store, is_key, render_record
 
 __all__ = [
+    "render_record",
     "INPUTS_DIR",
     "fetch_input",
     "publish_input",

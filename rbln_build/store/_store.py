@@ -45,7 +45,7 @@ from ._files import _fsync_dir, _tmp_name, write_atomic, write_record
 from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json
 
-__all__ = ["Entry", "Store", "content_hash", "is_key", "RECORD_KINDS"]
+__all__ = ["Entry", "Store", "content_hash", "is_key", "RECORD_KINDS", "render_record"]
 
 ENTRY_FILE = "entry.json"
 FILES_DIR = "files"
@@ -58,6 +58,15 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 def is_key(key: object) -> bool:
     """A cache key: exactly 64 lowercase hex digits (a sha256), so it is always one path component."""
     return isinstance(key, str) and _KEY.fullmatch(key) is not None
+
+
+def render_record(key: str, body: dict[str, Any]) -> bytes:
+    """A record's bytes: ``canonical_json({"content_hash": ..., "key": ..., "result": body})``, with the
+    body serialized once (for its hash and the record alike), the keys sorted as canonical_json sorts
+    them. ``Store.load_record`` checks the hash and the key."""
+    text = canonical_json(body)
+    content = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return f'{{"content_hash":{json.dumps(content)},"key":{json.dumps(key)},"result":{text}}}'.encode()
 
 
 def _checked_key(key: object) -> str:
@@ -233,14 +242,14 @@ class Store:
     def save_record(self, kind: str, key: str, body: dict[str, Any]) -> list[int] | None:
         """Write the record; returns its file's fingerprint as written (size, mtime, ctime, inode:
         what the results index keeps), or None when it cannot be taken."""
-        # canonical_json({"content_hash": ..., "key": ..., "result": body}) with the body serialized
-        # once (for its hash and the record alike): the keys sorted, as canonical_json sorts them.
-        text = canonical_json(body)
-        content = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-        record = f'{{"content_hash":{json.dumps(content)},"key":{json.dumps(key)},"result":{text}}}'
-        path = os.path.join(self.root, kind, f"{_checked_key(key)}.json")  # record_path, as a str
+        return self.save_rendered(kind, key, render_record(key, body))
+
+    def save_rendered(self, kind: str, key: str, data: bytes) -> list[int] | None:
+        """``save_record`` of a record ``render_record`` made already (a worker renders its cells'
+        records, the scheduler only writes them: ``_jobs.cells_job``)."""
         assert kind in RECORD_KINDS, kind
-        write_record(path, record.encode("utf-8"), self.owner)
+        path = os.path.join(self.root, kind, f"{_checked_key(key)}.json")  # record_path, as a str
+        write_record(path, data, self.owner)
         try:
             st = os.stat(path)
         except OSError:
