@@ -437,6 +437,36 @@ def test_unwritable_links_are_failed_cells_in_manifest_and_summary(tmp_path: Pat
     assert on_disk["failed"] == summary["failed"] == 2 and sorted(on_disk["failed_cells"]) == sorted(manifest)
 
 
+def test_unwritable_links_with_workers_give_the_manifest_and_summary_of_one_process(tmp_path: Path) -> None:
+    # With workers the publish step joins the lines they rendered and makes the links while it makes
+    # the entries; a link that cannot be written must fail its cell exactly as without them.
+    from rbln_build.colocation import expand_all
+    from rbln_build.config import Scale
+    from rbln_build.pipeline._tasks import BuildRun
+
+    out = {}
+    for jobs in (1, 2):
+        build = tmp_path / f"jobs{jobs}"
+        build.mkdir()
+        (build / "artifacts").write_text("a file where the links go")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))
+            _, cells = expand_all([compose_settings(["matrix=plans", f"build_dir={build}"])])
+            run = BuildRun(build, cells, progress=False, out=io.StringIO(), scale=Scale(jobs=jobs))
+            run.run()
+            run.summary()
+        assert run.output_error is not None and "artifacts" in run.output_error
+        assert bool(run.parallel and run.parallel.lines) == (jobs == 2)  # the workers' lines were the ones used
+        # the same but for the build dir's name, which the link errors give
+        out[jobs] = tuple(
+            (build / n).read_text().replace(str(build), "<build>") for n in ("manifest.json", "summary.json")
+        )
+    assert out[1] == out[2]
+    cells = json.loads(out[2][0])["cells"]
+    assert {e["error_kind"] for e in cells.values() if e["status"] == "failed"} == {"output_failed"}
+    assert all(e["artifact"] is None for e in cells.values()) and json.loads(out[2][1])["failed"] == 7
+
+
 # -- 4. projects -----------------------------------------------------------------------------------
 
 
