@@ -139,8 +139,9 @@ def start_method() -> str:
     """``fork`` when this process has one thread and has not imported torch (Linux); else ``spawn``.
 
     A forked worker starts in milliseconds with the parent's modules already imported; a spawned one
-    starts a new interpreter and imports rbln-build again (about 0.3 s of CPU per worker, measured;
-    on a 10,008-cell sweep with 2 workers, fork took the scheduling phase from 2.1-2.3 s to 1.7 s).
+    starts a new interpreter and imports rbln-build again (measured on a 10,008-cell sweep with 2
+    workers: their user CPU 1.5-1.6 s spawned, 1.0-1.2 s forked; the first compile done 0.18-0.23 s
+    after the pool started, against 0.03-0.04 s).
     But a fork copies only the thread that calls it: a lock another thread held stays locked in the
     child for ever, which is how forked children of threaded processes deadlock. So fork is used only
     when no other thread exists to hold one (the kernel's count, so threads that C libraries started
