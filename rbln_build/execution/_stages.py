@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, EstimateError, InputFailure, RblnBuildError
-from ..store import CellResult, CompileOutcome, Entry, Store, digest
+from ..store import CellResult, CompileOutcome, Entry, Store, digest, render_record
 
 if TYPE_CHECKING:
     from ..backends import CompileSpec
@@ -273,10 +273,8 @@ def record_cell(store: Store, cell: Cell, result: CellResult, rendered: bytes | 
     from ._index import remember
 
     try:
-        if rendered is None:
-            recorded = store.save_record("results", cell.cell_key, result.to_json())
-        else:
-            recorded = store.save_rendered("results", cell.cell_key, rendered)
+        data = render_record(cell.cell_key, result.to_json()) if rendered is None else rendered
+        recorded = store.save_rendered("results", cell.cell_key, data)
     except OSError as exc:
         return result.failed(f"cannot record the cell's result in {store.root}: {exc}", "build_failed", True)
     if recorded is not None:

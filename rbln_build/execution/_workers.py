@@ -66,15 +66,19 @@ def _ignore(*_: Any) -> None:
     pass
 
 
-def _exit_now() -> None:
-    # The last thing a worker does (multiprocessing's exit hooks, lowest priority): exit without the
-    # interpreter's teardown, whose collection of torch's objects took 10-16 s per worker while the
-    # pool shut down. Its results are sent (synchronously) and its files closed by now.
+def _flush_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
+
+
+def _exit_now() -> None:
+    # The last thing a worker does (multiprocessing's exit hooks, lowest priority): exit without the
+    # interpreter's teardown, whose collection of torch's objects took 10-16 s per worker while the
+    # pool shut down. Its results are sent (synchronously) and its files closed by now.
+    _flush_streams()
     os._exit(1 if _STOPPED else 0)
 
 
@@ -165,11 +169,7 @@ class LocalPool:
         self.start_method = start_method()  # again for each pool: a restart may find threads running
         self._context = multiprocessing.get_context(self.start_method)
         if self.start_method == "fork":
-            for stream in (sys.stdout, sys.stderr):  # a child must not inherit output to write again
-                try:
-                    stream.flush()
-                except (OSError, ValueError, AttributeError):
-                    pass
+            _flush_streams()  # a child must not inherit output to write again
         self._started, started = self._context.Pipe(duplex=False)  # workers' messages (module doc)
         self._running: dict[int, str] = {}  # worker pid -> the item it last started
         self._announced: list[str] = []

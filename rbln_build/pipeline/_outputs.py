@@ -1,15 +1,10 @@
 """Helpers of the publish step (``_tasks.BuildRun._publish``) for a sweep of many cells.
 
-* ``worker_lines``: the manifest lines the workers rendered as they built their cells, checked;
-* ``Background``: a function run in a thread of its own while the publish step goes on (the results
-  indexes are written while the manifest's links are made: mostly Python work against mostly
-  system calls, which let the other thread run).
+``worker_lines``: the manifest lines the workers rendered as they built their cells, checked.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._manifest import render_entry
@@ -19,7 +14,7 @@ if TYPE_CHECKING:
     from ..execution import Parallel
     from ..store import CellResult
 
-__all__ = ["SPOT_CHECK", "worker_lines", "Background"]
+__all__ = ["SPOT_CHECK", "worker_lines"]
 
 SPOT_CHECK = 32  # one line in this many that the workers rendered is rendered again and compared
 
@@ -45,29 +40,3 @@ def worker_lines(
     if any(out[entry["cell"]] != render_entry(entry) for entry in checked):
         return {}
     return out
-
-
-class Background:
-    """``fn(*args)`` in a thread of its own; ``result`` waits for it and returns or raises as it did."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._value: Any = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._value = fn(*args)
-            except BaseException as exc:  # handed to the caller of result()
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="rbln-build-background", daemon=True)
-        self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value

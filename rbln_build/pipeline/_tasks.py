@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -57,7 +58,7 @@ from ._doit import (
     task_namespace,
 )
 from ._manifest import entry_for, manifest_line, summarize
-from ._outputs import Background, worker_lines
+from ._outputs import worker_lines
 from ._publish import (
     ARTIFACTS_DIR,
     MANIFEST_FILE,
@@ -226,33 +227,32 @@ class BuildRun:
         entries are still known, for the report), never raised into doit."""
         if not self.publish:
             return
-        # what the next run's survey reads, written while the links are made (``_outputs``)
-        indexing = Background(index_cells, self.ledger, self.store, self.cells)
-        try:
-            rows = self.rows(self.cells)
-            self.entries = [entry_for(cell, result) for cell, result in rows]
-            others = [r for r in self.rows(self.kept) if r[1] is not None]
-            publish(
-                self.build_dir,
-                rows + others,
-                None if self.sections is None else self.sections(self.store, rows),
-                entries=self.entries + [entry_for(cell, result) for cell, result in others],
-                warn=self._warn,
-                rendered=worker_lines(self.parallel, rows, self.entries),
-            )
-            indexing.result()
-        except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
-            self.entries = exc.entries[: len(rows)]
-            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
-        except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
-            message = (
-                str(exc)
-                if isinstance(exc, (OSError, BuildError))
-                else describe(exc, self.build_dir / LOG_DIR / "publish.txt")[0]
-            )
-            self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {message}"
-        finally:
-            indexing.join()  # never left running: the process may end without waiting for threads
+        # the next run's survey reads the indexes; the pool's thread writes them while the links are made
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rbln-build-index") as background:
+            indexing = background.submit(index_cells, self.ledger, self.store, self.cells)
+            try:
+                rows = self.rows(self.cells)
+                self.entries = [entry_for(cell, result) for cell, result in rows]
+                others = [r for r in self.rows(self.kept) if r[1] is not None]
+                publish(
+                    self.build_dir,
+                    rows + others,
+                    None if self.sections is None else self.sections(self.store, rows),
+                    entries=self.entries + [entry_for(cell, result) for cell, result in others],
+                    warn=self._warn,
+                    rendered=worker_lines(self.parallel, rows, self.entries),
+                )
+                indexing.result()
+            except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
+                self.entries = exc.entries[: len(rows)]
+                self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
+            except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
+                message = (
+                    str(exc)
+                    if isinstance(exc, (OSError, BuildError))
+                    else describe(exc, self.build_dir / LOG_DIR / "publish.txt")[0]
+                )
+                self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {message}"
 
     # -- a whole run ------------------------------------------------------------------------------
 

@@ -38,8 +38,6 @@ class LiveProgress(Progress):
         super().__init__(history, clock)
         self.out = out
         self.lock = threading.RLock()
-        self.stop = threading.Event()
-        self.ticker: threading.Thread | None = None
         self.tick_s = tick_s
 
     def status(self) -> str:
@@ -64,8 +62,7 @@ class LiveProgress(Progress):
     def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
         super().plan(compiles, cells)
         if self.ticker is None:
-            self.ticker = threading.Thread(target=self._tick, name="rbln-build-progress", daemon=True)
-            self.ticker.start()
+            self._start_ticker()
         self._draw()
 
     def compile_started(self, label: str, key: str | None = None, spent: float = 0.0) -> int:

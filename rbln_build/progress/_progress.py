@@ -160,8 +160,11 @@ class Progress:
             yield
         finally:
             self.stop = threading.Event()
-            self.ticker = threading.Thread(target=self._tick, name="rbln-build-progress", daemon=True)
-            self.ticker.start()
+            self._start_ticker()
+
+    def _start_ticker(self) -> None:
+        self.ticker = threading.Thread(target=self._tick, name="rbln-build-progress", daemon=True)
+        self.ticker.start()
 
     def _tick(self) -> None:
         """The ticker thread's loop (a display that has one), until ``stop`` is set."""
@@ -219,8 +222,6 @@ class LineProgress(Progress):
         self.out = out
         self.every_s = every_s
         self.lock = threading.RLock()
-        self.stop = threading.Event()
-        self.ticker: threading.Thread | None = None
         self.said_at = self.clock()
         self.said: tuple[Any, ...] = ()
         self.spoke = False  # a line was printed: the log then ends with a count line of where it ended
@@ -252,8 +253,7 @@ class LineProgress(Progress):
     def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
         super().plan(compiles, cells)
         if self.ticker is None and (self.compiles_total or self.cells_total):
-            self.ticker = threading.Thread(target=self._tick, name="rbln-build-progress", daemon=True)
-            self.ticker.start()
+            self._start_ticker()
 
     def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
         with self.lock:
