@@ -5,7 +5,8 @@ Kept: everything the current ``manifest.json`` references, everything a ``--keep
 references (e.g. a released one), and everything the composed matrix's cells would use (so a build
 half done for the current config is not thrown away). A manifest references, for each cell, its
 compile key (``cache/compile``, ``cache/failures``), its cell key (``cache/results``) and the
-artifact its result points at (``cache/artifacts``).
+artifact its result points at (``cache/artifacts``). A pack of records (``store._files``, record packs) is kept
+while any cell it holds is kept; one that does not verify is removed.
 
 Removed: ``artifacts/<cell id>`` links of cells in neither the matrix nor the manifest (only
 symlinks that rbln-build made, pointing into its own cache; a user's file, folder or link there is
@@ -30,7 +31,7 @@ from typing import Any
 from .._documents import absent, load_json
 from ..errors import ConfigError
 from ..pipeline import ours
-from ..store import RECORD_KINDS, CellResult, Store, is_key
+from ..store import PACK_SUFFIX, RECORD_KINDS, CellResult, Store, is_key, read_pack
 
 __all__ = ["Kept", "plan_gc", "main"]
 
@@ -128,6 +129,10 @@ def plan_gc(
         if folder.is_dir():
             for path in sorted(folder.glob("*.json")):
                 if is_key(path.stem) and path.stem not in kept.keys[kind]:
+                    rows.append((kind, path, _size(path)))
+            for path in sorted(folder.glob(f"*{PACK_SUFFIX}")):  # a pack goes once none of its cells is kept
+                packed = read_pack(str(path), path.stem) if is_key(path.stem) else None
+                if is_key(path.stem) and (packed is None or kept.keys[kind].isdisjoint(packed[0])):
                     rows.append((kind, path, _size(path)))
     folder = store.root / "index"  # a compile key's results index (_ledger) goes with its compile key
     if folder.is_dir():

@@ -41,7 +41,8 @@ from ._jobs import (
     show_cell_finished,
     worker_died,
 )
-from ._stages import compile_done, record_cell, reusable
+from ._recording import record_batch
+from ._stages import compile_done, reusable
 from ._workers import InlineCells, LocalPool
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ class Parallel:
     # them, cell id -> line, for the results that were recorded as the workers made them
     line_of: Callable[[Cell, CellResult], str] | None = None
     lines: dict[str, str] = field(default_factory=dict)
+    _stale_keys: set[str] | None = None
 
     def run(self) -> None:
         if self.ledger is not None:
@@ -235,6 +237,14 @@ class Parallel:
             where = f"(worker {done.where}{retried})" if done.fresh else "from the cache"
             self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}", key)
 
+    def _stale(self) -> set[str]:
+        """Cell keys that had a record file when the run began (the ledger's): a cell redone now has
+        its record packed, and that file removed (``record_batch``)."""
+        if self._stale_keys is None:
+            prints = self.ledger.fingerprints if self.ledger is not None else {}
+            self._stale_keys = {key for key, stat in prints.items() if isinstance(stat, list)}
+        return self._stale_keys
+
     def _finished(self, cells: list[Cell], fut: Future[list[CellDone]]) -> None:
         try:
             finished = fut.result()
@@ -242,14 +252,16 @@ class Parallel:
             why = f"the worker building this cell died ({type(exc).__name__}); the next run retries it"
             results = [CellResult(c.cell_key, c.compile_key).failed(why, "build_failed", True) for c in cells]
         else:
-            results = []
-            for cell, done in zip(cells, finished, strict=True):
+            for done in finished:
                 for message in done.warnings:
                     self.warn(message)
-                result = record_cell(self.store, cell, done.result, done.record)  # one process writes (cells_job)
+            # one process writes (cells_job): the batch's records, one pack per compile key
+            results = record_batch(
+                self.store, cells, [d.result for d in finished], [d.record for d in finished], self._stale()
+            )
+            for cell, done, result in zip(cells, finished, results, strict=True):
                 if done.line is not None and result is done.result:  # not made a failure by its record
                     self.lines[cell.id] = done.line
-                results.append(result)
         for cell, result in zip(cells, results, strict=True):
             self.cell_results[cell.id] = result
             self.shown.add(cell.id)

@@ -6,8 +6,10 @@ than everything else a no-op does, so after a run each compile key gets an index
 ``cache/index/<compile key>.json``: every cell result of that key in the run, each with its
 record's file fingerprint (size, mtime, ctime, inode, as the Store's entries keep for their files).
 The survey stats a record and takes the body from the index when the fingerprint matches; any
-rewrite of the record (ctime cannot be set from user space) sends it to the record itself. The index
-is self-hashed (a damaged one is ignored, never trusted) and only ever saves reads: without it, or
+rewrite of the record (ctime cannot be set from user space) sends it to the record itself. A cell
+whose record is in a pack (``store._files``, record packs) has the pack's key in place of a fingerprint, and the
+index keeps each such pack's fingerprint once (``packs``): while the pack is untouched, the body is
+the index's. The index is self-hashed (a damaged one is ignored, never trusted) and only ever saves reads: without it, or
 for cells it does not cover, the records are read as before.
 """
 
@@ -40,26 +42,36 @@ def fingerprint(path: str) -> list[int] | None:
 
 
 def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
-    """A record's body if it is there and intact, read-only (Store.load_record removes a damaged one)."""
+    """A record's body if it is there and intact (its file, else the newest pack holding it),
+    read-only (Store.load_record removes a damaged one)."""
     try:
         record = json.loads(read_file(store.record_path(kind, key)))
         body = record["result"]
         if record["key"] != key or record["content_hash"] != result_hash(body):
             return None
         return body  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        return store.packed_record(key, read_only=True)[1] if kind == "results" else None
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
-# cell key -> (its record's fingerprint, its result) for the records this process wrote (``remember``;
-# the scheduler records what the workers built): ``index_cells`` indexes a redone cell from here, with
-# the fingerprint its record had when written, instead of reading it back.
-RECORDED: dict[str, tuple[list[int], CellResult]] = {}
+# cell key -> (its record's fingerprint or its pack's key, its result) for the records this process
+# wrote (``remember``; the scheduler records what the workers built): ``index_cells`` indexes a redone
+# cell from here, with the fingerprint its record had when written, instead of reading it back.
+RECORDED: dict[str, tuple[list[int] | str, CellResult]] = {}
 
 
-def remember(result: CellResult, recorded: list[int]) -> None:
-    """The record of ``result`` was written with the fingerprint ``recorded``."""
+def remember(result: CellResult, recorded: list[int] | str) -> None:
+    """The record of ``result`` was written with the fingerprint ``recorded``, or into the pack
+    whose key is ``recorded``."""
     RECORDED[result.cell_key] = (recorded, result)
+
+
+def pack_holds(store: Store, key: str, recorded: Any) -> bool:
+    """The pack ``key`` is there with the fingerprint ``recorded`` (an index's): its records stand as
+    indexed (any rewrite changes its ctime or inode; a pack is never rewritten in place)."""
+    return is_key(key) and isinstance(recorded, list) and fingerprint(store.pack_path(key)) == recorded
 
 
 def _index_path(store: Store, key: str) -> str:
@@ -85,9 +97,10 @@ SHARED = frozenset(
 )
 
 
-def read_index(store: Store, key: str) -> dict[str, tuple[list[int], dict[str, Any]]]:
+def read_index(store: Store, key: str) -> dict[str, tuple[Any, dict[str, Any]]]:
     """cell key -> (record fingerprint, result body) from the compile key's index; {} when there is
-    none or it does not verify (it is only a cache of the records)."""
+    none or it does not verify (it is only a cache of the records). A packed cell's fingerprint is
+    its pack's key, whose pack holds as indexed (``pack_holds``), else None (the survey reads it)."""
     if not is_key(key):
         return {}
     try:
@@ -103,8 +116,11 @@ def read_index(store: Store, key: str) -> dict[str, tuple[list[int], dict[str, A
             return {}
         values = index["values"]
         shared = [name in SHARED for name in FIELDS]
+        packs = {p: pack_holds(store, p, recorded) for p, recorded in index.get("packs", {}).items()}
         out = {}
         for cell_key, (stat, row) in index["cells"].items():
+            if isinstance(stat, str) and not packs.get(stat):
+                stat = None  # its pack changed or is gone: not from here
             result = {"cell_key": cell_key, "compile_key": key}
             for name, is_shared, value in zip(FIELDS, shared, row, strict=True):
                 result[name] = values[value] if is_shared else value
@@ -114,9 +130,9 @@ def read_index(store: Store, key: str) -> dict[str, tuple[list[int], dict[str, A
         return {}
 
 
-def write_index(store: Store, key: str, cells: dict[str, tuple[list[int], dict[str, Any]]]) -> bool:
-    """Write the compile key's index (cell key -> (record fingerprint, result body)). A failure to
-    write is no error: the index only saves reads. Returns whether it wrote."""
+def write_index(store: Store, key: str, cells: dict[str, tuple[list[int] | str, dict[str, Any]]]) -> bool:
+    """Write the compile key's index (cell key -> (record fingerprint or pack key, result body)). A
+    failure to write is no error: the index only saves reads. Returns whether it wrote."""
     if not is_key(key):
         return False
     values: list[Any] = []
@@ -134,11 +150,21 @@ def write_index(store: Store, key: str, cells: dict[str, tuple[list[int], dict[s
         return number
 
     rows = {}
+    packs: dict[str, list[int]] = {}
     for cell_key, (stat, result) in sorted(cells.items()):
         if result.get("cell_key") != cell_key or result.get("compile_key") != key:
             continue  # not this key's: never indexed under it
+        if isinstance(stat, str):  # in a pack: indexed with the pack's fingerprint, or not at all
+            if stat not in packs:
+                pack = fingerprint(store.pack_path(stat)) if is_key(stat) else None
+                if pack is None:
+                    continue
+                packs[stat] = pack
         rows[cell_key] = [stat, [ref(result[name]) if name in SHARED else result[name] for name in FIELDS]]
-    body = canonical_json({"key": key, "fields": list(FIELDS), "values": values, "cells": rows}).encode("utf-8")
+    index = {"key": key, "fields": list(FIELDS), "values": values, "cells": rows}
+    if packs:
+        index["packs"] = packs
+    body = canonical_json(index).encode("utf-8")
     try:
         write_atomic(
             store.root / INDEX_KIND / f"{key}.json",
@@ -165,7 +191,7 @@ def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
             c.id in ledger.standing and c.cell_key in ledger.from_index for c in members
         ):
             continue  # the index is exactly these cells, as they stand
-        entries: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        entries: dict[str, tuple[list[int] | str, dict[str, Any]]] = {}
         for cell in members:
             if cell.id in ledger.standing:
                 stat = ledger.fingerprints.get(cell.cell_key)

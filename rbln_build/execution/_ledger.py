@@ -65,7 +65,8 @@ class Ledger:
     artifacts: dict[str, tuple[str, str | None, tuple[Any, ...] | None]] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)  # cell id -> why its record is forged or damaged
     derived: dict[tuple[Any, ...], str] = field(default_factory=dict)  # (compile key, npu, blocks) -> artifact key
-    fingerprints: dict[str, list[int] | None] = field(default_factory=dict)  # cell key -> its record's stat
+    # cell key -> its record file's stat, or the key of the pack its record is in, or None
+    fingerprints: dict[str, list[int] | str | None] = field(default_factory=dict)
     indexed: dict[str, dict[str, Any]] = field(default_factory=dict)  # compile key -> the index as read
     from_index: set[str] = field(default_factory=set)  # cell keys whose body the index gave
 
@@ -128,11 +129,10 @@ def survey(store: Store, cells: list[Cell], read_only: bool = False) -> Ledger:
             ledger.indexed[ckey] = read_index(store, ckey)
         index = ledger.indexed.get(ckey, {}) if ckey is not None else {}
         path = os.path.join(records, f"{cell.cell_key}.json")
-        stat = fingerprint(path)
-        ledger.fingerprints[cell.cell_key] = stat
+        stat: Any = fingerprint(path)
+        hit = index.get(cell.cell_key)
         body: Any = None
-        if stat is not None:
-            hit = index.get(cell.cell_key)
+        if stat is not None:  # a record file counts over any pack (a cell packed has none)
             if hit is not None and hit[0] == stat:
                 body = hit[1]
                 ledger.from_index.add(cell.cell_key)
@@ -142,6 +142,12 @@ def survey(store: Store, cells: list[Cell], read_only: bool = False) -> Ledger:
                     if read_only
                     else store.load_record("results", cell.cell_key)
                 )
+        elif hit is not None and isinstance(hit[0], str):  # packed, the pack as indexed (read_index)
+            stat, body = hit
+            ledger.from_index.add(cell.cell_key)
+        else:
+            stat, body = store.packed_record(cell.cell_key, read_only)
+        ledger.fingerprints[cell.cell_key] = stat
         result, problem = _parse(cell, body, ledger)
         if result is not None and problem is None and result.ok:
             problem = _artifact_problem(store, ledger, cell, result, read_only)
@@ -150,7 +156,7 @@ def survey(store: Store, cells: list[Cell], read_only: bool = False) -> Ledger:
             result = None
             if not read_only:
                 store.warn(
-                    f"cache record {store.record_path('results', cell.cell_key)} of cell {cell.id}: {problem}; "
+                    f"cache record {_where(store, cell.cell_key, stat)} of cell {cell.id}: {problem}; "
                     "forged or damaged: removed, the cell will be redone"
                 )
                 store.drop_record("results", cell.cell_key)
@@ -158,6 +164,13 @@ def survey(store: Store, cells: list[Cell], read_only: bool = False) -> Ledger:
         if result is not None and not result.retry and (not result.ok or _artifact_ok(ledger, result)):
             ledger.standing.add(cell.id)
     return ledger
+
+
+def _where(store: Store, cell_key: str, stat: Any) -> str:
+    """Where a cell's record was read: its file, or the pack holding it (``store._files``, record packs)."""
+    if isinstance(stat, str) and is_key(stat):
+        return f"{store.record_path('results', cell_key).name} in {store.pack_path(stat)}"
+    return str(store.record_path("results", cell_key))
 
 
 def _parse(cell: Cell, body: Any, ledger: Ledger) -> tuple[CellResult | None, str | None]:

@@ -2,7 +2,8 @@
 
 _keys     compile keys and cell keys (content hashes of every input)
 _store    the Store: entries, result records, failures
-_files    writing a file whole (temporary name, then rename): write_atomic, a cell record's writer
+_files    writing a file whole (temporary name, then rename): write_atomic, a cell record's writer,
+          and record packs (a batch's cell records in one file, as a sweep's scheduler writes them)
 _hashing  an entry's content hash and file stats, the hashes of metadata and records
 _result   CellResult and CompileOutcome, the records the Store keeps
 _remote   a shared remote behind the Store (cache.remote=, fsspec)
@@ -15,7 +16,7 @@ _lock     the build directory's lock
 
 from __future__ import annotations
 
-from ._files import write_atomic
+from ._files import PACK_SUFFIX, read_pack, write_atomic
 from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
@@ -31,6 +32,7 @@ __all__ = [
     "INPUTS_DIR",
     "fetch_input",
     "publish_input",
+    "read_pack",
     "sha256_of",
     "CellResult",
     "CompileOutcome",
@@ -39,6 +41,7 @@ __all__ = [
     "Entry",
     "FILES_DIR",
     "LOCK_FILE",
+    "PACK_SUFFIX",
     "RECORD_KINDS",
     "REMOTE_MODES",
     "REMOTE_TIMEOUTS",

@@ -6,6 +6,7 @@ Layout::
     cache/compile/<compile key>/files/...
     cache/artifacts/<artifact key>/...       finalized cell artifacts (same shape)
     cache/results/<cell key>.json            one cell's CellResult (resolution, artifact pointer or error)
+    cache/results/<pack key>.pack            a batch's CellResults, one record per line (``_files``: record packs)
     cache/failures/<compile key>.json        a compile key's failure (CompileOutcome), when it failed
 
 Every key is a sha256 hex digest, checked wherever a key becomes a path (``entry_path``,
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .._documents import read_file
-from ._files import _fsync_dir, _tmp_name, write_atomic, write_record
+from ._files import PACK_SUFFIX, PackedRecords, _fsync_dir, _tmp_name, write_atomic, write_pack, write_record
 from ._hashing import content_hash, file_stats, meta_hash, result_hash
 from ._keys import canonical_json
 
@@ -106,6 +107,8 @@ class Store:
         self.root = Path(root)
         self.warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
         self.owner = owner
+        self.packs = PackedRecords(os.path.join(self.root, "results"), is_key)
+        self._packs_checked = False
 
     def _tmp(self, final: Path) -> Path:
         return _tmp_name(final, self.owner)
@@ -225,7 +228,8 @@ class Store:
         return self.root / kind / f"{_checked_key(key)}.json"
 
     def load_record(self, kind: str, key: str) -> dict[str, Any] | None:
-        """The record's body if it is there and intact; a damaged one is reported, removed, a miss."""
+        """The record's body if it is there and intact (its file, else the newest pack holding it:
+        ``_files``: record packs); a damaged one is reported, removed, a miss."""
         path = self.record_path(kind, key)
         try:
             record = json.loads(read_file(path))  # a FIFO or a link to /dev/zero: damaged, never waited on or read
@@ -234,10 +238,25 @@ class Store:
                 raise ValueError("hash or key does not match")
             return body  # type: ignore[no-any-return]
         except FileNotFoundError:
-            return None
+            return self.packed_record(key)[1] if kind == "results" else None
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             self._discard(path, f"cache record {path} is corrupt ({exc}); removed, it will be redone")
             return None
+
+    def packed_record(self, key: str, read_only: bool = False) -> tuple[str | None, dict[str, Any] | None]:
+        """(pack key, body) of the cell's newest packed result, or (None, None). The first look-up
+        scans the packs; unless ``read_only``, one that does not verify is then reported and removed."""
+        hit = self.packs.get(key)
+        if not read_only and not self._packs_checked:
+            self._packs_checked = True
+            for path, why in self.packs.bad:
+                if why.startswith("line "):
+                    self.warn(f"cache pack {path}: {why}; that cell will be redone")
+                else:
+                    self._discard(
+                        Path(path), f"cache pack {path} is corrupt ({why}); removed, its cells will be redone"
+                    )
+        return hit if hit is not None else (None, None)
 
     def save_record(self, kind: str, key: str, body: dict[str, Any]) -> list[int] | None:
         """Write the record; returns its file's fingerprint as written (size, mtime, ctime, inode:
@@ -256,8 +275,22 @@ class Store:
             return None
         return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
+    def save_pack(self, records: list[tuple[str, bytes]]) -> tuple[str, list[int] | None]:
+        """Write cell results (cell key, ``render_record`` bytes) as one pack (``_files``: record packs); returns
+        its key and its fingerprint as written (None when it cannot be taken)."""
+        written = write_pack(os.path.join(self.root, "results"), [data for _key, data in records], self.owner)
+        self.packs.added(key for key, _data in records)
+        return written
+
+    def pack_path(self, key: str) -> str:
+        return os.path.join(self.root, "results", f"{_checked_key(key)}{PACK_SUFFIX}")
+
     def drop_record(self, kind: str, key: str) -> None:
+        """Remove the record's file; a packed one is never given again by this Store (its pack holds
+        other cells' records too: the cell is redone and its new record counts over it)."""
         self.record_path(kind, key).unlink(missing_ok=True)
+        if kind == "results":
+            self.packs.dropped.add(key)
 
     # -- housekeeping -----------------------------------------------------------------------------
 
