@@ -221,3 +221,23 @@ def test_a_record_write_that_fails_leaves_no_temporary_and_shared_names_carry_th
     left.write_text("{")
     other.write_text("{")
     assert store.clean_temporaries() == 1 and not left.exists() and other.exists()
+
+
+def test_a_name_missing_from_the_listing_that_is_there_after_all_is_still_checked(tmp_path: Path) -> None:
+    """publish lists artifacts/ once and reads no link for a name the listing lacked; one that
+    appears since (a user's link or folder) makes the symlink fail and is checked, never replaced."""
+    from rbln_build.pipeline._publish import _link
+    from rbln_build.store import CellResult
+
+    links = tmp_path / "artifacts"
+    links.mkdir()
+    os.symlink("../elsewhere", links / "mine")
+    (links / "folder").mkdir()
+    result = CellResult(C1, K1, artifact_key=K1)
+    with pytest.raises(BuildError, match="is a link rbln-build did not make"):
+        _link(str(links), links, "mine", result, None, None, listed=False)
+    with pytest.raises(BuildError, match="is not a link rbln-build made"):
+        _link(str(links), links, "folder", result, None, None, listed=False)
+    assert os.readlink(links / "mine") == "../elsewhere" and (links / "folder").is_dir()
+    _link(str(links), links, "new", result, None, None, listed=False)
+    assert os.readlink(links / "new") == f"../cache/artifacts/{K1}/files"

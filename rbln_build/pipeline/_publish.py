@@ -95,6 +95,12 @@ def publish(
     except BuildError as exc:
         outside = str(exc)
     folder = os.fspath(links)
+    try:  # one listing instead of a readlink per cell for the names not there (a fresh build: all)
+        present: set[str] | None = set(os.listdir(folder)) if outside is None else None
+    except FileNotFoundError:
+        present = set()
+    except OSError:
+        present = None  # not listable: each name is read as it comes
     problems: dict[str, str] = {}  # cell id -> why its link could not be made or removed
     for (cell, result), entry in zip(rows, entries, strict=True):
         try:
@@ -105,6 +111,7 @@ def publish(
                 None if entry["artifact"] is None or result is None else result,
                 outside,
                 warn if same else None,
+                present is None or cell.id in present,
             )
         except (OSError, BuildError) as exc:
             problems[cell.id] = str(exc)
@@ -128,10 +135,13 @@ def _link(
     result: CellResult | None,
     outside: str | None,
     warn: Callable[[str], None] | None,
+    listed: bool = True,
 ) -> None:
     """Point ``artifacts/<cell_id>`` at the result's artifact (None: remove our link there), with
     one readlink when it is right already. A user's file, folder or link there is an error naming it;
-    ``warn`` (the manifest did not change) hears of a link of ours that pointed elsewhere."""
+    ``warn`` (the manifest did not change) hears of a link of ours that pointed elsewhere.
+    ``listed``: False when a listing of the folder just now did not have the name (no readlink; a
+    name that appeared since makes the symlink fail, and the general way below checks it)."""
     if outside is not None:
         raise BuildError(outside)
     problem = cell_id_problem(cell_id)  # checked at expansion; a name here is never a path elsewhere
@@ -139,7 +149,7 @@ def _link(
         raise BuildError(f"{links}: {problem}")
     link = os.path.join(folder, cell_id)
     try:
-        current: str | None = os.readlink(link)
+        current: str | None = os.readlink(link) if listed else None
     except FileNotFoundError:
         current = None
     except OSError:  # not a symlink: a user's file or folder
@@ -170,8 +180,11 @@ def _link(
         try:
             os.symlink(target, link)
             return
-        except (FileExistsError, FileNotFoundError):
-            pass  # made meanwhile, or no artifacts/ yet: the general way below
+        except FileExistsError:
+            if not listed:  # there after all: read and checked as any name that is there
+                return _link(folder, links, cell_id, result, outside, warn)
+        except FileNotFoundError:
+            pass  # no artifacts/ yet: the general way below
     link_atomic(Path(link), target)
 
 
