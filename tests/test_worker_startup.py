@@ -59,6 +59,9 @@ print(json.dumps({
     "same_lines": all(lines[e["cell"]] == render_entry(e) for e in entries if e["cell"] in lines),
     "rendered_here": render_manifest(entries).decode(),
     "changed_line_used": len(after_change),
+    # the run's entries: the ones the scheduler made as the batches came back, equal to this process's
+    "entries_made_early": sum(e is run.parallel.entries.get(e["cell"]) for e in run.entries),
+    "same_entries": run.entries == entries,
 }))
 """
 
@@ -89,6 +92,7 @@ def test_a_sweep_forks_its_workers_and_publishes_their_lines_as_this_process_ren
     assert (build / "manifest.json").read_text() == seen["rendered_here"]
     # a line that differs from this process's rendering where it is checked drops them all
     assert seen["changed_line_used"] == 0
+    assert seen["entries_made_early"] == 8 and seen["same_entries"]
     # and the records the scheduler wrote from the workers' bytes verify: the full no-op path (its
     # stamp removed) reads every record and redoes none
     shutil.rmtree(build / ".noop", ignore_errors=True)

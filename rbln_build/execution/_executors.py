@@ -106,6 +106,10 @@ class Parallel:
     # them, cell id -> line, for the results that were recorded as the workers made them
     line_of: Callable[[Cell, CellResult], str] | None = None
     lines: dict[str, str] = field(default_factory=dict)
+    # (cell, result) -> the cell's manifest entry, made here as each batch comes back (the workers
+    # are the busy side then); ``entries`` keeps them, cell id -> entry (``_outputs.made_entries``)
+    entry_of: Callable[[Cell, CellResult], dict[str, Any]] | None = None
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     _stale_keys: set[str] | None = None
 
     def run(self) -> None:
@@ -266,3 +270,5 @@ class Parallel:
             self.cell_results[cell.id] = result
             self.shown.add(cell.id)
             show_cell_finished(self.display, cell, result)
+            if self.entry_of is not None:
+                self.entries[cell.id] = self.entry_of(cell, result)

@@ -58,15 +58,8 @@ from ._doit import (
     task_namespace,
 )
 from ._manifest import entry_for, manifest_line, summarize
-from ._outputs import worker_lines
-from ._publish import (
-    ARTIFACTS_DIR,
-    MANIFEST_FILE,
-    SUMMARY_FILE,
-    OutputError,
-    publish,
-    write_summary,
-)
+from ._outputs import made_entries, worker_lines
+from ._publish import ARTIFACTS_DIR, MANIFEST_FILE, SUMMARY_FILE, OutputError, publish, write_summary
 from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
 
 __all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
@@ -232,7 +225,7 @@ class BuildRun:
             indexing = background.submit(index_cells, self.ledger, self.store, self.cells)
             try:
                 rows = self.rows(self.cells)
-                self.entries = [entry_for(cell, result) for cell, result in rows]
+                self.entries = made_entries(self.parallel, rows)
                 others = [r for r in self.rows(self.kept) if r[1] is not None]
                 publish(
                     self.build_dir,
@@ -285,6 +278,7 @@ class BuildRun:
                 self._warn,
                 ledger=self.ledger,
                 line_of=manifest_line if self.publish else None,
+                entry_of=entry_for if self.publish else None,
             )
             self.parallel.run()
             with contextlib.redirect_stderr(stream):
