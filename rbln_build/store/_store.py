@@ -66,8 +66,9 @@ def render_record(key: str, body: dict[str, Any]) -> bytes:
     body serialized once (for its hash and the record alike), the keys sorted as canonical_json sorts
     them. ``Store.load_record`` checks the hash and the key."""
     text = canonical_json(body)
-    content = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return f'{{"content_hash":{json.dumps(content)},"key":{json.dumps(key)},"result":{text}}}'.encode()
+    content = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # both strings are hex digits (a key is checked), so their JSON is the string in quotes
+    return f'{{"content_hash":"sha256:{content}","key":"{_checked_key(key)}","result":{text}}}'.encode()
 
 
 def _checked_key(key: object) -> str:
