@@ -5,13 +5,13 @@ the Store's start-up clean-up removes (``Store.clean_temporaries``).
 A temporary name is ``.tmp-<name>-[<owner>-]<pid>-<random>``: the owner tag names the build dir that
 made it in a shared cache, so each build dir removes only its own leftovers there.
 
-**Record packs.** Record packs: the results of a batch of cells in one file, ``cache/results/<pack key>.pack``.
+**Record packs**: the results of a batch of cells in one file, ``cache/results/<pack key>.pack``.
 
 A sweep's workers return their cells in batches, and the scheduler used to write each cell's record
 as a file of its own: 10,008 files for a 10,008-cell sweep, whose creation was most of what the
 build process did while the workers ran (measured: a fresh 10,008-cell build with no records written
 took 2.95 s against 3.40 s, four runs of each alternated). So the scheduler writes each batch's
-records as one pack per compile key (``Parallel``; ``_stages.record_batch``) instead.
+records as one pack per compile key (``Parallel``; ``execution._recording.record_batch``) instead.
 
 A pack is the batch's records, each exactly the bytes of a record file (``render_record``), one per
 line, in the batch's order. Its name is the sha256 of its bytes, so a pack verifies as a whole
@@ -182,6 +182,7 @@ class PackedRecords:
     def scan(self) -> dict[str, tuple[str, dict[str, Any]]]:
         if self.bodies is not None:
             return self.bodies
+        self.bad = []
         found: list[tuple[int, str, str]] = []
         try:
             with os.scandir(self.folder) as it:
@@ -198,7 +199,7 @@ class PackedRecords:
         for _mtime, key, path in sorted(found):  # newer packs last: their records count
             read = read_pack(path, key)
             if read is None:
-                self.bad.append((path, "its bytes do not hash to its name"))
+                self.bad.append((path, "unreadable, or its bytes do not hash to its name"))
                 continue
             records, problems = read
             self.bad.extend((path, problem) for problem in problems)
