@@ -42,7 +42,7 @@ from typing import Any
 
 import psutil
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rbln_build import cli
@@ -599,7 +599,19 @@ def _flag(args: list[str], flag: str) -> str | None:
     return values[-1] if values else None
 
 
+def _inside_the_world(target: str) -> bool:
+    """A place a command may write (``_targets``), named from work/, lies inside the temporary root:
+    a name that climbs out of it ("../../../victim/llama" is /victim/llama from /tmp/<tmp>/work, and
+    "/etc" is /etc) would have ``init``, ``report`` or ``release`` write there, which no check here
+    sees (it lists the root only) and which a test run must never do."""
+    if os.path.isabs(target):
+        return False
+    where = os.path.normpath(os.path.join("work", target))
+    return where != ".." and not where.startswith("../")
+
+
 def check_subcommand(command: str, args: list[str]) -> None:
+    assume(all(_inside_the_world(t) for t in _targets(command, args)))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         work = _world(root, *DOCS)
@@ -688,3 +700,15 @@ def test_every_subcommand_on_hostile_input(command: tuple[str, list[str]], doc: 
 @given(command=subcommands, doc=documents, doc2=documents)
 def test_every_subcommand_on_hostile_input_many(command: tuple[str, list[str]], doc: str, doc2: str) -> None:
     _check_generated(command, doc, doc2)
+
+
+def test_no_example_writes_outside_its_temporary_world() -> None:
+    """The examples whose command would write to a place outside the world (``init /etc``, or
+    ``init ../../../victim/llama`` from /tmp/<tmp>/work: /victim/llama) are never run; they did run,
+    and left projects in / and /etc on the machine that ran the suite."""
+    for outside in ("/etc", "../../../victim/llama", "../..", "../x/../../y", "/", "bld/../../.."):
+        assert not _inside_the_world(outside), outside
+    for inside in ("doc", "..", "../victim/llama", "../x", "", ".", "bld/artifacts/c", "a\nb", "loop1/.."):
+        assert _inside_the_world(inside), inside
+    assert not any(_inside_the_world(t) for t in _targets("init", ["/etc"]))
+    assert not any(_inside_the_world(t) for t in _targets("report", ["build_dir=../../../b"]))
