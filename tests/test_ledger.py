@@ -111,3 +111,52 @@ def test_a_read_only_survey_removes_nothing(built: tuple[Path, list[Cell]]) -> N
     ledger = survey(store, cells, read_only=True)
     assert ok.id not in ledger.standing and ledger.stored[ok.id] is None and record.read_text() == "{"
     assert ledger.artifact_state(ledger.stored[cells[0].id]) == "damaged" and artifact.is_file()  # type: ignore[arg-type]
+
+
+def test_the_survey_lists_the_results_folder_once_and_stats_only_the_records_there(
+    built: tuple[Path, list[Cell]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's cells are packed and have no record file: the survey lists ``cache/results`` once
+    instead of a failing stat per cell (10,008 of them in a fresh 10,008-cell build). The answer is
+    the one a stat per cell gives."""
+    from rbln_build.execution import _ledger
+
+    build, cells = built
+    store = Store(build / "cache")
+    assert not list((build / "cache" / "results").glob("*.json"))  # all packed
+    filed = cells[:2]  # these two get a record file, as a cell built without workers does
+    for cell in filed:
+        body = store.load_record("results", cell.cell_key)
+        assert body is not None
+        store.save_record("results", cell.cell_key, body)
+    stats: list[str] = []
+    real = _ledger.fingerprint
+    monkeypatch.setattr(_ledger, "fingerprint", lambda path: stats.append(os.path.basename(path)) or real(path))
+    listed = survey(store, cells)
+    assert sorted(stats) == sorted(f"{c.cell_key}.json" for c in filed)
+    assert all(isinstance(listed.fingerprints[c.cell_key], list) for c in filed)  # read from their files
+    monkeypatch.setattr(_ledger, "record_files", lambda folder, cells: None)  # a stat per cell, as before
+    stats.clear()
+    each = survey(store, cells)
+    assert len(stats) == len(cells)
+    assert (listed.standing, listed.stored, listed.fingerprints, listed.problems) == (
+        each.standing,
+        each.stored,
+        each.fingerprints,
+        each.problems,
+    )
+
+
+def test_a_results_folder_much_bigger_than_the_run_is_not_listed(tmp_path: Path) -> None:
+    """A cache shared by many build dirs can hold far more records than one run's cells: then a stat
+    per cell is cheaper than listing them all."""
+    from rbln_build.execution._ledger import record_files
+
+    folder = tmp_path / "results"
+    assert record_files(str(folder), 10) == set()  # no folder yet: nothing to stat
+    folder.mkdir()
+    names = {f"{i:064x}.json" for i in range(400)}
+    for name in names:
+        (folder / name).write_bytes(b"")
+    assert record_files(str(folder), 1000) == names
+    assert record_files(str(folder), 1) is None
