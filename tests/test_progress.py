@@ -411,3 +411,54 @@ def test_without_history_a_compile_is_expected_to_take_what_its_model_took_in_th
         p.compile_started(label, f"p{i}")
         p.compile_finished(label, 0.1, True, "plan", f"p{i}")
     assert p.seconds_left() == pytest.approx(10.0)  # cr: 24 s expected, 14 s spent
+
+
+class _Writes(io.StringIO):
+    """A stream that counts its writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+BATCH = [
+    ("m.atom_max.b0.1", "FAILED (insufficient_memory)", False),
+    ("m.atom_max.b0.2", "FAILED (insufficient_memory) \x1b[31mred\x1b[0m", False),
+    ("m.atom_max.b0.3", "8 blocks (full 8, floor 5), plan", True),
+    ("m.atom_max.b0.4", "FAILED (insufficient_memory) (expected)", True),
+]
+
+
+@pytest.mark.parametrize("kind", [LineProgress, LiveProgress])
+def test_a_batch_of_finished_cells_shows_as_its_cells_would_in_one_write(kind: type[Progress]) -> None:
+    """A worker's batch (``cells_finished``) is counted and shown as the same cells one by one would
+    be, in one write of its failure lines instead of one per cell (10,008 cells: 2,710 failure lines)."""
+    one, batch = _Writes(), _Writes()
+    clock = lambda: 100.0  # noqa: E731  # no count line between events (none is due)
+    shown = []
+    for out, feed in ((one, None), (batch, BATCH)):
+        p = kind(out, clock=clock)  # type: ignore[call-arg]
+        p.plan(0, len(BATCH))
+        before = out.writes
+        if feed is None:
+            for cell_id, text, ok in BATCH:
+                p.cell_finished(cell_id, text, ok)
+        else:
+            p.cells_finished(feed)
+        assert (p.cells_done, p.failed) == (4, 2)
+        shown.append((out.getvalue(), out.writes - before))
+        p.close()
+    (text_one, writes_one), (text_batch, writes_batch) = shown
+    failures = [
+        "[cell 1/4] m.atom_max.b0.1: FAILED (insufficient_memory)",
+        "[cell 2/4] m.atom_max.b0.2: FAILED (insufficient_memory) red",
+    ]
+    for text in (text_one, text_batch):
+        assert [line for line in failures if line in text] == failures and "b0.3" not in text and "b0.4" not in text
+    if kind is LineProgress:
+        assert text_batch == text_one  # the same lines, the count line where the batch ends included
+    assert writes_batch < writes_one

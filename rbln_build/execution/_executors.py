@@ -38,7 +38,7 @@ from ._jobs import (
     cell_batches,
     cells_job,
     compile_job,
-    show_cell_finished,
+    show_cells_finished,
     worker_died,
 )
 from ._recording import record_batch
@@ -266,9 +266,9 @@ class Parallel:
             for cell, done, result in zip(cells, finished, results, strict=True):
                 if done.line is not None and result is done.result:  # not made a failure by its record
                     self.lines[cell.id] = done.line
+        show_cells_finished(self.display, cells, results)
         for cell, result in zip(cells, results, strict=True):
             self.cell_results[cell.id] = result
             self.shown.add(cell.id)
-            show_cell_finished(self.display, cell, result)
             if self.entry_of is not None:
                 self.entries[cell.id] = self.entry_of(cell, result)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "show_cell_finished",
+    "show_cells_finished",
     "StoreRef",
     "CompileDone",
     "CellDone",
@@ -180,11 +181,23 @@ def worker_died(key: str, why: str) -> CompileDone:
 
 def show_cell_finished(display: Any, cell: Cell, result: CellResult) -> None:
     """One finished cell on the progress display (the same line whichever executor built it)."""
+    display.cell_finished(cell.id, _finished_text(cell, result), ok=result.ok or cell.expected is not None)
+
+
+def show_cells_finished(display: Any, cells: list[Cell], results: list[CellResult]) -> None:
+    """A batch of finished cells on the progress display, as one event (``Progress.cells_finished``)."""
+    display.cells_finished(
+        [
+            (cell.id, _finished_text(cell, result), result.ok or cell.expected is not None)
+            for cell, result in zip(cells, results, strict=True)
+        ]
+    )
+
+
+def _finished_text(cell: Cell, result: CellResult) -> str:
     if result.ok:
-        what = (
+        return (
             f"{result.kvcache_num_blocks} blocks (full {result.num_full_blocks}, floor {result.num_min_blocks}), "
             f"{result.produced}"
         )
-    else:
-        what = f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")
-    display.cell_finished(cell.id, what, ok=result.ok or cell.expected is not None)
+    return f"FAILED ({result.error_kind})" + (" (expected)" if cell.expected is not None else "")

@@ -46,11 +46,12 @@ class LiveProgress(Progress):
         width = shutil.get_terminal_size((100, 24)).columns - 1
         return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
-    def _draw(self, permanent: str | None = None) -> None:
+    def _draw(self, permanent: str | None = None, more: Sequence[str] = ()) -> None:
         with self.lock:
             text = self.CLEAR
             if permanent is not None:
                 text += plain(permanent) + "\n"
+            text += "".join(plain(line) + "\n" for line in more)
             self.out.write(text + self.status())
             self.out.flush()
 
@@ -81,6 +82,10 @@ class LiveProgress(Progress):
         with self.lock:
             super().cell_finished(cell_id, text, ok)
             self._draw(None if ok else f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
+
+    def cells_finished(self, done: Sequence[tuple[str, str, bool]]) -> None:
+        with self.lock:
+            self._draw(None, self._failure_lines(done))
 
     def compile_cached(self, label: str) -> None:
         with self.lock:

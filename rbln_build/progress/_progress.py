@@ -8,6 +8,7 @@ The build reports events; a ``Progress`` decides how they look::
     progress.compile_started(label, key)              # when a worker starts it (not when it is queued)
     progress.compile_finished(label, seconds, ok, detail, key)   # detail: "program" or the error
     progress.cell_finished(cell_id, text, ok)
+    progress.cells_finished([(cell_id, text, ok), ...])   # a worker's batch, shown as one event
     progress.compile_cached(label) / progress.cell_cached(cell_id)   # up to date: counted, not shown
     progress.warn(message)
     progress.close()                                  # always (try/finally)
@@ -130,6 +131,22 @@ class Progress:
         self.cells_done += 1
         self.failed += 0 if ok else 1
 
+    def cells_finished(self, done: Sequence[tuple[str, str, bool]]) -> None:
+        """Several cells finished at once (a batch a worker sent back): ``cell_finished`` for each,
+        in order. The displays here take the batch as one event: one write of its failure lines and
+        one count line or redraw, not one per cell (a 10,008-cell sweep's batches are ~70 cells)."""
+        for cell_id, text, ok in done:
+            self.cell_finished(cell_id, text, ok)
+
+    def _failure_lines(self, done: Sequence[tuple[str, str, bool]]) -> list[str]:
+        """Count ``done`` (as ``cell_finished`` does) and return the line of each failed cell."""
+        lines = []
+        for cell_id, text, ok in done:
+            Progress.cell_finished(self, cell_id, text, ok)
+            if not ok:
+                lines.append(f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
+        return lines
+
     def compile_cached(self, label: str) -> None:
         """A planned compile that was up to date: done without running."""
         self.compiles_done += 1
@@ -227,9 +244,12 @@ class LineProgress(Progress):
         self.spoke = False  # a line was printed: the log then ends with a count line of where it ended
 
     def _line(self, text: str) -> None:
+        self._lines([text])
+
+    def _lines(self, texts: Sequence[str]) -> None:
         with self.lock:
             self.spoke = True
-            print(plain(text), file=self.out, flush=True)
+            print("\n".join(plain(text) for text in texts), file=self.out, flush=True)
 
     def _state(self) -> tuple[Any, ...]:
         return (self.compiles_done, self.cells_done, self.failed, tuple(self.running))
@@ -266,6 +286,13 @@ class LineProgress(Progress):
             super().cell_finished(cell_id, text, ok)
             if not ok:
                 self._line(f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
+            self._counts(force=self.cells_done == self.cells_total)
+
+    def cells_finished(self, done: Sequence[tuple[str, str, bool]]) -> None:
+        with self.lock:
+            lines = self._failure_lines(done)
+            if lines:
+                self._lines(lines)
             self._counts(force=self.cells_done == self.cells_total)
 
     def warn(self, message: str) -> None:
