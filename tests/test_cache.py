@@ -234,10 +234,19 @@ def test_a_name_missing_from_the_listing_that_is_there_after_all_is_still_checke
     os.symlink("../elsewhere", links / "mine")
     (links / "folder").mkdir()
     result = CellResult(C1, K1, artifact_key=K1)
+    changes: list[str] = []
+    warned: list[str] = []
+
+    def changing() -> None:
+        changes.append("change")
+
     with pytest.raises(BuildError, match="is a link rbln-build did not make"):
-        _link(str(links), links, "mine", result, None, None, listed=False)
+        _link(str(links), links, "mine", result, None, warned.append, changing, listed=False)
     with pytest.raises(BuildError, match="is not a link rbln-build made"):
-        _link(str(links), links, "folder", result, None, None, listed=False)
+        _link(str(links), links, "folder", result, None, warned.append, changing, listed=False)
     assert os.readlink(links / "mine") == "../elsewhere" and (links / "folder").is_dir()
-    _link(str(links), links, "new", result, None, None, listed=False)
+    assert warned == []  # neither was a link of ours
+    before = len(changes)
+    _link(str(links), links, "new", result, None, warned.append, changing, listed=False)
     assert os.readlink(links / "new") == f"../cache/artifacts/{K1}/files"
+    assert len(changes) == before + 1  # announced (.publishing written) before the new link was made
