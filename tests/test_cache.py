@@ -226,7 +226,7 @@ def test_a_record_write_that_fails_leaves_no_temporary_and_shared_names_carry_th
 def test_a_name_missing_from_the_listing_that_is_there_after_all_is_still_checked(tmp_path: Path) -> None:
     """publish lists artifacts/ once and reads no link for a name the listing lacked; one that
     appears since (a user's link or folder) makes the symlink fail and is checked, never replaced."""
-    from rbln_build.pipeline._publish import _link
+    from rbln_build.pipeline._links import _link
     from rbln_build.store import CellResult
 
     links = tmp_path / "artifacts"

@@ -20,8 +20,8 @@ from ..progress import failure_summary, warning_summary
 from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
 from ._doit import doit_config
+from ._links import ours
 from ._manifest import entry_for
-from ._publish import ours
 from ._serving import check_serving, command_for, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun, dodo_namespace
