@@ -35,7 +35,12 @@ pytestmark = pytest.mark.slow
 
 
 def run(
-    build: Path, env: dict[str, str], kill_at: int = 0, count: Path | None = None, extra: list[str] | None = None
+    build: Path,
+    env: dict[str, str],
+    kill_at: int = 0,
+    count: Path | None = None,
+    extra: list[str] | None = None,
+    base: list[str] = SMALL,
 ) -> subprocess.CompletedProcess[str]:
     count = count or build.parent / "count.txt"
     return subprocess.run(
@@ -46,7 +51,7 @@ def run(
             str(build),
             str(kill_at),
             str(count),
-            *SMALL,
+            *base,
             *(extra or []),
             f"build_dir={build}",
         ],
@@ -150,6 +155,34 @@ def test_killed_rebuild_that_changes_every_artifact(
         assert_consistent_names(build)
         again = run(build, env)
         assert again.returncode == 0, (kill_at, again.stderr)
+        assert_consistent(build)
+        assert (build / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes(), kill_at
+        shutil.rmtree(work)
+
+
+def test_killed_parallel_build_recovers_at_every_mutation(env: dict[str, str], tmp_path: Path) -> None:
+    """jobs=2 over two compile keys: the build process records each batch the workers send back as
+    a pack, links its cells while the workers build (``_links.EarlyLinks``, from a thread of its
+    own), then writes the manifest while it makes the remaining links. Killed before each of the
+    build process's mutations (its workers' are not counted), the next run must end consistent,
+    with the manifest of a build that was never killed."""
+    base = ["matrix=plans", "device=rebel100", "progress=false", "jobs=2"]  # 2 compile keys, 4 cells
+    main_only = dict(env, RBLN_FAULT_MAIN_ONLY="1")
+    reference = tmp_path / "reference" / "build"
+    reference.parent.mkdir()
+    assert run(reference, main_only, base=base).returncode == 0
+    assert_consistent(reference)
+    mutations = int((reference.parent / "count.txt").read_text())
+    assert mutations > 10
+    for kill_at in range(1, mutations + 1):
+        work = tmp_path / f"p{kill_at}"
+        work.mkdir()
+        build = work / "build"
+        killed = run(build, main_only, kill_at=kill_at, base=base)
+        assert killed.returncode == -9, (kill_at, killed.stderr)
+        again = run(build, env, base=base)
+        assert again.returncode == 0, (kill_at, again.stderr)
+        assert "Traceback" not in again.stderr
         assert_consistent(build)
         assert (build / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes(), kill_at
         shutil.rmtree(work)

@@ -62,6 +62,8 @@ print(json.dumps({
     # the run's entries: the ones the scheduler made as the batches came back, equal to this process's
     "entries_made_early": sum(e is run.parallel.entries.get(e["cell"]) for e in run.entries),
     "same_entries": run.entries == entries,
+    # the links: made by EarlyLinks while the workers built, for the results that were published
+    "linked_early": sorted(c for c, r in run.early.made.items() if r is run.parallel.cell_results.get(c)),
 }))
 """
 
@@ -93,6 +95,12 @@ def test_a_sweep_forks_its_workers_and_publishes_their_lines_as_this_process_ren
     # a line that differs from this process's rendering where it is checked drops them all
     assert seen["changed_line_used"] == 0
     assert seen["entries_made_early"] == 8 and seen["same_entries"]
+    manifest = json.loads((build / "manifest.json").read_text())["cells"]
+    linked = sorted(cid for cid, entry in manifest.items() if entry["artifact"] is not None)
+    assert seen["linked_early"] == linked and len(linked) == 7  # one cell fails, as the matrix expects
+    assert not (build / ".publishing").exists()
+    assert sorted(os.listdir(build / "artifacts")) == linked
+    assert all(os.readlink(build / "artifacts" / cid).startswith("../cache/artifacts/") for cid in linked)
     # and the records the scheduler wrote from the workers' bytes verify: the full no-op path (its
     # stamp removed) reads every record and redoes none
     shutil.rmtree(build / ".noop", ignore_errors=True)

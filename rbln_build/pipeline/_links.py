@@ -8,6 +8,7 @@ error that names it, never removed, and so is a link someone else made.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +21,10 @@ from ..store import CellResult, is_key, write_atomic
 if TYPE_CHECKING:
     from ..config import Cell
 
-__all__ = ["ARTIFACTS_DIR", "Marker", "inside", "link_rows", "ours", "link_atomic"]
+__all__ = ["ARTIFACTS_DIR", "PUBLISHING_FILE", "EarlyLinks", "Marker", "inside", "link_rows", "ours", "link_atomic"]
 
 ARTIFACTS_DIR = "artifacts"
+PUBLISHING_FILE = ".publishing"  # present from the first change to a link or the manifest until all agree
 
 
 def inside(root: Path, path: Path) -> Path:
@@ -40,9 +42,12 @@ def link_rows(
     entries: list[dict[str, Any]],
     warn: Callable[[str], None],
     changing: Callable[[], None],
+    made: dict[str, CellResult] | None = None,
 ) -> dict[str, str]:
     """Point each row's link at its artifact (``_link``); returns cell id -> why its link could not
-    be made or removed. ``warn`` and ``changing``: as ``_link``'s."""
+    be made or removed. ``warn`` and ``changing``: as ``_link``'s. ``made``: cell id -> the result
+    whose link is made already (``EarlyLinks``): those rows are left as they are."""
+    made = made or {}
     links = build_dir / ARTIFACTS_DIR
     try:
         inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
@@ -58,6 +63,8 @@ def link_rows(
         present = None  # not listable: each name is read as it comes
     problems: dict[str, str] = {}  # cell id -> why its link could not be made or removed
     for (cell, result), entry in zip(rows, entries, strict=True):
+        if result is not None and made.get(cell.id) is result and entry["artifact"] is not None:
+            continue
         try:
             _link(
                 folder,
@@ -135,6 +142,62 @@ def _link(
         except FileNotFoundError:
             pass  # no artifacts/ yet: the general way below
     link_atomic(Path(link), target)
+
+
+class EarlyLinks:
+    """The links of the cells the workers build, made by a thread of their own while the workers
+    build (the scheduler hands over each batch as it comes back, ``Parallel.linked``): a fresh
+    10,008-cell sweep makes 7,298 links, which took 0.2-0.5 s after the workers were done, on one
+    core. The manifest on disk does not name them yet, so ``.publishing`` is written before the
+    first (``marker``). ``publish`` then makes only the links not made here (``made``: cell id ->
+    the result linked), and a link it could not make here is made there again, and its error
+    reported there. ``repaired``: links of ours found pointing elsewhere (tampering, if the
+    manifest turns out unchanged)."""
+
+    def __init__(self, build_dir: Path) -> None:
+        self.build_dir = build_dir
+        self.marker = Marker(build_dir / PUBLISHING_FILE)
+        self.made: dict[str, CellResult] = {}
+        self.repaired: list[str] = []
+        self._batches: queue.SimpleQueue[list[tuple[str, CellResult]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._cancel = False
+
+    def add(self, cells: list[Cell], results: list[CellResult]) -> None:
+        batch = [(c.id, r) for c, r in zip(cells, results, strict=True) if r.ok and r.artifact_key is not None]
+        if not batch:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="rbln-build-early-links", daemon=True)
+            self._thread.start()
+        self._batches.put(batch)
+
+    def _work(self) -> None:
+        links = self.build_dir / ARTIFACTS_DIR
+        try:
+            inside(self.build_dir, links)  # else publish says so, for every cell
+            present: set[str] | None = set(os.listdir(links))
+        except FileNotFoundError:
+            present = set()
+        except (OSError, BuildError):
+            return
+        folder = os.fspath(links)
+        while (batch := self._batches.get()) is not None:
+            for cell_id, result in [] if self._cancel else batch:
+                listed = present is None or cell_id in present
+                try:
+                    _link(folder, links, cell_id, result, None, self.repaired.append, self.marker, listed)
+                except (OSError, BuildError):
+                    continue  # publish tries again, and reports why it cannot
+                self.made[cell_id] = result
+
+    def close(self, cancel: bool = False) -> None:
+        """Wait for the links handed over (``cancel``: the ones not started yet are dropped)."""
+        if self._thread is not None:
+            self._cancel = cancel
+            self._batches.put(None)
+            self._thread.join()
+            self._thread = None
 
 
 class Marker:

@@ -33,7 +33,7 @@ from ..errors import BuildError
 from ..estimator import cell_id_problem
 from ..execution import artifact_key_of
 from ..store import CellResult, Store, is_key, write_atomic
-from ._links import ARTIFACTS_DIR, Marker, inside, link_atomic, link_rows, ours
+from ._links import ARTIFACTS_DIR, PUBLISHING_FILE, EarlyLinks, Marker, inside, link_atomic, link_rows, ours
 from ._manifest import entry_for, render_json, render_manifest, summarize
 
 __all__ = [
@@ -56,7 +56,6 @@ OWN_MANIFEST_BYTES = 1 << 30
 SUMMARY_FILE = "summary.json"
 # Files of the build directory written through a ".tmp-<name>-*" sibling (progress-history.json: _progress)
 _OWN_FILES = (MANIFEST_FILE, SUMMARY_FILE, "progress-history.json", "results.txt")
-PUBLISHING_FILE = ".publishing"  # present from a manifest change until its links are done
 
 
 def publish(
@@ -66,6 +65,7 @@ def publish(
     entries: list[dict[str, Any]] | None = None,
     warn: Callable[[str], None] | None = None,
     rendered: dict[str, str] | None = None,
+    early: EarlyLinks | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``manifest.json`` (only when its bytes change) and point every ok cell's link at its
     artifact, and remove the links of cells that have none (while a new manifest is written: the
@@ -73,14 +73,18 @@ def publish(
     the rows' entries, when the caller has them already). ``sections``: more top-level manifest
     keys (a deployment's record). ``warn`` hears of a link of ours that pointed elsewhere although
     the manifest did not change (tampering, repaired). ``rendered``: cell id -> its entry's line,
-    rendered already (``render_manifest``)."""
+    rendered already (``render_manifest``). ``early``: the links made while the workers built
+    (waited for here; the rows whose result it linked are not linked again)."""
     if entries is None:
         entries = [entry_for(cell, result) for cell, result in rows]
     path = build_dir / MANIFEST_FILE
-    marker = Marker(build_dir / PUBLISHING_FILE)
-    repaired: list[str] = []  # links of ours that pointed elsewhere: tampering, if the manifest is the same
+    marker = Marker(build_dir / PUBLISHING_FILE) if early is None else early.marker
+    if early is not None:
+        early.close()
+    repaired = [] if early is None else list(early.repaired)  # links of ours that pointed elsewhere
+    made = None if early is None else early.made
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rbln-build-links") as linker:
-        linking = linker.submit(link_rows, build_dir, rows, entries, repaired.append, marker)
+        linking = linker.submit(link_rows, build_dir, rows, entries, repaired.append, marker, made)
         data = render_manifest(entries, sections, rendered)
         try:
             # The old bytes are compared, so reading more than the new ones' length is never needed (and

@@ -57,6 +57,7 @@ from ._doit import (
     group_label,
     task_namespace,
 )
+from ._links import EarlyLinks
 from ._manifest import entry_for, manifest_line, summarize
 from ._outputs import made_entries, worker_lines
 from ._publish import ARTIFACTS_DIR, MANIFEST_FILE, SUMMARY_FILE, OutputError, publish, write_summary
@@ -104,6 +105,7 @@ class BuildRun:
         )
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
+        self.early = EarlyLinks(self.build_dir) if publish else None  # links made while the workers build
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
         self.groups: dict[str, list[Cell]] = {}  # compile key (or NO_COMPILE) -> its cells, in order
         for cell in cells:
@@ -234,6 +236,7 @@ class BuildRun:
                     entries=self.entries + [entry_for(cell, result) for cell, result in others],
                     warn=self._warn,
                     rendered=worker_lines(self.parallel, rows, self.entries),
+                    early=self.early,
                 )
                 indexing.result()
             except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
@@ -279,11 +282,14 @@ class BuildRun:
                 ledger=self.ledger,
                 line_of=manifest_line if self.publish else None,
                 entry_of=entry_for if self.publish else None,
+                linked=None if self.early is None else self.early.add,
             )
             self.parallel.run()
             with contextlib.redirect_stderr(stream):
                 code = int(DoitMain(ModuleTaskLoader(self.namespace())).run(args or ["run"]))
         finally:
+            if self.early is not None:  # waited for by the publish step, unless it never ran
+                self.early.close(cancel=True)
             self.display.close()
         for text in stream.trapped:
             self._warn(doit_said(self.build_dir / LOG_DIR, text))

@@ -1,7 +1,8 @@
 """``python -m rbln_fault_inject ROOT KILL_AT COUNT_FILE [rbln-build args...]``: the real CLI in this
 process, with every file-system mutation under ROOT counted, and the process SIGKILLed just before
 mutation number KILL_AT (1-based; 0 never kills). At exit the number of mutations seen is written to
-COUNT_FILE (a killed run writes nothing).
+COUNT_FILE (a killed run writes nothing). With ``RBLN_FAULT_MAIN_ONLY=1``, only this process's
+mutations count (and kill): a forked worker's are not seen, so a kill is always the build's.
 
 Mutations: ``os.replace``, ``os.rename``, ``os.link``, ``os.symlink``, ``os.mkdir``, ``os.unlink``,
 ``os.rmdir``, ``os.open`` with a writing flag, and ``open`` for writing (``builtins.open``,
@@ -36,9 +37,11 @@ def _install(root: Path, kill_at: int) -> None:
             return False
         return text == real_root or text.startswith(real_root + os.sep)
 
+    main = os.getpid() if os.environ.get("RBLN_FAULT_MAIN_ONLY") == "1" else None
+
     def mutation(*paths: Any) -> None:
         global _seen
-        if any(under(p) for p in paths):
+        if (main is None or os.getpid() == main) and any(under(p) for p in paths):
             _seen += 1
             if _seen == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
