@@ -141,3 +141,26 @@ def test_workers_are_forked_only_by_a_process_with_one_thread_and_no_torch(
     proc = _run(CHOICE, state, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [method]
+
+
+FROZEN = r"""
+import gc, json, os
+from rbln_build.execution._jobs import StoreRef
+from rbln_build.execution._workers import LocalPool
+before = gc.get_freeze_count()
+pool = LocalPool(StoreRef(os.getcwd()), 2)
+inherited = pool._pool.submit(gc.get_freeze_count).result()
+print(json.dumps({"method": pool.start_method, "before": before, "after": gc.get_freeze_count(), "worker": inherited}))
+pool.close(cancel=False)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is chosen on Linux only")
+def test_a_forked_pool_takes_the_objects_that_exist_out_of_the_collector_first(tmp_path: Path) -> None:
+    """gc.freeze() before the fork (as Python's documentation advises): the workers' collections never
+    walk, and so never copy, the pages of the objects they inherit, nor do this process's."""
+    proc = _run(FROZEN, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["method"] == "fork" and seen["before"] == 0
+    assert seen["after"] > 1000 and seen["worker"] > 1000  # (a few frozen objects die in the worker)

@@ -20,6 +20,7 @@ normally skips the interpreter's teardown (``_exit_now``).
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import multiprocessing.util
 import os
@@ -170,6 +171,13 @@ class LocalPool:
         self._context = multiprocessing.get_context(self.start_method)
         if self.start_method == "fork":
             _flush_streams()  # a child must not inherit output to write again
+            # What Python's documentation advises before a fork: the objects that exist now (a sweep's
+            # cells, its configuration, the modules) leave the cyclic collector's generations, so the
+            # workers' collections never touch (and copy) the pages they inherit, and this process's
+            # own full collections skip them for the rest of the run. Measured on a fresh 10,008-cell
+            # sweep with 2 workers, 10 builds of each alternated: the workers' phase took 1.40-1.81 s
+            # (median 1.59 s) against 1.44-1.88 s (median 1.73 s) without.
+            gc.freeze()
         self._started, started = self._context.Pipe(duplex=False)  # workers' messages (module doc)
         self._running: dict[int, str] = {}  # worker pid -> the item it last started
         self._announced: list[str] = []
