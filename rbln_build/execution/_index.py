@@ -21,7 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._documents import read_file
-from ..store import CellResult, Store, canonical_json, is_key, result_hash, write_atomic
+from ..store import CellResult, Store, canonical_json, is_key, record_body, write_atomic
 
 if TYPE_CHECKING:
     from ..config import Cell
@@ -45,11 +45,7 @@ def read_record(store: Store, kind: str, key: str) -> dict[str, Any] | None:
     """A record's body if it is there and intact (its file, else the newest pack holding it),
     read-only (Store.load_record removes a damaged one)."""
     try:
-        record = json.loads(read_file(store.record_path(kind, key)))
-        body = record["result"]
-        if record["key"] != key or record["content_hash"] != result_hash(body):
-            return None
-        return body  # type: ignore[no-any-return]
+        return record_body(json.loads(read_file(store.record_path(kind, key))), key)  # type: ignore[no-any-return]
     except FileNotFoundError:
         return store.packed_record(key, read_only=True)[1] if kind == "results" else None
     except (OSError, ValueError, KeyError, TypeError, RecursionError):

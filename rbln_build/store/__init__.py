@@ -17,7 +17,7 @@ _lock     the build directory's lock
 from __future__ import annotations
 
 from ._files import PACK_SUFFIX, read_pack, write_atomic
-from ._hashing import content_hash, file_stats, meta_hash, result_hash
+from ._hashing import content_hash, file_stats, meta_hash, record_body, result_hash
 from ._keys import canonical_json, cell_key, compile_key, digest, key_code_versions
 from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
 from ._remote import REMOTE_TIMEOUTS, RemoteStore, install_packed, pack_entry
@@ -65,6 +65,7 @@ __all__ = [
     "open_filesystem",
     "pack_entry",
     "result_hash",
+    "record_body",
     "upload_missing",
     "write_atomic",
 ]

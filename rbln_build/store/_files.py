@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from .._documents import read_file
-from ._hashing import result_hash
+from ._hashing import record_body
 
 __all__ = ["write_atomic", "write_record", "PACK_SUFFIX", "render_pack", "write_pack", "PackedRecords", "read_pack"]
 
@@ -159,9 +159,7 @@ def read_pack(path: str, key: str) -> tuple[dict[str, dict[str, Any]], list[str]
     for number, line in enumerate(data.splitlines(), 1):
         try:
             record = json.loads(line)
-            body, cell_key = record["result"], record["key"]
-            if not isinstance(cell_key, str) or record["content_hash"] != result_hash(body):
-                raise ValueError("hash or key does not match")
+            body, cell_key = record_body(record), record["key"]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             problems.append(f"line {number}: {exc}")
             continue

@@ -71,3 +71,15 @@ def meta_hash(meta: Any) -> str:
 
 def result_hash(body: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def record_body(record: Any, key: str | None = None) -> Any:
+    """The result body of a parsed record (``render_record``'s: a file of its own or a pack's line),
+    once it verifies: its key is a string (``key``, when the reader asked for that one) and its
+    content hash is the body's. Raises ValueError, KeyError or TypeError when it does not. The one
+    check of every reader: ``Store.load_record``, ``_index.read_record``, ``_files.read_pack``."""
+    body = record["result"]
+    found = record["key"]
+    if not isinstance(found, str) or (key is not None and found != key) or record["content_hash"] != result_hash(body):
+        raise ValueError("hash or key does not match")
+    return body

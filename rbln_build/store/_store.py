@@ -43,7 +43,7 @@ from typing import Any
 
 from .._documents import read_file
 from ._files import PACK_SUFFIX, PackedRecords, _fsync_dir, _tmp_name, write_atomic, write_pack, write_record
-from ._hashing import content_hash, file_stats, meta_hash, result_hash
+from ._hashing import content_hash, file_stats, meta_hash, record_body
 from ._keys import canonical_json
 
 __all__ = ["Entry", "Store", "content_hash", "is_key", "RECORD_KINDS", "render_record"]
@@ -234,10 +234,7 @@ class Store:
         path = self.record_path(kind, key)
         try:
             record = json.loads(read_file(path))  # a FIFO or a link to /dev/zero: damaged, never waited on or read
-            body = record["result"]
-            if record["key"] != key or record["content_hash"] != result_hash(body):
-                raise ValueError("hash or key does not match")
-            return body  # type: ignore[no-any-return]
+            return record_body(record, key)  # type: ignore[no-any-return]
         except FileNotFoundError:
             return self.packed_record(key)[1] if kind == "results" else None
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
