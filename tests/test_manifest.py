@@ -107,3 +107,34 @@ def test_summary_counts_partition_the_cells() -> None:
     assert s["finalized"] == 2 and s["skipped"] == 4
     assert s["finalized"] + s["skipped"] + s["failed"] + s["expected_failures"] == s["cells"] == 8
     assert s["failed_cells"] == ["llama3_2_1b.atom_max_x4.b0.3"]
+
+
+def test_a_workers_line_is_the_plain_rendering_of_the_entry() -> None:
+    """``manifest_line`` renders a cell's inputs once per ``Cell.inputs_key`` with a hole for the
+    budget, and the line with a hole for the inputs: the bytes must be ``render_entry(entry_for())``'s
+    for every kind of budget and result, including a message that holds the hole's own text."""
+    import dataclasses
+
+    from rbln_build.pipeline._manifest import _HOLE, manifest_line, render_entry
+
+    matrix = ["matrix=plans", "matrix.budgets=[0.3,0.5,1.0,1,null,'50%','10GB',1073741824]"]
+    cells = expand(compose_settings(matrix), TOOLCHAIN)
+    assert len({c.inputs_key() for c in cells}) < len(cells)  # budgets share their inputs' rendering
+    results = [
+        _ok(),
+        _failed(),
+        None,
+        _failed(message=f"a message with {_HOLE} in it, twice: {_HOLE}"),
+        dataclasses.replace(_ok(), warnings=("ünïcode ✓", "\x1b[31mred\x1b[0m")),
+    ]
+    checked = 0
+    for cell in cells:
+        for result in results:
+            if result is None:
+                continue  # manifest_line is only called for a built cell (its worker's result)
+            assert manifest_line(cell, result) == render_entry(entry_for(cell, result)), (cell.id, result)
+            checked += 1
+    assert checked == 4 * len(cells)
+    for cell in cells:  # and the budget's own rendering: 1 and 1.0 stay apart, null stays null
+        budget = json.loads(manifest_line(cell, _ok()))["inputs"]["memory_budget"]
+        assert budget == cell.memory_budget and type(budget) is type(cell.memory_budget)

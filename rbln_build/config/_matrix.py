@@ -82,8 +82,23 @@ class Cell:
             current_blocks=current_blocks,
         )
 
+    def inputs_key(self) -> tuple[Any, ...]:
+        """Everything ``inputs`` holds but the budget, hashable: the cells of a sweep that differ in
+        their budget alone share it (``_manifest.manifest_line`` renders their inputs once)."""
+        attention = None if self.spec is None else self.spec.attention
+        recipe = self.recipe
+        return (self.model, recipe.name, recipe.content_hash, recipe.weights_hash, self.device.name, self.npu.name) + (
+            self.device.num_devices,
+            self.backend,
+            self.options,
+            attention,
+            self.kvcache_num_blocks,
+            self.toolchain,
+        )
+
     def inputs(self) -> dict[str, Any]:
-        """The cell's inputs as plain JSON (for the manifest)."""
+        """The cell's inputs as plain JSON (for the manifest). Besides the budget, a function of
+        ``inputs_key`` alone: a value added here is added there too."""
         return {
             "model": self.model,
             "recipe": self.recipe.name,
