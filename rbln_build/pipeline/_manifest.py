@@ -162,10 +162,16 @@ def render_manifest(
     cell id -> ``render_entry`` of that cell's entry, rendered already (by the workers)."""
     cells = sorted((e["cell"], e) for e in entries)
     given = rendered or {}
-    lines = [
-        "  " + json.dumps(cid, ensure_ascii=False) + ": " + (given.get(cid) or render_entry(e)) for cid, e in cells
-    ]
-    body = ",\n".join("  " + line for line in lines)
+    parts: list[str] = []  # joined once: a sweep's lines are 2 KB each (22 MB for 10,008 cells), never copied twice
+    for cid, e in cells:
+        parts += (
+            ",\n    " if parts else "    ",
+            json.dumps(cid, ensure_ascii=False),
+            ": ",
+            given.get(cid) or render_entry(e),
+        )
+    body = "".join(parts)
+    lines = bool(parts)
     extra = "".join(
         f"  {json.dumps(key)}: "
         + json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False).replace("\n", "\n  ")
