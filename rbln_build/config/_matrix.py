@@ -86,9 +86,15 @@ class Cell:
         """Everything ``inputs`` holds but the budget, hashable: the cells of a sweep that differ in
         their budget alone share it (``_manifest.manifest_line`` renders their inputs once)."""
         attention = None if self.spec is None else self.spec.attention
-        recipe = self.recipe
-        return (self.model, recipe.name, recipe.content_hash, recipe.weights_hash, self.device.name, self.npu.name) + (
-            self.device.num_devices,
+        recipe, device = self.recipe, self.device
+        return (
+            self.model,
+            recipe.name,
+            recipe.content_hash,
+            recipe.weights_hash,
+            device.name,
+            self.npu.name,
+            device.num_devices,
             self.backend,
             self.options,
             attention,

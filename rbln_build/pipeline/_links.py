@@ -48,19 +48,8 @@ def link_rows(
     be made or removed. ``warn`` and ``changing``: as ``_link``'s. ``made``: cell id -> the result
     whose link is made already (``EarlyLinks``): those rows are left as they are."""
     made = made or {}
-    links = build_dir / ARTIFACTS_DIR
-    try:
-        inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
-        outside = None
-    except BuildError as exc:
-        outside = str(exc)
+    links, outside, present = _listing(build_dir)
     folder = os.fspath(links)
-    try:  # one listing instead of a readlink per cell for the names not there (a fresh build: all)
-        present: set[str] | None = set(os.listdir(folder)) if outside is None else None
-    except FileNotFoundError:
-        present = set()
-    except OSError:
-        present = None  # not listable: each name is read as it comes
     problems: dict[str, str] = {}  # cell id -> why its link could not be made or removed
     for (cell, result), entry in zip(rows, entries, strict=True):
         if result is not None and made.get(cell.id) is result and entry["artifact"] is not None:
@@ -81,6 +70,23 @@ def link_rows(
     return problems
 
 
+def _listing(build_dir: Path) -> tuple[Path, str | None, set[str] | None]:
+    """``artifacts/``, why it may not be written (it resolves outside the build dir: None when it
+    may), and the names in it: listed once instead of a readlink per cell for the names not there (a
+    fresh build: all). None: not listable, each name is read as it comes."""
+    links = build_dir / ARTIFACTS_DIR
+    try:
+        inside(build_dir, links)  # artifacts/ may not be a link to somewhere else
+    except BuildError as exc:
+        return links, str(exc), None
+    try:
+        return links, None, set(os.listdir(links))
+    except FileNotFoundError:
+        return links, None, set()
+    except OSError:
+        return links, None, None
+
+
 def _link(
     folder: str,
     links: Path,
@@ -94,8 +100,9 @@ def _link(
     """Point ``artifacts/<cell_id>`` at the result's artifact (None: remove our link there), with
     one readlink when it is right already. A user's file, folder or link there is an error naming it;
     ``warn`` hears of a link of ours that pointed elsewhere; ``changing`` is called before the link
-    is made, replaced or removed. ``listed``: False when a listing of the folder just now did not have the name (no readlink; a
-    name that appeared since makes the symlink fail, and the general way below checks it)."""
+    is made, replaced or removed. ``listed``: False when a listing of the folder just now did not
+    have the name (no readlink; a name that appeared since makes the symlink fail, and the general
+    way below checks it)."""
     if outside is not None:
         raise BuildError(outside)
     problem = cell_id_problem(cell_id)  # checked at expansion; a name here is never a path elsewhere
@@ -173,14 +180,9 @@ class EarlyLinks:
         self._batches.put(batch)
 
     def _work(self) -> None:
-        links = self.build_dir / ARTIFACTS_DIR
-        try:
-            inside(self.build_dir, links)  # else publish says so, for every cell
-            present: set[str] | None = set(os.listdir(links))
-        except FileNotFoundError:
-            present = set()
-        except (OSError, BuildError):
-            return
+        links, outside, present = _listing(self.build_dir)
+        if outside is not None:
+            return  # publish says so, for every cell
         folder = os.fspath(links)
         while (batch := self._batches.get()) is not None:
             for cell_id, result in [] if self._cancel else batch:
