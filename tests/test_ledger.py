@@ -12,9 +12,9 @@ import pytest
 
 from rbln_build.colocation import expand_all
 from rbln_build.config import Cell, compose_settings
-from rbln_build.execution._index import INDEX_KIND, read_index
+from rbln_build.execution._index import INDEX_KIND, read_index, read_record
 from rbln_build.pipeline import BuildRun, survey
-from rbln_build.store import Store
+from rbln_build.store import CellResult, Store
 
 
 def _build(build_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[BuildRun, list[Cell]]:
@@ -160,3 +160,15 @@ def test_a_results_folder_much_bigger_than_the_run_is_not_listed(tmp_path: Path)
         (folder / name).write_bytes(b"")
     assert record_files(str(folder), 1000) == names
     assert record_files(str(folder), 1) is None
+
+
+def test_the_index_gives_each_cell_the_result_its_record_holds(built: tuple[Path, list[Cell]]) -> None:
+    """The index is written from the results' own values (a tuple of warnings, answers shared by a
+    row's cells): read back, each cell's result is the one its record holds."""
+    build, cells = built
+    store = Store(build / "cache")
+    ledger = survey(store, cells)
+    assert ledger.from_index == {c.cell_key for c in cells}
+    for cell in cells:
+        body = read_record(store, "results", cell.cell_key)
+        assert body is not None and ledger.stored[cell.id] == CellResult.from_json(body)

@@ -117,3 +117,16 @@ def test_a_batch_of_cells_looks_each_entry_up_once(
     other = Store(store.root.parent / "one-by-one")
     shutil.copytree(store.root / "compile", other.root / "compile")
     assert [d.result for d in done] == [build_cell(other, c) for c in cells]
+
+
+def test_a_rows_cells_share_their_answers_and_zeros_of_either_sign_stay_apart() -> None:
+    """``resolve`` hands the cells of one row one object per equal floor/full-pool answer (so a batch
+    pickles it once); equal answers whose JSON differs (0.0 and -0.0) never share one."""
+    from rbln_build.estimator._breakdown import BudgetAnswer
+    from rbln_build.execution._stages import _answer_json
+
+    first = _answer_json(BudgetAnswer(5, 100, 100, 0.25, None))
+    assert _answer_json(BudgetAnswer(5, 100, 100, 0.25, None)) is first
+    assert first == BudgetAnswer(5, 100, 100, 0.25, None).to_json()
+    plus, minus = _answer_json(BudgetAnswer(1, 0, 0, 0.0, None)), _answer_json(BudgetAnswer(1, 0, 0, -0.0, None))
+    assert plus is not minus and json.dumps(minus["fraction"]) == "-0.0" and json.dumps(plus["fraction"]) == "0.0"

@@ -126,29 +126,36 @@ def read_index(store: Store, key: str) -> dict[str, tuple[Any, dict[str, Any]]]:
         return {}
 
 
-def write_index(store: Store, key: str, cells: dict[str, tuple[list[int] | str, dict[str, Any]]]) -> bool:
-    """Write the compile key's index (cell key -> (record fingerprint or pack key, result body)). A
+def write_index(store: Store, key: str, cells: dict[str, tuple[list[int] | str, CellResult]]) -> bool:
+    """Write the compile key's index (cell key -> (record fingerprint or pack key, result)). A
     failure to write is no error: the index only saves reads. Returns whether it wrote."""
     if not is_key(key):
         return False
     values: list[Any] = []
     seen: dict[tuple[type, Any], int] = {}
+    same: dict[int, tuple[Any, int]] = {}  # id(value) -> (value, its number): a value object met before
 
     def ref(value: Any) -> int:
+        # One object is one value: the cells of a batch share their answers' objects, so most
+        # values are numbered by identity (the value is kept in ``same``, so its id stays its own).
         # Equal reprs are equal JSON values (the same keys in the same order, each value's repr alike),
         # so they share one entry; a repr costs a fraction of a canonical rendering. Values equal
         # only up to key order get an entry each, which is no error: it is only a table.
+        known = same.get(id(value))
+        if known is not None:
+            return known[1]
         text = (type(value), value if value is None or isinstance(value, str) else repr(value))
         number = seen.get(text)
         if number is None:
             number = seen[text] = len(values)
             values.append(value)
+        same[id(value)] = (value, number)
         return number
 
     rows = {}
     packs: dict[str, list[int]] = {}
     for cell_key, (stat, result) in sorted(cells.items()):
-        if result.get("cell_key") != cell_key or result.get("compile_key") != key:
+        if result.cell_key != cell_key or result.compile_key != key:
             continue  # not this key's: never indexed under it
         if isinstance(stat, str):  # in a pack: indexed with the pack's fingerprint, or not at all
             if stat not in packs:
@@ -156,15 +163,21 @@ def write_index(store: Store, key: str, cells: dict[str, tuple[list[int] | str, 
                 if pack is None:
                     continue
                 packs[stat] = pack
-        rows[cell_key] = [stat, [ref(result[name]) if name in SHARED else result[name] for name in FIELDS]]
+        # the result's own values, not copies (``to_json``): a tuple renders as the list it stands for
+        rows[cell_key] = [
+            stat,
+            [ref(getattr(result, name)) if name in SHARED else getattr(result, name) for name in FIELDS],
+        ]
     index = {"key": key, "fields": list(FIELDS), "values": values, "cells": rows}
     if packs:
         index["packs"] = packs
     body = canonical_json(index).encode("utf-8")
     try:
+        # not durable (no fsync): like a cell's record, a damaged index fails its hash and is not used
         write_atomic(
             store.root / INDEX_KIND / f"{key}.json",
             INDEX_MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body,
+            durable=False,
         )
     except OSError:
         return False
@@ -187,13 +200,13 @@ def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
             c.id in ledger.standing and c.cell_key in ledger.from_index for c in members
         ):
             continue  # the index is exactly these cells, as they stand
-        entries: dict[str, tuple[list[int] | str, dict[str, Any]]] = {}
+        entries: dict[str, tuple[list[int] | str, CellResult]] = {}
         for cell in members:
             if cell.id in ledger.standing:
                 stat = ledger.fingerprints.get(cell.cell_key)
                 result = ledger.stored.get(cell.id)
                 if stat is not None and result is not None:
-                    entries[cell.cell_key] = (stat, result.to_json())
+                    entries[cell.cell_key] = (stat, result)
                 continue
             # redone this run: index what its record holds now (the record stays the ground truth)
             mine = RECORDED.get(cell.cell_key)
@@ -201,12 +214,15 @@ def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
                 # The record as this run wrote it, with the fingerprint it had then: no need to stat it
                 # again, since the survey compares that fingerprint with the file's and reads a record
                 # that changed since (any rewrite changes its ctime or inode).
-                entries[cell.cell_key] = (mine[0], mine[1].to_json())
+                entries[cell.cell_key] = mine
                 continue
             path = os.path.join(records, f"{cell.cell_key}.json")
             stat = fingerprint(path)
             body = read_record(store, "results", cell.cell_key) if stat is not None else None
-            if body is not None and stat == fingerprint(path):
-                entries[cell.cell_key] = (stat, body)  # type: ignore[assignment]
+            if body is not None and stat is not None and stat == fingerprint(path):
+                try:
+                    entries[cell.cell_key] = (stat, CellResult.from_json(body))
+                except (TypeError, ValueError):
+                    pass  # not a result: the survey reads (and judges) the record itself
         written += write_index(store, key, entries)
     return written

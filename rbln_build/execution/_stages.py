@@ -171,6 +171,23 @@ def _lookup(store: Store, kind: str, key: str, held: Held | None) -> Entry | Non
     return entry
 
 
+# (answer, its fraction's repr) -> the answer's JSON object. A sweep's cells of one compile key and
+# device share their floor and full-pool answers: one object each, which their results hold (never
+# changed in place, as the index's results share theirs), so a batch pickles it once and the
+# results index numbers it by identity. The repr keeps 0.0 and -0.0 apart (equal, but not alike).
+_ANSWERS: dict[tuple[Any, str], dict[str, Any]] = {}
+
+
+def _answer_json(answer: Any) -> dict[str, Any]:
+    key = (answer, repr(answer.fraction))
+    made = _ANSWERS.get(key)
+    if made is None:
+        if len(_ANSWERS) >= 4096:
+            _ANSWERS.clear()
+        made = _ANSWERS[key] = answer.to_json()
+    return made
+
+
 def resolve(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
     """The cell's resolution from its compile entry's report (no artifact yet)."""
     base = CellResult(cell_key=cell.cell_key, compile_key=cell.compile_key)
@@ -196,8 +213,8 @@ def resolve(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
         num_full_blocks=res.num_full_blocks,
         num_min_blocks=res.num_min_blocks,
         budget_bytes=None if bd is None else bd.budget_bytes,
-        budget_for_floor=None if bd is None else bd.budget_for_floor.to_json(),
-        budget_for_full_pool=None if bd is None else bd.budget_for_full_pool.to_json(),
+        budget_for_floor=None if bd is None else _answer_json(bd.budget_for_floor),
+        budget_for_full_pool=None if bd is None else _answer_json(bd.budget_for_full_pool),
         warnings=tuple(res.warnings),
         error=res.error,
         error_kind=res.error_kind,

@@ -109,9 +109,13 @@ def entry_for(cell: Cell, result: CellResult | None, inputs: Any = None) -> dict
     }
 
 
+# ``json.dumps`` with these options, without building an encoder per call (``store.canonical_json``)
+_LINE = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+
+
 def render_entry(entry: Any) -> str:
     """One cell's entry as its manifest line holds it (after the cell id)."""
-    return json.dumps(entry, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+    return _LINE.encode(entry)
 
 
 def manifest_line(cell: Cell, result: CellResult) -> str:
@@ -166,7 +170,7 @@ def render_manifest(
     for cid, e in cells:
         parts += (
             ",\n    " if parts else "    ",
-            json.dumps(cid, ensure_ascii=False),
+            _LINE.encode(cid),
             ": ",
             given.get(cid) or render_entry(e),
         )
