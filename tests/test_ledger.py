@@ -172,3 +172,30 @@ def test_the_index_gives_each_cell_the_result_its_record_holds(built: tuple[Path
     for cell in cells:
         body = read_record(store, "results", cell.cell_key)
         assert body is not None and ledger.stored[cell.id] == CellResult.from_json(body)
+
+
+def test_with_workers_each_keys_index_is_written_while_they_build_and_is_what_the_end_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jobs=2: each compile key's index is written once the last of its cells is recorded
+    (``IndexWhileBuilding``), the publish step writes none again, and each holds the bytes that
+    writing it after the run gives."""
+    from rbln_build.config import Scale
+    from rbln_build.execution._index import index_cells
+
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(tmp_path / "inventory"))
+    build = tmp_path / "b"
+    _, cells = expand_all([compose_settings(["matrix=plans", "matrix.budgets=[0.3,0.4,0.5]", f"build_dir={build}"])])
+    run = BuildRun(build, cells, progress=False, scale=Scale(jobs=2))
+    assert run.run() == 0
+    capsys.readouterr()
+    keys = {c.compile_key for c in cells}
+    assert run.parallel is not None and run.parallel.cell_results  # the workers built the cells
+    assert run.indexing is not None and run.indexing.written == keys
+    folder = build / "cache" / INDEX_KIND
+    early = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert sorted(early) == sorted(f"{k}.json" for k in keys)
+    assert index_cells(run.ledger, run.store, cells) == len(keys)  # written again, from scratch
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == early
+    ledger = survey(Store(build / "cache"), cells)
+    assert ledger.standing == {c.id for c in cells} and ledger.from_index == {c.cell_key for c in cells}

@@ -38,8 +38,10 @@ def full_table(entries: Sequence[dict[str, Any]], redone: set[str]) -> str:
                 "built" if e["cell"] in redone else "cached",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
+    # one format per row (each column left-aligned to its width) rather than a ljust per column
+    row_format = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [row_format.format(*r).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for e in entries:
         if e["status"] in ("failed", "unexpected_success", "expected_failure") and e["error"]:

@@ -16,7 +16,7 @@ The pipeline (``rbln_build.pipeline``) wires these into doit; nothing here knows
 from __future__ import annotations
 
 from ._executors import Parallel, StoreRef
-from ._index import index_cells, read_record
+from ._index import IndexWhileBuilding, index_cells, read_record
 from ._jobs import show_cell_finished
 from ._ledger import Ledger, entry_state, survey
 from ._stages import LOG_DIR, artifact_key_of, build_cell, compile_done, compile_once, describe
@@ -33,6 +33,7 @@ __all__ = [
     "describe",
     "entry_state",
     "index_cells",
+    "IndexWhileBuilding",
     "read_record",
     "show_cell_finished",
     "survey",

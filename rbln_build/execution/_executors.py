@@ -110,8 +110,9 @@ class Parallel:
     # are the busy side then); ``entries`` keeps them, cell id -> entry (``_outputs.made_entries``)
     entry_of: Callable[[Cell, CellResult], dict[str, Any]] | None = None
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # (cells, results) of each batch as it is recorded: the publish step's links, made meanwhile
-    linked: Callable[[list[Cell], list[CellResult]], None] | None = None
+    # (cells, results) of each batch as it is recorded: the publish step's links and the results
+    # indexes, made meanwhile
+    recorded: Callable[[list[Cell], list[CellResult]], None] | None = None
     _stale_keys: set[str] | None = None
 
     def run(self) -> None:
@@ -269,8 +270,8 @@ class Parallel:
                 if done.line is not None and result is done.result:  # not made a failure by its record
                     self.lines[cell.id] = done.line
         show_cells_finished(self.display, cells, results)
-        if self.linked is not None:
-            self.linked(cells, results)
+        if self.recorded is not None:
+            self.recorded(cells, results)
         for cell, result in zip(cells, results, strict=True):
             self.cell_results[cell.id] = result
             self.shown.add(cell.id)

@@ -18,6 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
+import threading
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from .._documents import read_file
@@ -27,7 +30,17 @@ if TYPE_CHECKING:
     from ..config import Cell
     from ._ledger import Ledger
 
-__all__ = ["INDEX_KIND", "FIELDS", "fingerprint", "read_record", "read_index", "write_index", "index_cells"]
+__all__ = [
+    "INDEX_KIND",
+    "FIELDS",
+    "IndexWhileBuilding",
+    "fingerprint",
+    "read_record",
+    "read_index",
+    "write_index",
+    "index_cells",
+    "index_key",
+]
 
 INDEX_KIND = "index"  # cache/index/<compile key>.json
 INDEX_MAGIC = b"rbln-build-index 1 sha256:"
@@ -184,45 +197,106 @@ def write_index(store: Store, key: str, cells: dict[str, tuple[list[int] | str, 
     return True
 
 
-def index_cells(ledger: Ledger, store: Store, cells: list[Cell]) -> int:
+def index_cells(ledger: Ledger, store: Store, cells: list[Cell], done: Collection[str] = ()) -> int:
     """After a run: write each compile key's index from its cells' records (the ones that stood, as
     the survey read them; the ones redone, as recorded now). A key whose cells all stood, read from
-    its index as it is, is not rewritten (a no-op writes nothing). Returns how many it wrote."""
+    its index as it is, is not rewritten (a no-op writes nothing), nor is one in ``done`` (written
+    while the workers built: ``IndexWhileBuilding``). Returns how many it wrote."""
+    written = 0
+    for key, members in _groups(cells).items():
+        if key not in done:
+            written += index_key(ledger, store, key, members)
+    return written
+
+
+def _groups(cells: list[Cell]) -> dict[str, list[Cell]]:
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         if cell.compile_key is not None:
             groups.setdefault(cell.compile_key, []).append(cell)
+    return groups
+
+
+def index_key(ledger: Ledger, store: Store, key: str, members: list[Cell]) -> bool:
+    """Write the index of compile key ``key`` from its cells ``members`` (``index_cells``); whether it wrote."""
+    previous = ledger.indexed.get(key, {})
+    if len(previous) == len(members) and all(
+        c.id in ledger.standing and c.cell_key in ledger.from_index for c in members
+    ):
+        return False  # the index is exactly these cells, as they stand
     records = os.path.join(store.root, "results")
-    written = 0
-    for key, members in groups.items():
-        previous = ledger.indexed.get(key, {})
-        if len(previous) == len(members) and all(
-            c.id in ledger.standing and c.cell_key in ledger.from_index for c in members
-        ):
-            continue  # the index is exactly these cells, as they stand
-        entries: dict[str, tuple[list[int] | str, CellResult]] = {}
-        for cell in members:
-            if cell.id in ledger.standing:
-                stat = ledger.fingerprints.get(cell.cell_key)
-                result = ledger.stored.get(cell.id)
-                if stat is not None and result is not None:
-                    entries[cell.cell_key] = (stat, result)
+    entries: dict[str, tuple[list[int] | str, CellResult]] = {}
+    for cell in members:
+        if cell.id in ledger.standing:
+            stat = ledger.fingerprints.get(cell.cell_key)
+            result = ledger.stored.get(cell.id)
+            if stat is not None and result is not None:
+                entries[cell.cell_key] = (stat, result)
+            continue
+        # redone this run: index what its record holds now (the record stays the ground truth)
+        mine = RECORDED.get(cell.cell_key)
+        if mine is not None:
+            # The record as this run wrote it, with the fingerprint it had then: no need to stat it
+            # again, since the survey compares that fingerprint with the file's and reads a record
+            # that changed since (any rewrite changes its ctime or inode).
+            entries[cell.cell_key] = mine
+            continue
+        path = os.path.join(records, f"{cell.cell_key}.json")
+        stat = fingerprint(path)
+        body = read_record(store, "results", cell.cell_key) if stat is not None else None
+        if body is not None and stat is not None and stat == fingerprint(path):
+            try:
+                entries[cell.cell_key] = (stat, CellResult.from_json(body))
+            except (TypeError, ValueError):
+                pass  # not a result: the survey reads (and judges) the record itself
+    return write_index(store, key, entries)
+
+
+class IndexWhileBuilding:
+    """Each compile key's index, written by a thread of its own once the last of the key's cells
+    that this run builds is recorded (the scheduler hands over each recorded batch,
+    ``Parallel.recorded``), instead of all of them after the workers are done, when the build
+    waited for them (0.3-0.45 s of a fresh 10,008-cell sweep, on one core beside the manifest).
+    Such a key's cells are not recorded again in the run, so its index is what ``index_cells``
+    would write then; ``written`` names the keys done (``index_cells(done=...)`` skips them). An
+    index is only a cache of the records: one written before the run is killed is checked as any."""
+
+    def __init__(self, ledger: Ledger, store: Store, cells: list[Cell]) -> None:
+        self.ledger, self.store = ledger, store
+        self.groups = _groups(cells)
+        # compile key -> the ids of its cells still to be recorded in this run
+        self.left = {
+            key: todo for key, members in self.groups.items() if (todo := {c.id for c in members} - ledger.standing)
+        }
+        self.written: set[str] = set()
+        self._keys: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def add(self, cells: list[Cell], results: list[CellResult]) -> None:
+        """A batch of ``cells`` was recorded (its ``results``: as recorded, unused here)."""
+        for cell in cells:
+            left = self.left.get(cell.compile_key)  # type: ignore[arg-type]
+            if left is None:
                 continue
-            # redone this run: index what its record holds now (the record stays the ground truth)
-            mine = RECORDED.get(cell.cell_key)
-            if mine is not None:
-                # The record as this run wrote it, with the fingerprint it had then: no need to stat it
-                # again, since the survey compares that fingerprint with the file's and reads a record
-                # that changed since (any rewrite changes its ctime or inode).
-                entries[cell.cell_key] = mine
+            left.discard(cell.id)
+            if not left:
+                del self.left[cell.compile_key]  # type: ignore[arg-type]
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._work, name="rbln-build-index", daemon=True)
+                    self._thread.start()
+                self._keys.put(cell.compile_key)
+
+    def _work(self) -> None:
+        while (key := self._keys.get()) is not None:
+            try:
+                if index_key(self.ledger, self.store, key, self.groups[key]):
+                    self.written.add(key)
+            except Exception:  # a cache only: the publish step writes it again
                 continue
-            path = os.path.join(records, f"{cell.cell_key}.json")
-            stat = fingerprint(path)
-            body = read_record(store, "results", cell.cell_key) if stat is not None else None
-            if body is not None and stat is not None and stat == fingerprint(path):
-                try:
-                    entries[cell.cell_key] = (stat, CellResult.from_json(body))
-                except (TypeError, ValueError):
-                    pass  # not a result: the survey reads (and judges) the record itself
-        written += write_index(store, key, entries)
-    return written
+
+    def close(self) -> None:
+        """Wait for the indexes handed over."""
+        if self._thread is not None:
+            self._keys.put(None)
+            self._thread.join()
+            self._thread = None

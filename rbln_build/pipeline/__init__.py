@@ -19,12 +19,12 @@ from ..execution import Ledger, entry_state, read_record, survey
 from ..progress import failure_summary, warning_summary
 from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
-from ._doit import doit_config
+from ._doit import dodo_namespace, doit_config
 from ._links import ours
 from ._manifest import entry_for
 from ._serving import check_serving, command_for, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
-from ._tasks import BuildRun, dodo_namespace
+from ._tasks import BuildRun
 
 __all__ = [
     "sweep_jobs",

@@ -153,7 +153,7 @@ def _link(
 
 class EarlyLinks:
     """The links of the cells the workers build, made by a thread of their own while the workers
-    build (the scheduler hands over each batch as it comes back, ``Parallel.linked``): a fresh
+    build (the scheduler hands over each batch as it comes back, ``Parallel.recorded``): a fresh
     10,008-cell sweep makes 7,298 links, which took 0.2-0.5 s after the workers were done, on one
     core. The manifest on disk does not name them yet, so ``.publishing`` is written before the
     first (``marker``). ``publish`` then makes only the links not made here (``made``: cell id ->

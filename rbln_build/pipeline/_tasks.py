@@ -22,7 +22,6 @@ outputs (manifest, links, summary) cannot be written, ``output_error`` says why 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -31,10 +30,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import CACHE_DIR, Cell, Scale, check_contained, owner_tag
+from ..config import CACHE_DIR, Cell, Scale, owner_tag
 from ..errors import BuildError
 from ..execution import (
     LOG_DIR,
+    IndexWhileBuilding,
     Ledger,
     Parallel,
     StoreRef,
@@ -63,7 +63,7 @@ from ._outputs import made_entries, worker_lines
 from ._publish import ARTIFACTS_DIR, MANIFEST_FILE, SUMMARY_FILE, OutputError, publish, write_summary
 from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
 
-__all__ = ["BuildRun", "doit_config", "dodo_namespace", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
+__all__ = ["BuildRun", "doit_config", "STATE_FILE", "LOCK_FILE", "INVENTORY_ENV"]
 
 
 class BuildRun:
@@ -106,6 +106,7 @@ class BuildRun:
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.early = EarlyLinks(self.build_dir) if publish else None  # links made while the workers build
+        self.indexing: IndexWhileBuilding | None = None  # the results indexes, likewise (``run``)
         self.compiles: dict[str, Cell] = {}  # compile key -> the first cell that needs it
         self.groups: dict[str, list[Cell]] = {}  # compile key (or NO_COMPILE) -> its cells, in order
         for cell in cells:
@@ -222,9 +223,13 @@ class BuildRun:
         entries are still known, for the report), never raised into doit."""
         if not self.publish:
             return
-        # the next run's survey reads the indexes; the pool's thread writes them while the links are made
+        # the next run's survey reads the indexes: the ones not written while the workers built are
+        # written by the pool's thread while the links are made
+        if self.indexing is not None:
+            self.indexing.close()
+        done = set() if self.indexing is None else self.indexing.written
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rbln-build-index") as background:
-            indexing = background.submit(index_cells, self.ledger, self.store, self.cells)
+            indexing = background.submit(index_cells, self.ledger, self.store, self.cells, done)
             try:
                 rows = self.rows(self.cells)
                 self.entries = made_entries(self.parallel, rows)
@@ -266,6 +271,8 @@ class BuildRun:
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)
         if probe is not None and not probe():
             self.ref = replace(self.ref, remote=None)  # workers build with the local cache alone
+        if self.publish:
+            self.indexing = IndexWhileBuilding(self.ledger, self.store, self.cells)
         # doit prints a traceback when it cannot run (e.g. its state DB on a full disk): that one write
         # goes to logs/ as a warning; everything else written to stderr streams through as it comes.
         stream = TracebackTrap(sys.stderr)
@@ -282,7 +289,7 @@ class BuildRun:
                 ledger=self.ledger,
                 line_of=manifest_line if self.publish else None,
                 entry_of=entry_for if self.publish else None,
-                linked=None if self.early is None else self.early.add,
+                recorded=self._recorded,
             )
             self.parallel.run()
             with contextlib.redirect_stderr(stream):
@@ -290,11 +297,18 @@ class BuildRun:
         finally:
             if self.early is not None:  # waited for by the publish step, unless it never ran
                 self.early.close(cancel=True)
+            if self.indexing is not None:
+                self.indexing.close()
             self.display.close()
         for text in stream.trapped:
             self._warn(doit_said(self.build_dir / LOG_DIR, text))
         self._upload_missing()
         return code
+
+    def _recorded(self, cells: list[Cell], results: list[CellResult]) -> None:
+        for hand in (self.early, self.indexing):  # a batch the scheduler recorded: its links and indexes
+            if hand is not None:
+                hand.add(cells, results)
 
     def _upload_missing(self) -> None:
         """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
@@ -330,21 +344,3 @@ class BuildRun:
         except OSError as exc:
             self.output_error = self.output_error or f"{SUMMARY_FILE}: {exc}"
             return summarize(entries, len(self.compiled), self.redone)
-
-
-def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
-    """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
-    e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
-    from ..colocation import expand_all
-    from ..config import compose_settings
-
-    if overrides is None:
-        overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
-    from ..config import find_project
-
-    settings = compose_settings(overrides, project=find_project())
-    build_dir, cells = expand_all([settings])
-    cache_dir = settings.scale.cache_dir
-    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # doit writes its state there
-    build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
-    return BuildRun(build_dir, cells, progress=settings.progress).namespace()
