@@ -130,3 +130,13 @@ def test_a_rows_cells_share_their_answers_and_zeros_of_either_sign_stay_apart() 
     assert first == BudgetAnswer(5, 100, 100, 0.25, None).to_json()
     plus, minus = _answer_json(BudgetAnswer(1, 0, 0, 0.0, None)), _answer_json(BudgetAnswer(1, 0, 0, -0.0, None))
     assert plus is not minus and json.dumps(minus["fraction"]) == "-0.0" and json.dumps(plus["fraction"]) == "0.0"
+
+
+def test_with_artifact_is_replace_of_the_two_fields() -> None:
+    from dataclasses import replace
+
+    base = CellResult("a" * 64, "b" * 64, "plan", 5, 8, 3, 123, {"x": 1}, {"y": 2}, ("w",))
+    made = base.with_artifact("c" * 64, "sha256:" + "d" * 64)
+    assert made == replace(base, artifact_key="c" * 64, artifact_hash="sha256:" + "d" * 64)
+    assert made.to_json() == replace(base, artifact_key="c" * 64, artifact_hash="sha256:" + "d" * 64).to_json()
+    assert base.artifact_key is None and pickle.loads(pickle.dumps(made)) == made

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import traceback
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -267,7 +266,7 @@ def finalize(store: Store, cell: Cell, result: CellResult, held: Held | None = N
                 held[("artifacts", akey)] = entry
     except Exception as exc:
         return result.failed(*describe(exc, _log_path(store, "finalize", akey)))
-    return replace(result, artifact_key=akey, artifact_hash=entry.content_hash)
+    return result.with_artifact(akey, entry.content_hash)
 
 
 def build_cell(store: Store, cell: Cell) -> CellResult:
