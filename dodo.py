@@ -12,7 +12,7 @@ every doit command that runs tasks or changes doit's state) takes the same lock,
 import sys
 from pathlib import Path
 
-from rbln_build.pipeline._doit import dodo_namespace
+from rbln_build.pipeline._dodo import dodo_namespace
 from rbln_build.store._lock import lock_for_doit
 
 _namespace = dodo_namespace()

@@ -160,26 +160,21 @@ def _report(entry: Entry) -> AllocationReport:
 
 def _lookup(store: Store, kind: str, key: str, held: Held | None) -> Entry | None:
     """``store.lookup``, once per entry in a batch of cells (``held``: the entries it verified)."""
-    if held is None:
-        return store.lookup(kind, key)
-    entry = held.get((kind, key))
+    entry = None if held is None else held.get((kind, key))
     if entry is None:
         entry = store.lookup(kind, key)
-        if entry is not None:
+        if entry is not None and held is not None:
             held[(kind, key)] = entry
     return entry
 
 
-# (answer, its fraction's repr) -> the answer's JSON object. A sweep's cells of one compile key and
-# device share their floor and full-pool answers: one object each, which their results hold (never
-# changed in place, as the index's results share theirs), so a batch pickles it once and the
-# results index numbers it by identity. The repr keeps 0.0 and -0.0 apart (equal, but not alike).
+# (answer, its fraction's repr: 0.0 and -0.0 are equal, not alike) -> its JSON. A row's cells share
+# one object per answer, never changed in place: a batch pickles it once, the index numbers it once.
 _ANSWERS: dict[tuple[Any, str], dict[str, Any]] = {}
 
 
 def _answer_json(answer: Any) -> dict[str, Any]:
-    key = (answer, repr(answer.fraction))
-    made = _ANSWERS.get(key)
+    made = _ANSWERS.get(key := (answer, repr(answer.fraction)))
     if made is None:
         if len(_ANSWERS) >= 4096:
             _ANSWERS.clear()

@@ -19,7 +19,8 @@ from ..execution import Ledger, entry_state, read_record, survey
 from ..progress import failure_summary, warning_summary
 from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
-from ._doit import dodo_namespace, doit_config
+from ._dodo import dodo_namespace
+from ._doit import doit_config
 from ._links import ours
 from ._manifest import entry_for
 from ._serving import check_serving, command_for, with_budget

@@ -29,7 +29,6 @@ __all__ = [
     "cells_digest",
     "compile_label",
     "display_label",
-    "dodo_namespace",
     "doit_config",
     "doit_said",
     "group_label",
@@ -149,21 +148,3 @@ def doit_said(logs: Path, text: str) -> str:
     except OSError:
         where = ""
     return f"doit stopped before running every task: {last}{where}"
-
-
-def dodo_namespace(overrides: list[str] | None = None) -> dict[str, Any]:
-    """What dodo.py exports: the tasks of the configured build (``RBLN_BUILD_OVERRIDES`` narrows it,
-    e.g. ``RBLN_BUILD_OVERRIDES="budget=0.3 device=rebel100" doit list``)."""
-    from ..colocation import expand_all
-    from ..config import check_contained, compose_settings, find_project
-    from ._tasks import BuildRun
-
-    if overrides is None:
-        overrides = os.environ.get("RBLN_BUILD_OVERRIDES", "").split()
-
-    settings = compose_settings(overrides, project=find_project())
-    build_dir, cells = expand_all([settings])
-    cache_dir = settings.scale.cache_dir
-    check_contained(build_dir, None if cache_dir is None else Path(cache_dir))  # doit writes its state there
-    build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its state file there
-    return BuildRun(build_dir, cells, progress=settings.progress).namespace()
