@@ -2,7 +2,8 @@
 
 **Results index.** A cell's result lives in its record (``cache/results/<cell key>.json``, the
 ground truth, written by whichever process built the cell). Reading 10,000 small records costs more
-than everything else a no-op does, so after a run each compile key gets an index,
+than everything else a no-op does, so each compile key gets an index (while the workers build,
+once its last cell is recorded: ``IndexWhileBuilding``; else at the end of the run),
 ``cache/index/<compile key>.json``: every cell result of that key in the run, each with its
 record's file fingerprint (size, mtime, ctime, inode, as the Store's entries keep for their files).
 The survey stats a record and takes the body from the index when the fingerprint matches; any
