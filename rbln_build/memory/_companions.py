@@ -21,6 +21,7 @@ and records what the cell has in ``rbln-build.json``::
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "GENERATION_CONFIG",
     "checkpoint_companions",
     "parse_companions",
+    "parse_license",
     "copy_companions",
     "copy_from",
     "companion_names",
@@ -115,6 +117,33 @@ def parse_companions(recipe_file: Path, meta: dict[str, Any]) -> tuple[tuple[str
                 f"{recipe_file}: {generation} is listed both as generation_config and in tokenizer.files."
             )
     return files, generation
+
+
+# A Hub licence identifier: lower-case letters, digits and ``.-_`` (apache-2.0, llama3.2, cc-by-4.0, other).
+_LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def parse_license(recipe_file: Path, meta: dict[str, Any]) -> tuple[str | None, str | None]:
+    """``license`` of a recipe.yaml mapping, checked: ``(id, file)``, each None when not given. The file
+    is a plain file name in the recipe's folder, as a tokenizer file is (its bytes are hashed too)."""
+    value = meta.get("license")
+    if value is None:
+        return None, None
+    if not isinstance(value, dict) or not set(value) <= {"id", "file"}:
+        raise RecipeError(
+            f"{recipe_file}: license must be null or {{id: apache-2.0, file: LICENSE}} (either may be null), "
+            f"got {value!r}."
+        )
+    ident = value.get("id")
+    if ident is not None and not (isinstance(ident, str) and _LICENSE_ID.fullmatch(ident)):
+        raise RecipeError(
+            f"{recipe_file}: license.id {ident!r} is not a Hub licence identifier (lower-case, such as apache-2.0, "
+            "mit, llama3.2 or other); set it or null."
+        )
+    name = value.get("file")
+    if name is not None:
+        name = _file(recipe_file, "license.file", name)
+    return ident, name
 
 
 def companion_names(tokenizer: tuple[str, ...] | None, generation: str | None) -> list[str]:

@@ -14,6 +14,8 @@ no-op path can hash it cheaply. ``recipe.yaml`` fields::
     build: {batch_size: 8, max_seq_len: 40960, ...}   # our default build options
     tokenizer: {files: [tokenizer.json, ...]}   # files beside recipe.yaml, carried by every cell (or null)
     generation_config: generation_config.json   # likewise (or null); see _companions
+    license: {id: apache-2.0, file: LICENSE}    # the weights' licence: a Hub licence id (or null) and
+                                                # its text, a file beside recipe.yaml (or null); or null
 
 The content hash covers both files' bytes (and the companion files'), so any edit to a recipe changes
 its compile key.
@@ -30,7 +32,7 @@ from typing import Any
 from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
 from ..estimator import count_problem, name_problem
-from ._companions import companion_names, parse_companions
+from ._companions import companion_names, parse_companions, parse_license
 from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "geometry_from_config", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
@@ -49,6 +51,7 @@ _RECIPE_KEYS = {
     "build",
     "tokenizer",
     "generation_config",
+    "license",
 }
 
 
@@ -85,6 +88,8 @@ class Recipe:
     weights_hash: str | None = None  # the checkpoint's content digest (weights: {path: ...}), else None
     tokenizer_files: tuple[str, ...] | None = None  # files in the recipe's folder (_companions); None: none
     generation_config: str | None = None  # a file in the recipe's folder; None: none
+    license_id: str | None = None  # a Hub licence identifier (apache-2.0, mit, llama3.2, other, ...); None: unknown
+    license_file: str | None = None  # the licence's text, a file in the recipe's folder; None: none
 
     @property
     def has_weights(self) -> bool:
@@ -299,10 +304,12 @@ def load_recipe(
     if not isinstance(build, dict):
         raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
     tokenizer_files, generation_config = parse_companions(recipe_file, meta)
+    license_id, license_file = parse_license(recipe_file, meta)
     digest = hashlib.sha256()
     for part in (b"recipe.yaml\0", recipe_bytes, b"\0config.json\0", config_bytes):
         digest.update(part)
-    for companion in companion_names(tokenizer_files, generation_config):  # named in recipe.yaml, so hashed too
+    for companion in [*companion_names(tokenizer_files, generation_config), *([license_file] if license_file else [])]:
+        # named in recipe.yaml, so hashed too
         digest.update(b"\0" + companion.encode() + b"\0" + (directory / companion).read_bytes())
     recipe = Recipe(
         name=name,
@@ -319,6 +326,8 @@ def load_recipe(
         weights_hash=weights_hash,
         tokenizer_files=tokenizer_files,
         generation_config=generation_config,
+        license_id=license_id,
+        license_file=license_file,
     )
     _ = recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe
