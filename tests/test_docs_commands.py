@@ -99,6 +99,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build diff released/manifest.json build/manifest.json": Elsewhere(
         "tests/test_status.py", "needs a released manifest (the test diffs two builds)"
     ),
+    "rbln-build reproduce /releases/v1": Elsewhere(
+        "tests/test_reproduce.py", "a release made from a clean commit (the test makes one and clones its project)"
+    ),
     "rbln-build executor=ray cache.remote=s3://bucket/prefix": Elsewhere("tests/test_ray.py", CLUSTER),
     "rbln-build matrix=release executor=ray": Elsewhere("tests/test_ray.py", "starts a local Ray cluster (the extra)"),
     "rbln-build matrix=release executor=ray executor.address=auto": Elsewhere("tests/test_ray.py", CLUSTER),

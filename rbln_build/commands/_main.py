@@ -80,6 +80,11 @@ COMMANDS: dict[str, Command] = {
         "built cells as self-contained folders + release.json, to a folder or URL (--sign)",
         "",
     ),
+    "reproduce": Command(
+        "rbln_build.reproduce:reproduce_main",
+        "rebuild a release's cells from its commit and compare every file with its release.json",
+        "",
+    ),
     "verify": Command(
         "rbln_build.release:verify_main",
         "check a release (folder or URL) against its release.json, without the build dir (--key)",
