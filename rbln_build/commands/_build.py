@@ -21,9 +21,11 @@ a configuration error (one line naming the key or file; nothing is written); 3 f
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +151,10 @@ def _results(entries: list[dict[str, Any]], redone: set[str], build_dir: Path, f
     return summary_table(entries, redone, None if path is None else str(path))
 
 
-def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False) -> int:
+def _build(
+    jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False, outputs: CiFlags | None = None
+) -> int:
+    outputs = outputs or CiFlags()
     from ..colocation import expand_all
     from ..pipeline import BuildRun
 
@@ -199,7 +204,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
             noop.outputs(build_dir, jobs, build, summary, sweep_jobs.reported)
     finally:
         lock.release()
-    print(table)
+    if not outputs.json:
+        print(table)
     from ..pipeline import warning_summary
 
     for line in warning_summary(entries):  # each distinct cell warning once, with the cells it concerns
@@ -210,6 +216,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
         f"({took:.1f}s)."
     )
+    manifest_path = build_dir / "manifest.json"
+    written = _ci_outputs(outputs, entries, summary, str(manifest_path))
     if build.output_error is not None:
         print(counts)
         print(
@@ -218,7 +226,12 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
             file=sys.stderr,
         )
         return 1
-    print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
+    if outputs.json:
+        print(
+            json.dumps({**summary, "manifest": str(manifest_path), "seconds": round(took, 3)}, indent=2, sort_keys=True)
+        )
+    else:
+        print(f"{counts} Manifest: {manifest_path}")
     if shard_line is not None:
         print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
     nodes = _per_node(build)
@@ -236,7 +249,66 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
-    return 1 if code or (records is not None and records.problems) else 0
+    return 1 if code or not written or (records is not None and records.problems) else 0
+
+
+@dataclass(frozen=True)
+class CiFlags:
+    """The build's machine outputs (rbln_build.ci): ``--junit FILE``, ``--json`` (the summary on stdout)."""
+
+    junit: Path | None = None
+    json: bool = False
+
+    @staticmethod
+    def take(argv: list[str]) -> tuple[CiFlags, list[str]]:
+        """The flags out of ``argv`` (Hydra's), and the rest. A --junit whose folder is not there is
+        a usage error before anything is built."""
+        from ..errors import UserError
+
+        junit: Path | None = None
+        rest: list[str] = []
+        it = iter(argv)
+        for a in it:
+            if a == "--junit" or a.startswith("--junit="):
+                value = a.split("=", 1)[1] if "=" in a else next(it, "")
+                if not value or value.startswith("-"):
+                    raise UserError("--junit needs a file name: rbln-build --junit build-junit.xml [OVERRIDE ...]")
+                junit = Path(value)
+                if not (junit.parent if str(junit.parent) else Path(".")).is_dir() or junit.is_dir():
+                    raise UserError(f"--junit {value}: its folder does not exist or it is a folder; give a file path.")
+            else:
+                rest.append(a)
+        json_flag = "--json" in rest
+        return CiFlags(junit, json_flag), [a for a in rest if a != "--json"]
+
+    @property
+    def any(self) -> bool:
+        from ..ci import STEP_SUMMARY_ENV
+
+        return self.junit is not None or self.json or bool(os.environ.get(STEP_SUMMARY_ENV))
+
+
+def _ci_outputs(flags: CiFlags, entries: list[dict[str, Any]], summary: dict[str, Any], manifest: str) -> bool:
+    """Write the JUnit file and append the GitHub step summary; False when one could not be written."""
+    from ..ci import STEP_SUMMARY_ENV, append_step_summary, write_junit
+
+    ok = True
+    if flags.junit is not None:
+        try:
+            write_junit(flags.junit, entries, summary)
+        except OSError as exc:
+            print(f"rbln-build: --junit {flags.junit}: cannot write it ({exc.strerror or exc}).", file=sys.stderr)
+            ok = False
+    try:
+        append_step_summary(entries, summary, manifest)
+    except OSError as exc:
+        where = os.environ.get(STEP_SUMMARY_ENV)
+        print(
+            f"rbln-build: {STEP_SUMMARY_ENV}={where}: cannot append the step summary ({exc.strerror or exc}).",
+            file=sys.stderr,
+        )
+        ok = False
+    return ok
 
 
 def _per_node(build: Any) -> str | None:
@@ -299,7 +371,9 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
 
     full_table = "--full-table" in argv  # ours, not Hydra's: the table of every cell, however many
     argv = [a for a in argv if a != "--full-table"]
-    fast = replay_build(argv, full_table)  # nothing changed since a no-op: its answer (rbln_build.noop)
+    outputs, argv = CiFlags.take(argv)  # ours too: --junit FILE, --json (rbln_build.ci)
+    # the short cut replays a no-op's printed answer: machine outputs take the full path, which writes them
+    fast = None if outputs.any else replay_build(argv, full_table)
     if fast is not None:
         return fast
     state["noop"] = recorder = Recorder.start(argv, full_table)
@@ -309,7 +383,7 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
         jobs = compose(argv, state=state)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             return 0
-        code = _build(jobs, sweep, state, full_table)
+        code = _build(jobs, sweep, state, full_table, outputs)
         return code
     finally:
         sweep.close()

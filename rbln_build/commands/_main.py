@@ -138,7 +138,7 @@ def _first_word(argv: list[str]) -> int | None:
         if skip:
             skip = False
             continue
-        if a in _HYDRA_VALUE_FLAGS or a == "--project":
+        if a in _HYDRA_VALUE_FLAGS or a in ("--project", "--junit"):  # --junit FILE: the build's (rbln_build.ci)
             skip = True
             continue
         if a.startswith(("-", "+", "~")) or "=" in a:
