@@ -76,7 +76,9 @@ def test_json_prints_the_summary_with_compile_seconds_and_cell_costs(ci_build: d
     assert (out["cells"], out["failed"], out["expected_failures"]) == (8, 5, 1)
     labels = sorted(c["label"] for c in out["compiles"])
     assert len(labels) == 4 and all(c["seconds"] >= 0 and c["cells_redone"] == 2 for c in out["compiles"])
-    assert sorted(out["cell_cost_s"]) == sorted(json.loads((ci_build["work"] / "build" / "manifest.json").read_text())["cells"])
+    assert sorted(out["cell_cost_s"]) == sorted(
+        json.loads((ci_build["work"] / "build" / "manifest.json").read_text())["cells"]
+    )
     assert "cell " not in ci_build["proc"].stdout.split("{", 1)[0]  # no table before the JSON
 
 
@@ -87,7 +89,7 @@ def test_the_step_summary_is_appended_and_renders_as_tables(ci_build: dict[str, 
     assert text.startswith("earlier step\n### rbln-build\n")
     html = MarkdownIt("commonmark").enable("table").render(text)
     assert html.count("<table>") == 3  # counts, failures by kind, slowest compiles
-    assert "<td>build_failed</td>\n<td style=\"text-align:right\">4</td>" in html
+    assert '<td>build_failed</td>\n<td style="text-align:right">4</td>' in html
     assert "<td>unexpected_success</td>" in html and "<code>llama3_2_1b.rebel100.b0.3</code>" in html
 
 
@@ -106,7 +108,9 @@ def test_failed_cells_get_a_line_each_only_up_to_a_cap() -> None:
         progress.cell_finished(f"c{i:02d}", "FAILED (build_failed)", False)
     lines = [line for line in out.getvalue().splitlines() if line.startswith("[cell ")]
     assert len(lines) == 10, lines
-    assert lines[-1].endswith("(further failed cells are not listed as they come: the end of the run groups them by kind)")
+    assert lines[-1].endswith(
+        "(further failed cells are not listed as they come: the end of the run groups them by kind)"
+    )
     assert progress.failed == 30
 
 
