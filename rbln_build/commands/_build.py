@@ -25,7 +25,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,9 +150,9 @@ def _results(entries: list[dict[str, Any]], redone: set[str], build_dir: Path, f
     return summary_table(entries, redone, None if path is None else str(path))
 
 
-def _build(
-    jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False, outputs: CiFlags | None = None
-) -> int:
+def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False, outputs: Any = None) -> int:
+    from ..ci import CiFlags, write_ci_outputs
+
     outputs = outputs or CiFlags()
     from ..colocation import expand_all
     from ..pipeline import BuildRun
@@ -217,7 +216,7 @@ def _build(
         f"({took:.1f}s)."
     )
     manifest_path = build_dir / "manifest.json"
-    written = _ci_outputs(outputs, entries, summary, str(manifest_path))
+    written = write_ci_outputs(outputs, entries, summary, str(manifest_path))
     if build.output_error is not None:
         print(counts)
         print(
@@ -250,65 +249,6 @@ def _build(
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
     return 1 if code or not written or (records is not None and records.problems) else 0
-
-
-@dataclass(frozen=True)
-class CiFlags:
-    """The build's machine outputs (rbln_build.ci): ``--junit FILE``, ``--json`` (the summary on stdout)."""
-
-    junit: Path | None = None
-    json: bool = False
-
-    @staticmethod
-    def take(argv: list[str]) -> tuple[CiFlags, list[str]]:
-        """The flags out of ``argv`` (Hydra's), and the rest. A --junit whose folder is not there is
-        a usage error before anything is built."""
-        from ..errors import UserError
-
-        junit: Path | None = None
-        rest: list[str] = []
-        it = iter(argv)
-        for a in it:
-            if a == "--junit" or a.startswith("--junit="):
-                value = a.split("=", 1)[1] if "=" in a else next(it, "")
-                if not value or value.startswith("-"):
-                    raise UserError("--junit needs a file name: rbln-build --junit build-junit.xml [OVERRIDE ...]")
-                junit = Path(value)
-                if not (junit.parent if str(junit.parent) else Path(".")).is_dir() or junit.is_dir():
-                    raise UserError(f"--junit {value}: its folder does not exist or it is a folder; give a file path.")
-            else:
-                rest.append(a)
-        json_flag = "--json" in rest
-        return CiFlags(junit, json_flag), [a for a in rest if a != "--json"]
-
-    @property
-    def any(self) -> bool:
-        from ..ci import STEP_SUMMARY_ENV
-
-        return self.junit is not None or self.json or bool(os.environ.get(STEP_SUMMARY_ENV))
-
-
-def _ci_outputs(flags: CiFlags, entries: list[dict[str, Any]], summary: dict[str, Any], manifest: str) -> bool:
-    """Write the JUnit file and append the GitHub step summary; False when one could not be written."""
-    from ..ci import STEP_SUMMARY_ENV, append_step_summary, write_junit
-
-    ok = True
-    if flags.junit is not None:
-        try:
-            write_junit(flags.junit, entries, summary)
-        except OSError as exc:
-            print(f"rbln-build: --junit {flags.junit}: cannot write it ({exc.strerror or exc}).", file=sys.stderr)
-            ok = False
-    try:
-        append_step_summary(entries, summary, manifest)
-    except OSError as exc:
-        where = os.environ.get(STEP_SUMMARY_ENV)
-        print(
-            f"rbln-build: {STEP_SUMMARY_ENV}={where}: cannot append the step summary ({exc.strerror or exc}).",
-            file=sys.stderr,
-        )
-        ok = False
-    return ok
 
 
 def _per_node(build: Any) -> str | None:
@@ -371,6 +311,8 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
 
     full_table = "--full-table" in argv  # ours, not Hydra's: the table of every cell, however many
     argv = [a for a in argv if a != "--full-table"]
+    from ..ci import CiFlags
+
     outputs, argv = CiFlags.take(argv)  # ours too: --junit FILE, --json (rbln_build.ci)
     # the short cut replays a no-op's printed answer: machine outputs take the full path, which writes them
     fast = None if outputs.any else replay_build(argv, full_table)

@@ -58,7 +58,7 @@ from ._doit import (
     task_namespace,
 )
 from ._links import EarlyLinks
-from ._manifest import entry_for, manifest_line, summarize
+from ._manifest import entry_for, manifest_line, run_timings, summarize, timed
 from ._outputs import made_entries, worker_lines
 from ._publish import ARTIFACTS_DIR, MANIFEST_FILE, SUMMARY_FILE, OutputError, publish, write_summary
 from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
@@ -117,8 +117,7 @@ class BuildRun:
         self.results: dict[str, CellResult] = {}  # cell id -> the result of a cell redone in this run
         self.compiled: list[str] = []
         self.redone: set[str] = set()
-        self.compile_s: dict[str, float] = {}  # compile key -> seconds this run spent on it (serial path)
-        self.cell_s: dict[str, float] = {}  # cell id -> seconds its resolve and finalize took (serial path)
+        self.took: dict[str, dict[str, float]] = {"compiles": {}, "cells": {}}  # seconds by key, by cell id
         self.entries: list[dict[str, Any]] | None = None  # the manifest entries (written unless output_error)
         self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
 
@@ -165,7 +164,7 @@ class BuildRun:
         started = time.perf_counter()
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
         took = time.perf_counter() - started
-        self.compile_s[key] = took
+        self.took["compiles"][key] = took
         if isinstance(outcome, CompileOutcome):
             self.display.compile_finished(label, took, False, outcome.error or "", key)
             return
@@ -199,9 +198,7 @@ class BuildRun:
         if self.parallel is not None and cell.id in self.parallel.cell_results:
             self.results[cell.id] = self.parallel.cell_results[cell.id]
             return  # built ahead of doit (shown already)
-        started = time.perf_counter()
-        result = build_cell(self.store, cell)
-        self.cell_s[cell.id] = time.perf_counter() - started
+        result, self.took["cells"][cell.id] = timed(build_cell, self.store, cell)
         self.results[cell.id] = result
         self._finished(cell, result)
 
@@ -339,46 +336,15 @@ class BuildRun:
         start_run(self.build_dir, self.store, self.display.warn, self._warn, self.cache_dir)
         self._ledger = survey(self.store, self.cells + self.kept)  # after the clean-up: what this run starts from
 
-    def timings(self) -> dict[str, Any]:
-        """This run's compiles with their seconds, and each redone cell's cost: its own resolve and
-        finalize plus an even share of its compile key's seconds among the cells redone with it.
-        For summary.json only, which nothing hashes or compares (it is not the manifest)."""
-        compile_s = dict(self.compile_s)
-        cell_s = dict(self.cell_s)
-        if self.parallel is not None:
-            for key, done in self.parallel.compile_results.items():
-                if done.fresh or done.error is not None:
-                    compile_s[key] = done.elapsed_s
-            cell_s.update(self.parallel.cell_seconds)
-        compiles = []
-        for key, took in sorted(compile_s.items()):
-            cell = self.compiles.get(key)
-            redone = [c.id for c in self.groups.get(key, []) if c.id in self.redone]
-            compiles.append(
-                {
-                    "compile_key": key,
-                    "label": "-" if cell is None else display_label(cell),
-                    "seconds": round(took, 3),
-                    "cells_redone": len(redone),
-                }
-            )
-        cost: dict[str, float] = {}
-        for key, cells in self.groups.items():
-            redone = [c.id for c in cells if c.id in self.redone]
-            share = compile_s.get(key, 0.0) / len(redone) if redone else 0.0
-            for cid in redone:
-                cost[cid] = round(share + cell_s.get(cid, 0.0), 3)
-        return {"compiles": compiles, "cell_cost_s": dict(sorted(cost.items()))}
-
     def summary(self) -> dict[str, Any]:
         """Write summary.json for this run from the published manifest entries."""
         if self.entries is None:  # doit did not reach the manifest task
             self._publish()
         entries = self.entries or []
+        labels = {key: display_label(cell) for key, cell in self.compiles.items()}
+        timings = run_timings(self.groups, self.redone, self.took, self.parallel, labels)
         try:
-            return write_summary(
-                self.build_dir, entries, len(self.compiled), self.redone, self.warnings, self.timings()
-            )
+            return write_summary(self.build_dir, entries, len(self.compiled), self.redone, self.warnings, timings)
         except OSError as exc:
             self.output_error = self.output_error or f"{SUMMARY_FILE}: {exc}"
             return summarize(entries, len(self.compiled), self.redone)
