@@ -97,7 +97,8 @@ def hostile(tmp_path: Path) -> Path:
         pytest.param("wrong.json", "cells.a is not a manifest entry", id="entry-not-a-mapping"),
         pytest.param("wrong2.json", "cells.a is not a manifest entry", id="inputs-not-a-mapping"),
         pytest.param("list.json", "not an rbln-build manifest", id="not-a-mapping"),
-        pytest.param("folder", "is a folder, not a file", id="folder"),
+        # a folder is read as the release or build folder holding release.json or manifest.json
+        pytest.param("folder", "folder/manifest.json: cannot read it (No such file or directory)", id="folder"),
         pytest.param("loop1", "Too many levels of symbolic links", id="symlink-loop"),
         pytest.param("afile/x", "Not a directory", id="under-a-file"),
         pytest.param("/dev/zero", "is not a regular file", id="dev-zero"),
