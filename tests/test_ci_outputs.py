@@ -119,3 +119,26 @@ def test_a_junit_path_in_no_folder_is_a_usage_error(tmp_path: Path) -> None:
     check_ok(proc, 2)
     assert "--junit" in proc.stderr and "folder does not exist" in proc.stderr
     assert not (tmp_path / "build").exists()
+
+
+def test_init_recipe_add_and_report_say_their_outcome_as_json(ci_build: dict[str, Any], tmp_path: Path) -> None:
+    from _checkpoints import make_checkpoint
+
+    out = json.loads(check_out(rbln(["init", "proj", "--json"], cwd=tmp_path)))
+    assert out["project"] == "proj" and "proj/rbln-build.yaml" in out["created"]
+    assert all((tmp_path / p).is_file() for p in out["created"])
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    out = json.loads(
+        check_out(rbln(["recipe", "add", "mine", "--from", str(checkpoint), "--json"], cwd=tmp_path / "proj"))
+    )
+    assert out["recipe"] == "mine" and any(p.endswith("recipes/mine/recipe.yaml") for p in out["created"])
+    assert isinstance(out["tokenizer"], bool)
+    # the failed family's compiles have no entries, so no figures: exit 1, and the JSON says which
+    out = json.loads(check_out(rbln(["report", "build", "--json"], cwd=ci_build["work"]), 1))
+    assert (out["cells"], out["compare"], out["report"]) == (8, None, "build/report/index.html")
+    assert len(out["missing_figures"]) == 2 and all("on rebel100" in m for m in out["missing_figures"])
+
+
+def check_out(proc: Any, code: int = 0) -> str:
+    check_ok(proc, code)
+    return str(proc.stdout)
