@@ -42,6 +42,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "pip install -e . && rbln-build": Elsewhere(".ci/run", "the quick start: CI installs and runs the default matrix"),
     "pip install -e '.[test]' && python -m pytest": Elsewhere(".ci/run", "the quick start's test command"),
     "pip install -c constraints.txt -e '.[test,lint,scale-test,gguf]'": Elsewhere(".ci/run", INSTALL),
+    "rbln-build --junit build-junit.xml [--json] [OVERRIDE ...]": Elsewhere(
+        "tests/test_ci_outputs.py", "a usage line (the test builds matrix=plans with failures, --junit and --json)"
+    ),
     "pip install ./rbln-build": Elsewhere("tests/test_installed.py", "a wheel in a fresh venv"),
     "pip install -e '.[report]'": Elsewhere(".ci/run", INSTALL),
     "pip install 'rbln-build[ray]'": Elsewhere(".ci/run", INSTALL),
