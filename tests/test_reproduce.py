@@ -20,6 +20,15 @@ from test_cli import PLANS, REPO, check_ok, rbln
 from rbln_build.release._format import render_release
 from rbln_build.reproduce._inside import json_difference, where_inside
 
+try:  # moto's S3 server on 127.0.0.1, the fixture the remote cache's tests use
+    from test_remote import s3  # noqa: F401
+except pytest.skip.Exception:  # no fsspec: the S3 test skips, the others run
+
+    @pytest.fixture
+    def s3() -> Any:
+        pytest.skip("fsspec is not installed (pip install 'rbln-build[remote]')")
+
+
 _GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 LLAMA = "llama3_2_1b.rebel100.*"  # two cells: the narrowed reproduces rebuild only these
 
@@ -152,6 +161,32 @@ def test_a_tampered_release_is_caught_by_verify_or_by_the_rebuild(released: dict
     proc = reproduce(checkout, plain, "--cells", LLAMA)
     check_ok(proc, 1)
     assert f"{plain}/{config}: changed:" in proc.stderr and "the release does not verify" in proc.stderr
+
+
+def test_a_release_at_a_url_is_reproduced_and_a_difference_found_inside_a_downloaded_file(
+    released: dict[str, Path], tmp_path: Path, s3: Any
+) -> None:
+    env, fs, _ = s3
+    checkout = clone(released, tmp_path)
+    fs.put(str(released["release"]), "rbln-cache/releases/v1", recursive=True)
+    url = "s3://rbln-cache/releases/v1"
+    proc = rbln(["reproduce", url, "--cells", LLAMA], cwd=checkout, env=env)
+    check_ok(proc)
+    assert "release v1: reproduced: 2 cell(s)" in proc.stdout
+
+    def more_layers(body: dict[str, Any], root: Path) -> None:
+        config = "llama3_2_1b.rebel100.b0.5/config.json"
+        data = json.loads((root / config).read_bytes())
+        data["num_hidden_layers"] += 1
+        (root / config).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        digest = subprocess.run(["sha256sum", str(root / config)], capture_output=True, text=True).stdout.split()[0]
+        body["files"][config] = {"sha256": digest, "size": (root / config).stat().st_size}
+
+    edited = edit_release(released["release"], tmp_path / "edited", more_layers)
+    fs.put(str(edited), "rbln-cache/releases/v2", recursive=True)
+    proc = rbln(["reproduce", "s3://rbln-cache/releases/v2", "--cells", LLAMA], cwd=checkout, env=env)
+    check_ok(proc, 1)
+    assert "first: llama3_2_1b.rebel100.b0.5/config.json: at num_hidden_layers: 17 in the release" in proc.stderr
 
 
 def test_a_build_dir_that_is_not_empty_is_refused(released: dict[str, Path], tmp_path: Path) -> None:
