@@ -218,3 +218,13 @@ def test_where_inside_names_a_json_key_an_archive_member_and_a_tensor(tmp_path: 
     (a / "blob.bin").write_bytes(b"abcdef")
     (b / "blob.bin").write_bytes(b"abcxef")
     assert where_inside(a / "blob.bin", b / "blob.bin") == "from byte 3 (6 bytes in the release, 6 rebuilt)"
+
+
+def test_a_deployments_release_is_refused_with_what_to_do(released: dict[str, Path], tmp_path: Path) -> None:
+    def a_deployment(body: dict[str, Any], root: Path) -> None:
+        body["selection"]["deployment"] = "tiny_pair"
+
+    release = edit_release(released["release"], tmp_path / "v1", a_deployment)
+    proc = reproduce(clone(released, tmp_path), release)
+    check_ok(proc, 2)
+    assert "a release of deployment 'tiny_pair'" in proc.stderr and "rbln-build diff" in proc.stderr

@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 def _fresh(build_dir: str | None) -> tuple[Path, bool]:
     if build_dir is None:
         return Path(tempfile.mkdtemp(prefix="rbln-reproduce-")) / "build", True
-    path = Path(build_dir)
+    path = Path(build_dir).absolute()  # the build runs in the project's folder
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UserError(f"--build-dir {build_dir}: not empty; reproduce builds into a fresh directory, give a new one.")
     return path, False
@@ -104,6 +104,13 @@ def main(argv: list[str]) -> int:
         return 1
     release = open_release(args.release)
     body = json.loads(b"".join(release.chunks(RELEASE_FILE)))
+    deployment = (body.get("selection") or {}).get("deployment") if isinstance(body.get("selection"), dict) else None
+    if deployment:
+        raise UserError(
+            f"{where}: a release of deployment {deployment!r}; reproduce rebuilds matrix cells and does not "
+            "remake a deployment's co-location yet. Rebuild it with rbln-build deployment=NAME and compare with "
+            "rbln-build diff."
+        )
     records = _select(body, args.cells)
     project = find_project(args.project)
     build_dir, temporary = _fresh(args.build_dir)
