@@ -163,6 +163,7 @@ def test_a_tampered_release_is_caught_by_verify_or_by_the_rebuild(released: dict
     assert f"{plain}/{config}: changed:" in proc.stderr and "the release does not verify" in proc.stderr
 
 
+@pytest.mark.slow  # over 10 s beside the folder cases it repeats: the default suite keeps under 10 minutes
 def test_a_release_at_a_url_is_reproduced_and_a_difference_found_inside_a_downloaded_file(
     released: dict[str, Path], tmp_path: Path, s3: Any
 ) -> None:
