@@ -41,6 +41,10 @@ INSTALL = "an install: .ci/run runs it in a fresh venv"
 COMMANDS: dict[str, Run | Elsewhere] = {
     "pip install -e . && rbln-build": Elsewhere(".ci/run", "the quick start: CI installs and runs the default matrix"),
     "pip install -e '.[test]' && python -m pytest": Elsewhere(".ci/run", "the quick start's test command"),
+    "pip install -c constraints.txt -e '.[test,lint,scale-test,gguf]'": Elsewhere(".ci/run", INSTALL),
+    "rbln-build --junit build-junit.xml [--json] [OVERRIDE ...]": Elsewhere(
+        "tests/test_ci_outputs.py", "a usage line (the test builds matrix=plans with failures, --junit and --json)"
+    ),
     "pip install ./rbln-build": Elsewhere("tests/test_installed.py", "a wheel in a fresh venv"),
     "pip install -e '.[report]'": Elsewhere(".ci/run", INSTALL),
     "pip install 'rbln-build[ray]'": Elsewhere(".ci/run", INSTALL),
@@ -98,6 +102,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     ),
     "rbln-build diff released/manifest.json build/manifest.json": Elsewhere(
         "tests/test_status.py", "needs a released manifest (the test diffs two builds)"
+    ),
+    "rbln-build reproduce /releases/v1": Elsewhere(
+        "tests/test_reproduce.py", "a release made from a clean commit (the test makes one and clones its project)"
     ),
     "rbln-build executor=ray cache.remote=s3://bucket/prefix": Elsewhere("tests/test_ray.py", CLUSTER),
     "rbln-build matrix=release executor=ray": Elsewhere("tests/test_ray.py", "starts a local Ray cluster (the extra)"),

@@ -4,6 +4,7 @@
     scaffold    -> config, memory, estimator, errors   (init, recipe add: files the user edits)
     inspection  -> release, pipeline, colocation, config, store, deploy, reporting, figures, backends,
                    memory, estimator, errors   (explain, plan, serve-command, diff: questions, no build)
+    reproduce   -> release, config, backends, estimator, errors  (rebuild a release from its commit, compare)
     release     -> pipeline, config, store, errors  (the release and verify commands and their work)
     pipeline    -> execution, progress, colocation, config, store, deploy, backends, memory, estimator, errors
     execution   -> config, store, backends, memory, estimator, errors  (stages, ledger, executors, Ray)
@@ -14,6 +15,7 @@
     reporting   -> figures, estimator, errors  (reads manifests and compile entries as files)
     figures     -> estimator, errors           (matplotlib figures and the numbers behind them)
     progress    -> errors                      (what a build shows while it runs)
+    ci          -> errors                      (a build's machine outputs: JUnit XML, the GitHub step summary)
     noop        -> errors                      (the no-op short cut: stamps of a run's inputs and outputs)
     backends    -> memory, estimator, errors
     memory      -> estimator, errors
@@ -57,9 +59,13 @@ ALLOWED = {
     "execution": {"config", "store"} | _LOW,
     "pipeline": {"execution", "progress", "colocation", "config", "store", "deploy"} | _LOW,
     "release": {"pipeline", "config", "store", "errors"},
+    "reproduce": {"release", "config", "backends", "estimator", "errors"},
+    "ci": {"errors"},
     "inspection": {"release", "pipeline", "colocation", "config", "store", "deploy", "reporting", "figures"} | _LOW,
     "scaffold": {"config"} | _LOW,
     "commands": {
+        "ci",
+        "reproduce",
         "noop",
         "scaffold",
         "inspection",
@@ -134,6 +140,13 @@ PRIVATE_REACHES = {
     # python -m rbln_build.run is the command line over the torch runtime; backends.torch exports
     # nothing so that importing it never imports torch (backends/torch/__init__.py)
     ("run.py", "rbln_build.backends.torch._runtime"),
+    # reproduce stages a rebuild with the release's own writer and reads a release as verify does;
+    # release/__init__ keeps its writer side (_bundle: the store) out of its exports so that importing
+    # it stays light for verify and run, and names _bundle as the writer's entry (its docstring)
+    ("reproduce/_cli.py", "rbln_build.release._bundle"),
+    ("reproduce/_cli.py", "rbln_build.release._format"),
+    ("reproduce/_cli.py", "rbln_build.release._verify"),
+    ("reproduce/_checkout.py", "rbln_build.release._provenance"),
 }
 
 

@@ -21,6 +21,7 @@ a configuration error (one line naming the key or file; nothing is written); 3 f
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -149,7 +150,10 @@ def _results(entries: list[dict[str, Any]], redone: set[str], build_dir: Path, f
     return summary_table(entries, redone, None if path is None else str(path))
 
 
-def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False) -> int:
+def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False, outputs: Any = None) -> int:
+    from ..ci import CiFlags, write_ci_outputs
+
+    outputs = outputs or CiFlags()
     from ..colocation import expand_all
     from ..pipeline import BuildRun
 
@@ -199,7 +203,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
             noop.outputs(build_dir, jobs, build, summary, sweep_jobs.reported)
     finally:
         lock.release()
-    print(table)
+    if not outputs.json:
+        print(table)
     from ..pipeline import warning_summary
 
     for line in warning_summary(entries):  # each distinct cell warning once, with the cells it concerns
@@ -210,6 +215,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         f"{summary['skipped']} skipped, {summary['failed']} failed, {summary['expected_failures']} failed as expected "
         f"({took:.1f}s)."
     )
+    manifest_path = build_dir / "manifest.json"
+    written = write_ci_outputs(outputs, entries, summary, str(manifest_path))
     if build.output_error is not None:
         print(counts)
         print(
@@ -218,7 +225,12 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
             file=sys.stderr,
         )
         return 1
-    print(f"{counts} Manifest: {build_dir / 'manifest.json'}")
+    if outputs.json:
+        print(
+            json.dumps({**summary, "manifest": str(manifest_path), "seconds": round(took, 3)}, indent=2, sort_keys=True)
+        )
+    else:
+        print(f"{counts} Manifest: {manifest_path}")
     if shard_line is not None:
         print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
     nodes = _per_node(build)
@@ -236,7 +248,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         more = f" ... and {len(names) - 20} more (summary.json lists them all)" if len(names) > 20 else ""
         print(f"{len(names)} failed cell(s): " + ", ".join(names[:20]) + more, file=sys.stderr)
         return 1
-    return 1 if code or (records is not None and records.problems) else 0
+    return 1 if code or not written or (records is not None and records.problems) else 0
 
 
 def _per_node(build: Any) -> str | None:
@@ -299,7 +311,11 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
 
     full_table = "--full-table" in argv  # ours, not Hydra's: the table of every cell, however many
     argv = [a for a in argv if a != "--full-table"]
-    fast = replay_build(argv, full_table)  # nothing changed since a no-op: its answer (rbln_build.noop)
+    from ..ci import CiFlags
+
+    outputs, argv = CiFlags.take(argv)  # ours too: --junit FILE, --json (rbln_build.ci)
+    # the short cut replays a no-op's printed answer: machine outputs take the full path, which writes them
+    fast = None if outputs.any else replay_build(argv, full_table)
     if fast is not None:
         return fast
     state["noop"] = recorder = Recorder.start(argv, full_table)
@@ -309,7 +325,7 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
         jobs = compose(argv, state=state)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             return 0
-        code = _build(jobs, sweep, state, full_table)
+        code = _build(jobs, sweep, state, full_table, outputs)
         return code
     finally:
         sweep.close()

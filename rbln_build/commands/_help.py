@@ -30,6 +30,8 @@ Overrides (Hydra syntax; a chosen model/device/budget replaces that axis of the 
   build_dir=/path/to/build  recipes_dir=/path/to/recipes  progress=false
   --full-table                            print every cell's row (above 100 cells: a summary, the
                                           full table in build_dir/results.txt)
+  --junit FILE  --json                    CI: JUnit XML (a test case per cell); the summary as JSON
+                                          (and $GITHUB_STEP_SUMMARY gets Markdown when it is set)
   jobs=4                                  compile in 4 worker processes (default: the cores; 1: in process)
   executor=ray executor.address=auto      compile keys as Ray tasks (pip install 'rbln-build[ray]')
   cache.remote=s3://bucket/prefix         a shared, verified cache behind build_dir/cache (file:// too)

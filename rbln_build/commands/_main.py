@@ -52,9 +52,12 @@ COMMANDS: dict[str, Command] = {
     ),
     "diff": Command(
         "rbln_build.inspection:diff_main",
-        "compare two manifests cell by cell (exit 1 when a resolved count changed)",
-        "usage: rbln-build diff OLD.json NEW.json [--json]\n\n"
-        "Compare two manifests: added, removed and changed cells (blocks, budgets, keys, status).\n"
+        "compare two manifests or releases cell by cell (exit 1 when a resolved count changed)",
+        "usage: rbln-build diff OLD NEW [--json | --format text|markdown|json]\n\n"
+        "Compare two manifests or releases (manifest.json, release.json, or a folder holding one): one\n"
+        "row per changed cell with its deltas (blocks, bytes per device), largest first; a budget edit\n"
+        "or a change of the options the matrix sets pairs a cell with its old self. --format markdown:\n"
+        "a PR comment.\n"
         "Exit status: 0 no resolved count changed, 1 a count changed, 2 a file cannot be read.\n",
     ),
     "gc": Command(
@@ -78,6 +81,11 @@ COMMANDS: dict[str, Command] = {
     "release": Command(
         "rbln_build.release:release_main",
         "built cells as self-contained folders + release.json, to a folder or URL (--sign)",
+        "",
+    ),
+    "reproduce": Command(
+        "rbln_build.reproduce:reproduce_main",
+        "rebuild a release's cells from its commit and compare every file with its release.json",
         "",
     ),
     "verify": Command(
@@ -133,7 +141,7 @@ def _first_word(argv: list[str]) -> int | None:
         if skip:
             skip = False
             continue
-        if a in _HYDRA_VALUE_FLAGS or a == "--project":
+        if a in _HYDRA_VALUE_FLAGS or a in ("--project", "--junit"):  # --junit FILE: the build's (rbln_build.ci)
             skip = True
             continue
         if a.startswith(("-", "+", "~")) or "=" in a:

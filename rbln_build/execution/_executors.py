@@ -100,6 +100,7 @@ class Parallel:
     warn: Callable[[str], None]  # the run's warnings (shown, and kept for summary.json)
     compile_results: dict[str, CompileDone] = field(default_factory=dict)
     cell_results: dict[str, CellResult] = field(default_factory=dict)
+    cell_seconds: dict[str, float] = field(default_factory=dict)  # cell id -> its job's seconds (summary.json)
     shown: set[str] = field(default_factory=set)  # compile keys and cell ids shown by this scheduler
     ledger: Ledger | None = None  # the run's single pass over the Store (None: this reads the Store itself)
     # (cell, result) -> the cell's manifest line, run by the workers (``cells_job``); ``lines`` keeps
@@ -267,6 +268,7 @@ class Parallel:
                 self.store, cells, [d.result for d in finished], [d.record for d in finished], self._stale()
             )
             for cell, done, result in zip(cells, finished, results, strict=True):
+                self.cell_seconds[cell.id] = done.elapsed_s
                 if done.line is not None and result is done.result:  # not made a failure by its record
                     self.lines[cell.id] = done.line
         show_cells_finished(self.display, cells, results)

@@ -1,12 +1,14 @@
-"""``rbln-build diff OLD.json NEW.json [--json]``: two manifests compared cell by cell, for review.
+"""``rbln-build diff OLD NEW [--json | --format text|markdown|json]``: two manifests or releases
+compared cell by cell, for review.
 
-Reports cells added and removed, and for every cell in both: a changed ``kvcache_num_blocks``,
-budget (as configured, and in bytes), floor (``num_min_blocks``), full pool (``num_full_blocks``),
-status, compile key, and toolchain; a cell whose budget was edited is paired with its old self and
-shown as a change of budget (``rbln_build.reporting._changes``, shared with ``report --compare``).
+OLD and NEW are each a ``manifest.json``, a release's ``release.json`` (its released cells' records),
+or a folder holding one (a release folder, a build directory). Reports one row per changed cell
+with its deltas, largest change first (``rbln_build.reporting``: a budget edit or a change of the
+build options the matrix sets is paired with the cell's old self), then the cells added and removed.
+``--format markdown`` prints the same as a Markdown table for a PR comment.
 Exit status: 1 when a resolved count changed (a cell's ``kvcache_num_blocks`` differs, or a cell
-with a count was added or removed; the last line says which), so CI can demand a review; 0 otherwise; 2 when a file is not a
-manifest.
+with a count was added or removed; the last line says which), so CI can demand a review; 0 otherwise;
+2 when a file is not a manifest or a release.
 """
 
 from __future__ import annotations
@@ -18,74 +20,62 @@ from typing import Any
 
 from .._documents import load_json
 from ..errors import InputError
-from ..reporting import FIELDS, diff_manifests
+from ..reporting import cell_rows, cells_of, diff_manifests, document_path, markdown_rows, text_rows
 
 __all__ = ["diff_manifests", "main"]
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    """The ``cells`` of the manifest at ``path``, read with a size cap and checked for shape; anything
-    else is an InputError naming the file (exit 2)."""
-    hint = "give the path of a manifest.json"
-    data = load_json(path, hint=hint)
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), dict):
-        raise InputError(f"{path}: not an rbln-build manifest (no 'cells' mapping); {hint}.")
-    for cid, entry in data["cells"].items():
+    """The cells of the manifest or release at ``path`` (a file, or a folder holding release.json or
+    manifest.json), read with a size cap and checked for shape; anything else is an InputError naming
+    the file (exit 2)."""
+    hint = "give a manifest.json, a release.json, or the folder holding one"
+    path = document_path(path)
+    found = cells_of(load_json(path, hint=hint, limit=256 * 2**20))
+    if found is None:
+        raise InputError(f"{path}: not an rbln-build manifest or release (no 'cells' mapping); {hint}.")
+    cells = found[0]
+    for cid, entry in cells.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("inputs") or {}, dict):
             raise InputError(
                 f"{path}: cells.{cid[:80]} is not a manifest entry (expected a mapping with an 'inputs' mapping, "
                 f"got {json.dumps(entry)[:60]}); {hint}."
             )
-    return data["cells"]  # type: ignore[no-any-return]
+    return cells
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
-    if isinstance(value, str) and len(value) == 64:
-        return value[:12]  # a key
-    return (
-        f"{value:,}"
-        if isinstance(value, int) and not isinstance(value, bool)
-        else repr(value)
-        if isinstance(value, float)
-        else str(value)
+def _verdict(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
+    edits = [
+        f"{len(d[k])} by {what}"
+        for k, what in (("budget_edits", "a budget edit"), ("option_edits", "an options change"))
+        if d.get(k)
+    ]
+    by_edit = f" ({', '.join(edits)})" if edits else ""
+    return f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed{by_edit}; " + (
+        f"resolved counts changed ({_why(d, old, new)}): review before release."
+        if d["counts_changed"]
+        else "no resolved count changed."
     )
 
 
 def render(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
-    labels = dict(FIELDS) | {"toolchain": "toolchain"}
-    rows = [("cell", "change", "old", "new")]
-    for cid in d["added"]:
-        rows.append(
-            (cid, "added", "", f"{_show(new[cid].get('kvcache_num_blocks'))} blocks ({new[cid].get('status')})")
+    rows = cell_rows(d, old, new)
+    if not rows:
+        return "no differences: the same cells with the same counts, budgets, options, keys and toolchain."
+    return "\n".join([*text_rows(rows), _verdict(d, old, new)])
+
+
+def render_markdown(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any], names: tuple[str, str]) -> str:
+    """A PR comment: a heading, the verdict, one table row per changed cell."""
+    rows = cell_rows(d, old, new)
+    head = [f"### rbln-build diff: `{names[0]}` → `{names[1]}`", ""]
+    if not rows:
+        return "\n".join(
+            [*head, "No differences: the same cells with the same counts, budgets, options, keys and toolchain.", ""]
         )
-    for cid in d["removed"]:
-        rows.append(
-            (cid, "removed", f"{_show(old[cid].get('kvcache_num_blocks'))} blocks ({old[cid].get('status')})", "")
-        )
-    edits = d.get("budget_edits") or {}
-    for cid, fields in d["changed"].items():
-        shown = f"{edits[cid]} -> {cid}" if cid in edits else cid
-        for name, (a, b) in fields.items():
-            rows.append((shown, labels[name], _show(a), _show(b)))
-    if len(rows) == 1:
-        return "no differences: the same cells with the same counts, budgets, keys and toolchain."
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    by_edit = f" ({len(edits)} by a budget edit)" if edits else ""
-    lines.append(
-        f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed{by_edit}; "
-        + (
-            f"resolved counts changed ({_why(d, old, new)}): review before release."
-            if d["counts_changed"]
-            else "no resolved count changed."
-        )
-    )
-    return "\n".join(lines)
+    verdict = _verdict(d, old, new)
+    verdict = f"**{verdict}**" if d["counts_changed"] else verdict
+    return "\n".join([*head, verdict, "", *markdown_rows(rows), ""])
 
 
 def _why(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -101,13 +91,31 @@ def _why(d: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
+USAGE = "usage: rbln-build diff OLD NEW [--json | --format text|markdown|json]   manifests or releases, cell by cell"
+
+
 def main(argv: list[str]) -> int:
-    as_json = "--json" in argv
-    paths = [a for a in argv if a != "--json"]
+    fmt, paths = "text", []
+    args = iter(argv)
+    for a in args:
+        if a == "--json":
+            fmt = "json"
+        elif a == "--format" or a.startswith("--format="):
+            fmt = a.split("=", 1)[1] if "=" in a else next(args, "")
+            if fmt not in ("text", "markdown", "json"):
+                print(f"rbln-build diff: --format {fmt!r}: use text, markdown or json.\n{USAGE}", file=sys.stderr)
+                return 2
+        else:
+            paths.append(a)
     if len(paths) != 2 or any(p.startswith("-") for p in paths):
-        print("usage: rbln-build diff OLD.json NEW.json [--json]   compare two manifests cell by cell", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     old, new = load_manifest(Path(paths[0])), load_manifest(Path(paths[1]))
     d = diff_manifests(old, new)
-    print(json.dumps(d, indent=2, sort_keys=True) if as_json else render(d, old, new))
+    if fmt == "json":
+        print(json.dumps({**d, "rows": cell_rows(d, old, new)}, indent=2, sort_keys=True))
+    elif fmt == "markdown":
+        print(render_markdown(d, old, new, (paths[0], paths[1])))
+    else:
+        print(render(d, old, new))
     return 1 if d["counts_changed"] else 0

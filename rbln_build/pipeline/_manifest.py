@@ -26,6 +26,7 @@ A run (or a whole multirun sweep, whose jobs are built together) writes the entr
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -212,3 +213,47 @@ def summarize(entries: list[dict[str, Any]], compiled: int, redone: set[str]) ->
         "expected_failure_cells": expected,
         "redone_cells": sorted(redone),
     }
+
+
+def timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    """``fn(*args)`` and the seconds it took."""
+    started = time.perf_counter()
+    return fn(*args), time.perf_counter() - started
+
+
+def run_timings(
+    groups: dict[str, list[Any]],
+    redone: set[str],
+    took: dict[str, dict[str, float]],
+    parallel: Any,
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    """summary.json's ``compiles`` (each compile of this run: its key, label, seconds and the cells
+    redone with it) and ``cell_cost_s`` (each redone cell: its own resolve and finalize plus an even
+    share of its compile key's seconds among the cells redone with it). ``took``: the seconds the
+    serial path measured (``compiles`` by key, ``cells`` by id); ``parallel``: what the workers
+    reported; ``labels``: compile key -> its display label. For summary.json only, which nothing
+    hashes or compares (the manifest holds no time)."""
+    compile_s, cell_s = dict(took["compiles"]), dict(took["cells"])
+    if parallel is not None:
+        for key, done in parallel.compile_results.items():
+            if done.fresh or done.error is not None:
+                compile_s[key] = done.elapsed_s
+        cell_s.update(parallel.cell_seconds)
+    rows = []
+    for key, seconds in sorted(compile_s.items()):
+        rows.append(
+            {
+                "compile_key": key,
+                "label": labels.get(key, "-"),
+                "seconds": round(seconds, 3),
+                "cells_redone": sum(c.id in redone for c in groups.get(key, [])),
+            }
+        )
+    cost: dict[str, float] = {}
+    for key, cells in groups.items():
+        ids = [c.id for c in cells if c.id in redone]
+        share = compile_s.get(key, 0.0) / len(ids) if ids else 0.0
+        for cid in ids:
+            cost[cid] = round(share + cell_s.get(cid, 0.0), 3)
+    return {"compiles": rows, "cell_cost_s": dict(sorted(cost.items()))}

@@ -135,10 +135,18 @@ def _unlinked(entry: dict[str, Any], why: str) -> dict[str, Any]:
 
 
 def write_summary(
-    build_dir: Path, entries: list[dict[str, Any]], compiled: int, redone: set[str], warnings: list[str]
+    build_dir: Path,
+    entries: list[dict[str, Any]],
+    compiled: int,
+    redone: set[str],
+    warnings: list[str],
+    timings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """summary.json: the run's counts (``summarize``), its warnings and, when given, its ``timings``
+    (``compiles``: each compile's seconds; ``cell_cost_s``: each redone cell's seconds)."""
     summary = summarize(entries, compiled, redone)
     summary["warnings"] = list(warnings)
+    summary.update(timings or {})
     write_atomic(build_dir / SUMMARY_FILE, render_json(summary))
     return summary
 

@@ -58,7 +58,7 @@ from ._doit import (
     task_namespace,
 )
 from ._links import EarlyLinks
-from ._manifest import entry_for, manifest_line, summarize
+from ._manifest import entry_for, manifest_line, run_timings, summarize, timed
 from ._outputs import made_entries, worker_lines
 from ._publish import ARTIFACTS_DIR, MANIFEST_FILE, SUMMARY_FILE, OutputError, publish, write_summary
 from ._startup import INVENTORY_ENV, STATE_FILE, scope_inventory_cache, start_run
@@ -117,6 +117,7 @@ class BuildRun:
         self.results: dict[str, CellResult] = {}  # cell id -> the result of a cell redone in this run
         self.compiled: list[str] = []
         self.redone: set[str] = set()
+        self.took: dict[str, dict[str, float]] = {"compiles": {}, "cells": {}}  # seconds by key, by cell id
         self.entries: list[dict[str, Any]] | None = None  # the manifest entries (written unless output_error)
         self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
 
@@ -163,6 +164,7 @@ class BuildRun:
         started = time.perf_counter()
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
         took = time.perf_counter() - started
+        self.took["compiles"][key] = took
         if isinstance(outcome, CompileOutcome):
             self.display.compile_finished(label, took, False, outcome.error or "", key)
             return
@@ -196,7 +198,7 @@ class BuildRun:
         if self.parallel is not None and cell.id in self.parallel.cell_results:
             self.results[cell.id] = self.parallel.cell_results[cell.id]
             return  # built ahead of doit (shown already)
-        result = build_cell(self.store, cell)
+        result, self.took["cells"][cell.id] = timed(build_cell, self.store, cell)
         self.results[cell.id] = result
         self._finished(cell, result)
 
@@ -339,8 +341,10 @@ class BuildRun:
         if self.entries is None:  # doit did not reach the manifest task
             self._publish()
         entries = self.entries or []
+        labels = {key: display_label(cell) for key, cell in self.compiles.items()}
+        timings = run_timings(self.groups, self.redone, self.took, self.parallel, labels)
         try:
-            return write_summary(self.build_dir, entries, len(self.compiled), self.redone, self.warnings)
+            return write_summary(self.build_dir, entries, len(self.compiled), self.redone, self.warnings, timings)
         except OSError as exc:
             self.output_error = self.output_error or f"{SUMMARY_FILE}: {exc}"
             return summarize(entries, len(self.compiled), self.redone)

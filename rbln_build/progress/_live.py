@@ -81,7 +81,7 @@ class LiveProgress(Progress):
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
         with self.lock:
             super().cell_finished(cell_id, text, ok)
-            self._draw(None if ok else f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
+            self._draw(None if ok else self.failure_line(cell_id, text))
 
     def cells_finished(self, done: Sequence[tuple[str, str, bool]]) -> None:
         with self.lock:

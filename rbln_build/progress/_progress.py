@@ -45,6 +45,7 @@ from ._eta import CompileHistory, TimeLeft, similar
 __all__ = ["HISTORY_FILE", "Progress", "LineProgress", "CompileHistory", "duration", "plain", "running", "similar"]
 
 HISTORY_FILE = "progress-history.json"
+FAILURE_LINES = 10  # failed cells shown one line each as they come; the rest only in the end's summary by kind
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b.|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -138,13 +139,26 @@ class Progress:
         for cell_id, text, ok in done:
             self.cell_finished(cell_id, text, ok)
 
+    def failure_line(self, cell_id: str, text: str) -> str | None:
+        """The line of a failed cell just counted: the first ``FAILURE_LINES`` failures each get one,
+        the last of them saying that the others are not listed as they come; after that None. The
+        end of the run groups every failure by kind (``failure_summary``): 1,000 failed cells are a
+        few lines there, not 1,000 here."""
+        if self.failed > FAILURE_LINES:
+            return None
+        line = f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}"
+        if self.failed == FAILURE_LINES:
+            line += " (further failed cells are not listed as they come: the end of the run groups them by kind)"
+        return line
+
     def _failure_lines(self, done: Sequence[tuple[str, str, bool]]) -> list[str]:
-        """Count ``done`` (as ``cell_finished`` does) and return the line of each failed cell."""
+        """Count ``done`` (as ``cell_finished`` does) and return the line of each failed cell that gets one."""
         lines = []
         for cell_id, text, ok in done:
             Progress.cell_finished(self, cell_id, text, ok)
-            if not ok:
-                lines.append(f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
+            line = None if ok else self.failure_line(cell_id, text)
+            if line is not None:
+                lines.append(line)
         return lines
 
     def compile_cached(self, label: str) -> None:
@@ -284,8 +298,9 @@ class LineProgress(Progress):
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
         with self.lock:
             super().cell_finished(cell_id, text, ok)
-            if not ok:
-                self._line(f"[cell {self.cells_done}/{self.cells_total}] {cell_id}: {text}")
+            line = None if ok else self.failure_line(cell_id, text)
+            if line is not None:
+                self._line(line)
             self._counts(force=self.cells_done == self.cells_total)
 
     def cells_finished(self, done: Sequence[tuple[str, str, bool]]) -> None:

@@ -3,6 +3,7 @@
     _data      read a build directory: manifest.json and each compile entry's AllocationReport
     _compose   the figures of one compile (the report's pair, explain's picture)
     _grid      the matrix grid section;  _compare: report --compare;  _changes: manifest changes
+    _rows      one row per changed cell with its deltas (diff's text and Markdown, report --compare)
     _page      the self-contained index.html;  _html: the small HTML pieces its sections share
     _plot      ``explain --plot FILE``
     _cli       ``rbln-build report [build_dir=PATH] [--open]``
@@ -16,10 +17,11 @@ optional extra (``pip install 'rbln-build[report]'``); it is imported only when 
 from __future__ import annotations
 
 from ..figures import BlocksCurve, ChipletStack, blocks_curve, dram_stacks
-from ._changes import FIELDS, diff_manifests
+from ._changes import FIELDS, cells_of, diff_manifests, document_path
 from ._cli import main, write_report
 from ._data import BuildView, Group, load_build
 from ._plot import plot_explanation
+from ._rows import cell_rows, markdown_rows, text_rows
 
 __all__ = [
     "BlocksCurve",
@@ -28,10 +30,15 @@ __all__ = [
     "FIELDS",
     "Group",
     "blocks_curve",
+    "cell_rows",
+    "cells_of",
     "diff_manifests",
+    "document_path",
     "dram_stacks",
     "load_build",
     "main",
+    "markdown_rows",
     "plot_explanation",
+    "text_rows",
     "write_report",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ __all__ = ["main", "write_report", "write_file", "REPORT_DIR"]
 
 REPORT_DIR = "report"
 USAGE = """\
-usage: rbln-build report [[build_dir=]PATH] [--compare OLD_MANIFEST] [--open]
+usage: rbln-build report [[build_dir=]PATH] [--compare OLD] [--open] [--json]
 
 Write PATH/report/index.html (default build_dir: build) from the build's manifest.json and the
 compile entries in its cache: the matrix at a glance, the failures and the budget that fixes each,
@@ -21,10 +22,11 @@ One self-contained file (figures embedded), no network, no script; the same mani
 same bytes. Needs matplotlib: pip install 'rbln-build[report]'.
 
   build_dir=PATH   the build directory (as given to rbln-build; PATH alone works too)
-  --compare FILE   add a section with what changed since FILE (an earlier manifest.json, e.g. the
-                   release's): counts by status, cells added and removed, budgets edited, resolved
-                   block counts and failures that changed
+  --compare OLD    add a section with what changed since OLD (an earlier manifest.json, a release's
+                   release.json, or the folder holding one): counts by status, one row per changed
+                   cell with its deltas, cells added and removed, resolved counts and failures
   --open           open the page in a browser when there is a display; else print its file:// URL
+  --json           print the outcome (the page's path, cells, compiles without figures) as JSON
   -h, --help       this text
 
 Exit status: 0 written; 1 written, but some compiles have no figures (their entries are missing or
@@ -74,6 +76,8 @@ def _parse(argv: list[str]) -> tuple[Path, bool, Path | None]:
     open_it, compare = False, None
     args = iter(argv)
     for arg in args:
+        if arg == "--json":
+            continue  # main's
         if arg == "--open":
             open_it = True
         elif arg == "--compare" or arg.startswith("--compare="):
@@ -106,6 +110,10 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"rbln-build {text}\n" if text.startswith("report:") else f"rbln-build report: {text}\n")
         return 2
     url = path.resolve().as_uri()
+    if "--json" in argv:
+        out = {"report": str(path), "cells": cells, "compare": None if compare is None else str(compare)}
+        print(json.dumps({**out, "missing_figures": missing}, indent=2, sort_keys=True))
+        return 1 if missing else 0
     print(f"report: {path} ({cells} cells)")
     for why in missing:
         print(f"rbln-build report: no figures for {why}", file=sys.stderr)

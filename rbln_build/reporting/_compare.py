@@ -1,6 +1,7 @@
-"""``report --compare OLD_MANIFEST``: what changed between an earlier manifest (a release's) and this
-build, as a section of the page: counts by status, the budgets, the cells added, removed and whose
-budget was edited (``_changes``: paired with their old selves), resolved counts and failures."""
+"""``report --compare OLD``: what changed between an earlier manifest or release and this build, as
+a section of the page: counts by status, the budgets, one row per changed cell with its deltas,
+largest first (``_rows``; a budget edit or an options change paired with the old cell), resolved
+counts and failures."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from ._changes import diff_manifests
 from ._data import BuildView, budget_label, outcome
-from ._html import OUTCOME_TEXT, SHORT_TEXT, num, table
+from ._html import OUTCOME_TEXT, SHORT_TEXT, table
+from ._rows import ROW_COLUMNS, cell_rows, show_pair
 
 __all__ = ["compare_section"]
 
@@ -38,7 +40,7 @@ def _rows(rows: list[list[str]], header: list[str], what: str) -> str:
 def compare_section(view: BuildView, old: dict[str, Any]) -> str:
     new = {e["cell"]: e for e in view.entries}
     d = diff_manifests(old, new)
-    edits: dict[str, str] = d["budget_edits"]
+    edits: dict[str, str] = {**d["budget_edits"], **d["option_edits"]}
     before: dict[str, int] = {}
     now: dict[str, int] = {}
     for cells, counts in ((old, before), (new, now)):
@@ -67,35 +69,39 @@ def compare_section(view: BuildView, old: dict[str, Any]) -> str:
         if not gone and not came
         else f"<p>Budgets: {escape(', '.join(gone)) or 'none'} no longer built; {escape(', '.join(came)) or 'none'} new."
     )
+    budget_edits, option_edits = len(d["budget_edits"]), len(d["option_edits"])
     budgets += (
-        f" {len(edits):,} cell{'' if len(edits) == 1 else 's'} had {'its' if len(edits) == 1 else 'their'} budget "
-        "edited (paired with the old cell below).</p>"
-        if edits
-        else "</p>"
+        f" {budget_edits:,} cell{'' if budget_edits == 1 else 's'} had {'its' if budget_edits == 1 else 'their'} "
+        "budget edited (paired with the old cell below)."
+        if budget_edits
+        else ""
     )
+    budgets += (
+        f" {option_edits:,} cell{'' if option_edits == 1 else 's'} had {'its' if option_edits == 1 else 'their'} "
+        "build options changed (paired with the old cell below)."
+        if option_edits
+        else ""
+    ) + "</p>"
+
+    def arrows(text: str) -> str:
+        return escape(text).replace(" -&gt; ", " &rarr; ")
+
+    def short(e: dict[str, Any]) -> str:
+        return escape(SHORT_TEXT.get(_status(e), _status(e)))
+
     changes = []
-    for cid, fields in d["changed"].items():
-        was = edits.get(cid, cid)
-        a, b = old[was], new[cid]
-        if not ({"kvcache_num_blocks", "status", "memory_budget"} & set(fields)):
+    for r in cell_rows(d, old, new):
+        if r["change"] in ("added", "removed"):
             continue
-        name = (
-            f"<code>{escape(was)}</code> &rarr; <code>{escape(cid)}</code>"
-            if cid in edits
-            else f"<code>{escape(cid)}</code>"
-        )
+        a, b = old[r["was"] or r["cell"]], new[r["cell"]]
         changes.append(
             [
-                name,
-                f"{escape(budget_label(a.get('memory_budget')))} &rarr; {escape(budget_label(b.get('memory_budget')))}"
-                if "memory_budget" in fields
-                else escape(budget_label(b.get("memory_budget"))),
-                f"{num(a.get('kvcache_num_blocks'))} &rarr; {num(b.get('kvcache_num_blocks'))}"
-                if "kvcache_num_blocks" in fields
-                else num(b.get("kvcache_num_blocks")),
-                f"{escape(SHORT_TEXT.get(_status(a), _status(a)))} &rarr; {escape(SHORT_TEXT.get(_status(b), _status(b)))}"
-                if _status(a) != _status(b)
-                else escape(SHORT_TEXT.get(_status(b), _status(b))),
+                f"<code>{escape(r['was'])}</code> &rarr; <code>{escape(r['cell'])}</code>"
+                if r["was"]
+                else f"<code>{escape(r['cell'])}</code>",
+                arrows(r["change"]),
+                *(f'<td class="num">{arrows(show_pair(k, r[k]))}</td>' for k, _ in ROW_COLUMNS[:-1]),
+                short(b) if short(a) == short(b) else f"{short(a)} &rarr; {short(b)}",
             ]
         )
     failing = ("failed", "unexpected_success")
@@ -122,9 +128,9 @@ def compare_section(view: BuildView, old: dict[str, Any]) -> str:
         + table(["status", "before", "now", "change"], count_rows)
         + budgets
         + (
-            _rows(changes, ["cell", "budget", "blocks", "status"], "changed cells")
+            _rows(changes, ["cell", "change", *(label for _, label in ROW_COLUMNS)], "changed cells")
             if changes
-            else "<p>No cell's budget, blocks or status changed.</p>"
+            else "<p>No cell changed.</p>"
         )
         + f"<p>Failing now, not before: {_ids(newly)}.<br>Failing before, not now: {_ids(fixed)}.</p>"
         + f"<details><summary>cells added ({len(d['added']):,}) and removed ({len(d['removed']):,})</summary>"

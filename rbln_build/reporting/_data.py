@@ -166,15 +166,20 @@ def _read_compile(build_dir: Path, key: str) -> tuple[dict[str, Any] | None, All
 
 
 def read_old_manifest(path: Path) -> dict[str, Any]:
-    """The cells of an earlier manifest (``report --compare``)."""
-    hint = "give a manifest.json"
-    manifest = load_json(path, error=ReportInputError, hint=hint)
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), dict):
-        raise ReportInputError(f"report: --compare {path}: not an rbln-build manifest (no 'cells' mapping).")
-    odd = next((cid for cid, e in manifest["cells"].items() if not isinstance(e, dict)), None)
+    """The cells of an earlier manifest or release (``report --compare``): a manifest.json, a
+    release.json (its released cells' records), or the folder holding one."""
+    from ._changes import cells_of, document_path
+
+    hint = "give a manifest.json, a release.json, or the folder holding one"
+    path = document_path(path)
+    found = cells_of(load_json(path, error=ReportInputError, hint=hint, limit=256 * 2**20))
+    if found is None:
+        raise ReportInputError(f"report: --compare {path}: not an rbln-build manifest or release (no 'cells' mapping).")
+    cells = found[0]
+    odd = next((cid for cid, e in cells.items() if not isinstance(e, dict)), None)
     if odd is not None:
-        raise ReportInputError(f"report: --compare {path}: cell {odd!r} is not an object; give a manifest.json.")
-    return manifest["cells"]  # type: ignore[no-any-return]
+        raise ReportInputError(f"report: --compare {path}: cell {odd!r} is not an object; {hint}.")
+    return cells
 
 
 def load_build(build_dir: Path) -> BuildView:

@@ -15,6 +15,7 @@ existing is ever overwritten: if any of these files exists, nothing is written.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -170,9 +171,12 @@ def scaffold(root: Path) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
+    as_json = "--json" in argv
+    argv = [a for a in argv if a != "--json"]
     if any(a in ("-h", "--help") for a in argv) or len(argv) > 1:
         print(
-            "usage: rbln-build init [DIR]   scaffold an rbln-build project in DIR (default: the current folder)",
+            "usage: rbln-build init [DIR] [--json]   scaffold an rbln-build project in DIR (default: the current "
+            "folder); --json: what was created, as JSON",
             file=sys.stderr if len(argv) > 1 else sys.stdout,
         )
         return 0 if len(argv) <= 1 else 2
@@ -187,6 +191,9 @@ def main(argv: list[str]) -> int:
         raise InputError(
             f"{str(root)[:300]}: cannot use it ({exc.strerror or exc}); give a new or existing folder."
         ) from None
+    if as_json:
+        print(json.dumps({"project": str(root), "created": [str(p) for p in written]}, indent=2, sort_keys=True))
+        return 0
     for path in written:
         print(f"created {path}")
     where = "" if not argv else f"cd {root} && "

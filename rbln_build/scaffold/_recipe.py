@@ -17,6 +17,7 @@ is overwritten. Without a project (``rbln-build init``) give ``--to`` for the re
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any, NoReturn
@@ -166,6 +167,7 @@ def main(argv: list[str]) -> int:
         "--max-seq-len", type=int, default=None, help="build default (default: the config's, at most 8192)"
     )
     add.add_argument("--batch-size", type=int, default=1, help="build default (default 1)")
+    add.add_argument("--json", action="store_true", help="print what was written as JSON")
     opts = parser.parse_args(rest)
     project = find_project(chosen)
     if opts.to is not None:
@@ -182,9 +184,14 @@ def main(argv: list[str]) -> int:
     except OSError as exc:  # the OS refuses to look at a path the user gave (a name too long, a loop, ...)
         where = str(exc.filename or opts.source)[:300]
         raise InputError(f"{where}: cannot use it ({exc.strerror or exc}); check --from and --to.") from None
+    tokenizer = any(p.name in TOKENIZER_FILE_NAMES for p in written)
+    if opts.json:
+        out = {"recipe": opts.name, "created": [str(p) for p in written], "tokenizer": tokenizer}
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0
     for path in written:
         print(f"created {path}")
-    if not any(p.name in TOKENIZER_FILE_NAMES for p in written):
+    if not tokenizer:
         print(
             f"note: {opts.source} has no tokenizer files ({', '.join(TOKENIZER_FILE_NAMES[:3])}, ...); the cells "
             'will carry none (rbln-build.json says "tokenizer": null). Copy them into the recipe and list them '

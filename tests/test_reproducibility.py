@@ -1,0 +1,91 @@
+"""Reproducibility under variation (docs/reproducibility.md): the default matrix built twice, from
+scratch, with everything reprotest-style varied that can be varied on one machine: the build's folder
+(and the path it is reached by), HOME (so the inventory cache too), TMPDIR, TZ, LANG/LC_ALL, umask,
+PYTHONHASHSEED, the hostname (a UTS namespace, as root), jobs=1 vs jobs=2. The manifests, every
+artifact file and the releases of both builds are byte-identical."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli import check_ok
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+VARIANTS = {
+    "a": {
+        "path": ("a",),
+        "env": {"TZ": "UTC", "LANG": "C", "LC_ALL": "C", "PYTHONHASHSEED": "0"},
+        "umask": 0o022,
+        "jobs": "1",
+        "hostname": None,
+    },
+    "b": {
+        "path": ("b", "a much", "longer", "path with spaces"),
+        "env": {"TZ": "America/St_Johns", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "4242"},
+        "umask": 0o077,
+        "jobs": "2",
+        "hostname": "rbln-reprotest",
+    },
+}
+
+
+def _can_unshare() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def _build(root: Path, name: str) -> Path:
+    v = VARIANTS[name]
+    work = root.joinpath(*v["path"])  # type: ignore[arg-type]
+    home, tmp = root / f"home-{name}", root / f"tmp-{name}"
+    for folder in (work, home, tmp):
+        folder.mkdir(parents=True)
+    env = {k: val for k, val in os.environ.items() if k not in ("RBLN_BUILD_CACHE", "RBLN_BUILD_PROJECT")}
+    env.update(v["env"], HOME=str(home), TMPDIR=str(tmp), HF_HUB_OFFLINE="1")  # type: ignore[arg-type]
+    command = [sys.executable, "-m", "rbln_build.cli", "progress=false", f"jobs={v['jobs']}"]
+    if v["hostname"] is not None and _can_unshare():
+        command = ["unshare", "--uts", "sh", "-c", f'hostname {v["hostname"]} && exec "$@"', "sh", *command]
+    umask = v["umask"]
+    proc = subprocess.run(
+        command,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        preexec_fn=lambda: os.umask(umask),  # type: ignore[arg-type]
+    )
+    check_ok(proc)
+    release = [sys.executable, "-m", "rbln_build.cli", "release", "r1", "--to", str(root / f"releases-{name}")]
+    check_ok(subprocess.run(release, cwd=work, env=env, capture_output=True, text=True, timeout=300))
+    return work / "build"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by relative path, links followed (artifacts/ links into cache/)."""
+    out = {}
+    for folder, _, names in os.walk(root, followlinks=True):
+        for name in names:
+            path = Path(folder) / name
+            out[path.relative_to(root).as_posix()] = path.read_bytes()
+    return dict(sorted(out.items()))
+
+
+def test_the_default_matrix_is_byte_identical_under_variation(tmp_path: Path) -> None:
+    a, b = _build(tmp_path, "a"), _build(tmp_path, "b")
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+    assert (a / "results.txt").read_bytes() == (b / "results.txt").read_bytes()
+    artifacts_a, artifacts_b = _tree(a / "artifacts"), _tree(b / "artifacts")
+    assert len(artifacts_a) > 18 and sorted(artifacts_a) == sorted(artifacts_b)
+    different = [name for name in artifacts_a if artifacts_a[name] != artifacts_b[name]]
+    assert different == [], f"artifact files that differ between the two builds: {different}"
+    release_a, release_b = _tree(tmp_path / "releases-a" / "r1"), _tree(tmp_path / "releases-b" / "r1")
+    assert release_a == release_b  # release.json (provenance included), every file, every model card
