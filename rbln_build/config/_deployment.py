@@ -18,6 +18,8 @@ errors, each naming its key) and turns it into a frozen ``Deployment``::
         port: null                   # serve-command; null: serve.port + its index
     reservations:                    # bytes per device held for tenants that are not LLMs
       - {name: vision_encoder, bytes: 4GB, chiplet: null}   # chiplet null: spread evenly
+    margin: 512MB                    # held back on every chiplet: bytes, or a fraction (0.02) of a chiplet
+    device_margins: [null, 1GB]      # one per device of the target, replacing `margin` there; null: `margin`
     serve: {port: 8000, device_ids: null}   # device_ids null: 0 .. num_devices-1
 
 Only this module and ``_config`` touch OmegaConf for deployments.
@@ -34,9 +36,9 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..deploy import Reservation
+from ..deploy import Margin, Margins, Reservation
 from ..errors import ConfigError, EstimateError
-from ..estimator import BYTE_UNITS, LIMITS, check_budget
+from ..estimator import BYTE_UNITS, LIMITS, check_budget, resolve_npu
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
 from ._settings import Device, Model
 
@@ -94,6 +96,8 @@ class DeploymentConf:
     mode: DeploymentMode = DeploymentMode.budget
     models: List[DeploymentModelConf] = MISSING
     reservations: List[ReservationConf] = field(default_factory=list)
+    margin: Any = None  # per chiplet: bytes (int or "512MB") or a fraction of the chiplet in [0, 1); null: none
+    device_margins: Optional[List[Any]] = None  # one per device of the target (null entries: `margin`)
     serve: ServeConf = field(default_factory=ServeConf)
 
 
@@ -124,6 +128,7 @@ class Deployment:
     models: tuple[DeploymentModel, ...]
     reservations: tuple[Reservation, ...]
     device_ids: tuple[int, ...]
+    margins: Margins = Margins()
 
     def model(self, name: str) -> DeploymentModel:
         return next(m for m in self.models if m.name == name)
@@ -169,6 +174,52 @@ def _reservation_bytes(where: str, value: Any) -> int:
     if nbytes <= 0:
         raise ConfigError(f"{where}: expected a positive byte count, got {value!r}.")
     return nbytes
+
+
+def _margin(where: str, value: Any, available: int) -> Margin:
+    """A margin per chiplet: bytes (an int or a byte string with a binary unit) or a fraction of the
+    chiplet's available DRAM in [0, 1); it must leave something of the chiplet."""
+    if isinstance(value, float):
+        if not 0 <= value < 1:
+            raise ConfigError(
+                f"{where}: a fraction of a chiplet must be at least 0 and below 1 (0.02 holds back 2%), got {value!r}; "
+                "or give bytes per chiplet ('512MB')."
+            )
+        margin = Margin(fraction=Fraction(repr(value)))
+    elif isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        margin = Margin()
+    else:
+        try:
+            margin = Margin(nbytes=_reservation_bytes(where, value))
+        except ConfigError:
+            raise ConfigError(
+                f"{where}: expected a margin per chiplet, bytes (an int, or a byte string with a binary unit "
+                f"B/KB/MB/GB/TB such as '512MB') or a fraction of the chiplet in [0, 1) (0.02), got {value!r}."
+            ) from None
+    if margin.on(available) >= available:
+        raise ConfigError(
+            f"{where}: {value!r} holds back {margin.on(available):,} B per chiplet, which leaves nothing of the "
+            f"{available:,} B a chiplet of this device offers; lower it."
+        )
+    return margin
+
+
+def _margins(name: str, cfg: DictConfig, device: Device) -> Margins:
+    available = resolve_npu(device.npu).available_per_chiplet
+    margin = _plain(cfg.margin)
+    default = Margin() if margin is None else _margin("deployment.margin", margin, available)
+    per_device = _plain(cfg.device_margins)
+    if per_device is None:
+        return Margins(default)
+    if len(per_device) != device.num_devices:
+        raise ConfigError(
+            f"deployment.device_margins ({name}): expected one entry per device of {device.name} "
+            f"(num_devices {device.num_devices}; null keeps `margin` there), got {len(per_device)}: {per_device}."
+        )
+    devices = tuple(
+        (i, _margin(f"deployment.device_margins[{i}]", v, available)) for i, v in enumerate(per_device) if v is not None
+    )
+    return Margins(default, devices)
 
 
 def _positive(where: str, value: Any, minimum: int = 1, limit: str | int | None = None) -> int | None:
@@ -254,4 +305,5 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
         models=tuple(models),
         reservations=tuple(reservations),
         device_ids=tuple(ids),
+        margins=_margins(name, cfg, device),
     )

@@ -17,7 +17,7 @@ the memory model, and turns a plan into cells.
 from __future__ import annotations
 
 from ._conflict import Conflict
-from ._inputs import Demand, Grid, Reservation, Target, Tenant
+from ._inputs import Demand, Grid, Margin, Margins, Reservation, Target, Tenant
 from ._modeplan import Assignment, ModePlan, Objective
 from ._plan import MEASURE, DeploymentPlan, Reshape, Retarget, Suggestion, plan_deployment
 from ._planner import (
@@ -42,6 +42,8 @@ __all__ = [
     "DeploymentPlan",
     "Grid",
     "MEASURE",
+    "Margin",
+    "Margins",
     "MODES",
     "ModePlan",
     "NODE_LIMIT",

@@ -53,7 +53,8 @@ def _where(problem: Problem, members: Sequence[str], mode: str) -> str:
     k = max(range(len(room)), key=lambda i: (need[i] - room[i], -i))
     node, chiplet = problem.target.buckets()[k]
     where = f"chiplet {chiplet}" if problem.target.num_devices == 1 else f"device {node} chiplet {chiplet}"
-    left = "left by the reservations" if problem.reserved[k] else "available"
+    held = [what for what, n in (("the reservations", problem.reserved[k]), ("the margin", problem.margin[k])) if n]
+    left = f"left by {' and '.join(held)}" if held else "available"
     return f"on {where} {'they need' if len(members) > 1 else 'it needs'} {_mib(need[k])} MiB, " + (
         f"{_mib(need[k] - room[k])} MiB more than the {_mib(room[k])} MiB {left}"
     )
@@ -73,8 +74,8 @@ def find_conflicts(problem: Problem, mode: str) -> tuple[Conflict, ...]:
     names = [t.name for t in problem.tenants]
     bounds = {t.name: bound_text(t) for t in problem.tenants}
     out: dict[str, Conflict] = {}
-    if max(problem.reserved) > target.available_per_chiplet:
-        return ()  # the reservations alone do not fit: no model is to blame
+    if max(r + m for r, m in zip(problem.reserved, problem.margin, strict=True)) > target.available_per_chiplet:
+        return ()  # the reservations (and the margin) alone do not fit: no model is to blame
     for d in problem.demands:
         fixed = problem.fixed_resolution(d) if d.tenant.fixed else None
         name = d.tenant.name

@@ -7,6 +7,10 @@
   count, or a fixed ``memory_budget`` that takes it out of the planning).
 * ``Reservation``: bytes per device held for something that is not one of the models (a vision
   encoder, room for a later batch increase), on one chiplet or spread evenly over all of them.
+* ``Margins``: bytes held back on every chiplet for what the numbers do not know (the reports are
+  estimates until the real compiler runs; the runtime's own per-process memory is not in them): one
+  margin for the deployment, and one per device (node) of the target that replaces it there; each is
+  bytes per chiplet or a fraction of the chiplet's available DRAM, rounded up to a whole byte.
 * ``Demand``: a tenant's bytes on every (node, chiplet) at every count from 0 to its full pool,
   computed once with the estimator's own arithmetic (``rbln_build.estimator``: non-KV bytes per
   chiplet, each KV tensor scaled to N blocks and rounded up to 2 MiB *after* scaling).
@@ -23,7 +27,7 @@ from fractions import Fraction
 from ..errors import ConfigError
 from ..estimator import AllocationReport, AttentionConfig, NpuTarget, Request, estimate, kv_bytes_at, resolve_budget
 
-__all__ = ["Grid", "Target", "Tenant", "Reservation", "Demand", "ceil_div"]
+__all__ = ["Grid", "Target", "Tenant", "Reservation", "Margin", "Margins", "NO_MARGIN", "Demand", "ceil_div"]
 
 Grid = tuple[tuple[int, ...], ...]  # [node][chiplet] -> bytes
 
@@ -71,6 +75,46 @@ class Reservation:
         if self.chiplet is None:
             return (ceil_div(self.nbytes, num_chiplets),) * num_chiplets
         return tuple(self.nbytes if c == self.chiplet else 0 for c in range(num_chiplets))
+
+
+@dataclass(frozen=True)
+class Margin:
+    """Bytes held back on every chiplet: ``nbytes``, plus ``fraction`` of the chiplet's available
+    DRAM rounded up (the config gives one or the other)."""
+
+    nbytes: int = 0
+    fraction: Fraction = Fraction(0)
+
+    def on(self, available: int) -> int:
+        return self.nbytes + ceil_div(self.fraction.numerator * available, self.fraction.denominator)
+
+    def describe(self) -> str:
+        if self.fraction:
+            return f"{float(self.fraction):g} of each chiplet"
+        return f"{self.nbytes:,} B per chiplet"
+
+
+@dataclass(frozen=True)
+class Margins:
+    """The deployment's margin, and per device (node index of the target) a margin that replaces it
+    there. A device index the target does not have is ignored (a suggestion that moves the deployment
+    to a target with fewer devices keeps the deployment's margin)."""
+
+    default: Margin = Margin()
+    devices: tuple[tuple[int, Margin], ...] = ()
+
+    def of(self, node: int) -> Margin:
+        return dict(self.devices).get(node, self.default)
+
+    def per_bucket(self, target: Target) -> tuple[int, ...]:
+        """Bytes held back on every (node, chiplet), node-major."""
+        return tuple(self.of(n).on(target.available_per_chiplet) for n, _ in target.buckets())
+
+    def __bool__(self) -> bool:
+        return self.default != Margin() or any(m != Margin() for _, m in self.devices)
+
+
+NO_MARGIN = Margins()
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class ModePlan:
     reason: str | None = None
     nodes: int = 0  # branch-and-bound nodes visited
     conflicts: tuple[Conflict, ...] = ()  # each of them with its reason
+    margin: Vector = ()  # bytes held back per bucket (empty: none)
 
     def assignment(self, name: str) -> Assignment:
         return next(a for a in self.assignments if a.name == name)
@@ -74,6 +75,11 @@ class ModePlan:
                 total[k] += v
         return tuple(total)
 
+    def held(self) -> Vector:
+        """The margin per bucket (zeros when there is none)."""
+        return self.margin or (0,) * len(self.reserved)
+
     def headroom(self) -> Vector:
+        """What is left per bucket once the reservations, the models and the margin are held."""
         available = self.target.available_per_chiplet
-        return tuple(available - u for u in self.used())
+        return tuple(available - u - m for u, m in zip(self.used(), self.held(), strict=True))

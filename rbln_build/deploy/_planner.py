@@ -47,7 +47,7 @@ from fractions import Fraction
 from ..errors import BuildError, ConfigError
 from ..estimator import Request, estimate, fraction_for_bytes
 from ._conflict import Conflict, find_conflicts
-from ._inputs import Demand, Reservation, Target, Tenant
+from ._inputs import NO_MARGIN, Demand, Margins, Reservation, Target, Tenant
 from ._modeplan import Assignment, ModePlan, Objective
 from ._search import SearchLimit, Vector, branch_and_bound, max_min_start
 
@@ -89,7 +89,13 @@ def budget_value(nbytes: int) -> object:
 class Problem:
     """One deployment's planning problem: the demands are computed once and shared by both modes."""
 
-    def __init__(self, target: Target, tenants: Sequence[Tenant], reservations: Sequence[Reservation] = ()) -> None:
+    def __init__(
+        self,
+        target: Target,
+        tenants: Sequence[Tenant],
+        reservations: Sequence[Reservation] = (),
+        margins: Margins = NO_MARGIN,
+    ) -> None:
         names = [t.name for t in tenants]
         if len(set(names)) != len(names) or not names:
             raise ConfigError(f"deployment: model names must be unique and at least one is needed, got {names}.")
@@ -109,6 +115,8 @@ class Problem:
         self.reservations = tuple(reservations)
         self.demands = tuple(Demand(t, target) for t in tenants)
         self.reserved: Vector = tuple(per_chiplet[c] for _, c in target.buckets())
+        self.margins = margins
+        self.margin: Vector = margins.per_bucket(target)
         self._fixed: dict[str, tuple[int, int] | str] = {}
         self._options: dict[tuple[str, str], list[tuple[int, Vector]]] = {}
 
@@ -135,9 +143,9 @@ class Problem:
         return self._fixed[t.name]
 
     def capacity(self) -> Vector:
-        """What each (node, chiplet) offers the models once the reservations are held."""
+        """What each (node, chiplet) offers the models once the reservations and the margin are held."""
         available = self.target.available_per_chiplet
-        return tuple(available - r for r in self.reserved)
+        return tuple(available - r - m for r, m in zip(self.reserved, self.margin, strict=True))
 
     def options(self, d: Demand, mode: str) -> list[tuple[int, Vector]]:
         """(count, occupancy) from the lower bound to the full pool; ascending, costs non-decreasing.
@@ -177,11 +185,12 @@ class Problem:
 
     def at_floors(self, mode: str, members: set[str] | None = None, with_reserved: bool = True) -> Vector | None:
         """Per bucket: the given models (all by default) at their lower bounds (a fixed model at its
-        resolved count), plus the reservations; None when a given fixed model's budget fails."""
+        resolved count), plus the reservations and the margin; None when a given fixed model's budget fails."""
         fixed_cost, failing = self._fixed_costs(mode, members)
         if failing:
             return None
-        total = [f + (r if with_reserved else 0) for f, r in zip(fixed_cost, self.reserved, strict=True)]
+        held = [r + m for r, m in zip(self.reserved, self.margin, strict=True)]
+        total = [f + (h if with_reserved else 0) for f, h in zip(fixed_cost, held, strict=True)]
         for d in self.demands:
             if d.tenant.fixed or (members is not None and d.tenant.name not in members):
                 continue
@@ -190,7 +199,8 @@ class Problem:
         return tuple(total)
 
     def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
-        """Whether the given models (all by default), each at its lower bound, fit with the reservations."""
+        """Whether the given models (all by default), each at its lower bound, fit with the reservations
+        and the margin."""
         total = self.at_floors(mode, members)
         return total is not None and all(t <= self.target.available_per_chiplet for t in total)
 
@@ -225,9 +235,13 @@ class Problem:
             if conflicts:
                 reason = "; ".join(c.reason for c in conflicts)
             else:  # no model conflicts, so the reservations alone do
-                reason = "the reservations alone exceed the available DRAM of a chiplet"
+                reason = "the reservations alone exceed the available DRAM of a chiplet" + (
+                    " (with the margin)" if self.margins else ""
+                )
             names = tuple(c.name for c in conflicts)
-            return ModePlan(mode, self.target, False, (), self.reserved, None, names, reason, nodes, conflicts)
+            return ModePlan(
+                mode, self.target, False, (), self.reserved, None, names, reason, nodes, conflicts, self.margin
+            )
         return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts, strict=True)), nodes)
 
     def _assemble(self, mode: str, counts: dict[str, int], nodes: int) -> ModePlan:
@@ -268,7 +282,7 @@ class Problem:
             weighted_share=sum((a.weight * a.share for a in planned), Fraction(0)),
             total_blocks=sum(a.kvcache_num_blocks for a in planned),
         )
-        plan = ModePlan(mode, target, True, tuple(out), self.reserved, objective, nodes=nodes)
+        plan = ModePlan(mode, target, True, tuple(out), self.reserved, objective, nodes=nodes, margin=self.margin)
         if min(plan.headroom()) < 0:  # the search only returns plans that fit; this is a bug if it fires
             raise BuildError(f"planner: the {mode} plan does not fit its own capacity ({plan.headroom()}).")
         return plan

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..errors import BuildError, EstimateError, UserError
-from ._inputs import Reservation, Target, Tenant
+from ._inputs import NO_MARGIN, Margins, Reservation, Target, Tenant
 from ._modeplan import ModePlan
 from ._planner import BLOCKS, BUDGET, Problem, budget_value
 
@@ -72,11 +72,16 @@ class Suggestion:
 
 
 def _variant(
-    target: Target, mode: str, tenants: Sequence[Tenant], reservations: Sequence[Reservation]
+    target: Target,
+    mode: str,
+    tenants: Sequence[Tenant],
+    reservations: Sequence[Reservation],
+    margins: Margins = NO_MARGIN,
 ) -> ModePlan | None:
-    """The plan with a change applied, when it fits (and the changed inputs are valid)."""
+    """The plan with a change applied, when it fits (and the changed inputs are valid), under the
+    deployment's margins."""
     try:
-        changed = Problem(target, tenants, reservations)
+        changed = Problem(target, tenants, reservations, margins)
         if not changed.fits_at_floors(mode):
             return None
         return changed.solve(mode)
@@ -97,6 +102,7 @@ def fits_alone_on(
     mode: str,
     retarget: Retarget | None,
     targets: Sequence[Target],
+    margins: Margins = NO_MARGIN,
 ) -> tuple[str, ...]:
     """The other device targets on which this model alone (with the reservations) fits."""
     if retarget is None:
@@ -108,7 +114,7 @@ def fits_alone_on(
             moved = retarget(tenant, target)
         except (UserError, EstimateError):
             continue
-        if _variant(target, mode, [moved], reservations) is not None:
+        if _variant(target, mode, [moved], reservations, margins) is not None:
             out.append(target.name)
     return tuple(out)
 
@@ -137,7 +143,7 @@ def suggestions(
                 moved = [retarget(t, other) for t in tenants]
             except (UserError, EstimateError):
                 continue
-            variant = _variant(other, mode, moved, reservations)
+            variant = _variant(other, mode, moved, reservations, problem.margins)
             if variant is not None:
                 add(-len(targets) - 1 + i, Suggestion("device", "", target.name, other.name, Fraction(0), variant))
     for index, tenant in enumerate(tenants):
@@ -152,7 +158,7 @@ def suggestions(
             add(n + index, smaller)
     if n > 1:
         for index, tenant in enumerate(tenants):
-            variant = _variant(target, mode, tenants[:index] + tenants[index + 1 :], reservations)
+            variant = _variant(target, mode, tenants[:index] + tenants[index + 1 :], reservations, problem.margins)
             if variant is not None:
                 add(
                     n + len(reservations) + index,
@@ -178,7 +184,10 @@ def _smaller_reservation(
     others = [0] * C
     for x in rest:
         others = [a + b for a, b in zip(others, x.per_chiplet(C), strict=True)]
-    room = [target.available_per_chiplet - f - others[c] for f, (_, c) in zip(floors, target.buckets(), strict=True)]
+    room = [
+        target.available_per_chiplet - f - others[c] - m
+        for f, (_, c), m in zip(floors, target.buckets(), problem.margin, strict=True)
+    ]
     if min(room) < 0:
         return None  # not even dropping it fits
     if r.chiplet is None:
@@ -188,11 +197,13 @@ def _smaller_reservation(
     k = min(largest // MiB, (r.nbytes - 1) // MiB)
     if k >= 1:
         nbytes = k * MiB
-        variant = _variant(target, mode, tenants, [*reservations[:index], replace(r, nbytes=nbytes), *rest[index:]])
+        variant = _variant(
+            target, mode, tenants, [*reservations[:index], replace(r, nbytes=nbytes), *rest[index:]], problem.margins
+        )
         if variant is None:
             raise BuildError(f"planner: reservation {r.name} at {nbytes} bytes should fit and does not; a bug.")
         return Suggestion("reservation", r.name, r.nbytes, nbytes, Fraction(r.nbytes - nbytes, r.nbytes), variant)
-    variant = _variant(target, mode, tenants, rest)
+    variant = _variant(target, mode, tenants, rest, problem.margins)
     if variant is None:
         return None
     return Suggestion("drop_reservation", r.name, r.nbytes, None, Fraction(1), variant)
@@ -212,7 +223,7 @@ def _tenant_changes(
 
     def first_fit(kind: str, old: object, candidates: Iterable[tuple[object, Tenant, Fraction, Also]]) -> None:
         for new, changed, given_up, also in candidates:
-            variant = _variant(problem.target, mode, _with(tenants, index, changed), reservations)
+            variant = _variant(problem.target, mode, _with(tenants, index, changed), reservations, problem.margins)
             if variant is not None:
                 out.append(Suggestion(kind, tenant.name, old, new, given_up, variant, also))
                 return
