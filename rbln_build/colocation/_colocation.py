@@ -135,6 +135,7 @@ def plan_for(settings: BuildSettings, stage: bool = False) -> DeploymentPlan:
             retarget=tenants.retarget,
             targets=shipped_targets(),
             margins=d.margins,
+            solver=d.solver,
         )
     except BaseException:
         tenants.reports.discard()

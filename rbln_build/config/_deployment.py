@@ -20,6 +20,7 @@ errors, each naming its key) and turns it into a frozen ``Deployment``::
       - {name: vision_encoder, bytes: 4GB, chiplet: null}   # chiplet null: spread evenly
     margin: 512MB                    # held back on every chiplet: bytes, or a fraction (0.02) of a chiplet
     device_margins: [null, 1GB]      # one per device of the target, replacing `margin` there; null: `margin`
+    solver: {method: auto, time_limit: 60}   # auto | search | cp-sat (the solver extra); seconds for cp-sat
     serve: {port: 8000, device_ids: null}   # device_ids null: 0 .. num_devices-1
 
 Only this module and ``_config`` touch OmegaConf for deployments.
@@ -36,7 +37,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..deploy import Margin, Margins, Reservation
+from ..deploy import SOLVERS, Margin, Margins, Reservation, Solver
 from ..errors import ConfigError, EstimateError
 from ..estimator import BYTE_UNITS, LIMITS, check_budget, resolve_npu
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
@@ -47,6 +48,7 @@ __all__ = [
     "DeploymentModelConf",
     "ReservationConf",
     "ServeConf",
+    "SolverConf",
     "DeploymentConf",
     "DeploymentModel",
     "Deployment",
@@ -89,6 +91,12 @@ class ServeConf:
 
 
 @dataclass
+class SolverConf:
+    method: str = "auto"  # auto: the search, then CP-SAT past a few thousand nodes | search | cp-sat
+    time_limit: float = 60.0  # seconds CP-SAT may take per plan; past it the best plan found, and its gap
+
+
+@dataclass
 class DeploymentConf:
     """conf/deployment/<name>.yaml: models that share one device target."""
 
@@ -98,6 +106,7 @@ class DeploymentConf:
     reservations: List[ReservationConf] = field(default_factory=list)
     margin: Any = None  # per chiplet: bytes (int or "512MB") or a fraction of the chiplet in [0, 1); null: none
     device_margins: Optional[List[Any]] = None  # one per device of the target (null entries: `margin`)
+    solver: SolverConf = field(default_factory=SolverConf)
     serve: ServeConf = field(default_factory=ServeConf)
 
 
@@ -129,6 +138,7 @@ class Deployment:
     reservations: tuple[Reservation, ...]
     device_ids: tuple[int, ...]
     margins: Margins = Margins()
+    solver: Solver = Solver()
 
     def model(self, name: str) -> DeploymentModel:
         return next(m for m in self.models if m.name == name)
@@ -222,6 +232,16 @@ def _margins(name: str, cfg: DictConfig, device: Device) -> Margins:
     return Margins(default, devices)
 
 
+def _solver(cfg: DictConfig) -> Solver:
+    method = str(cfg.solver.method)
+    if method not in SOLVERS:
+        raise ConfigError(f"deployment.solver.method: expected one of {', '.join(SOLVERS)}, got {method!r}.")
+    limit = float(cfg.solver.time_limit)
+    if not 0 < limit <= 86_400:
+        raise ConfigError(f"deployment.solver.time_limit: expected seconds above 0 and at most 86400, got {limit:g}.")
+    return Solver(method, limit)
+
+
 def _positive(where: str, value: Any, minimum: int = 1, limit: str | int | None = None) -> int | None:
     """``value`` (an int or null) if it is at least ``minimum`` and within ``limit``: a key of the
     matrix limits (``estimator._limits.LIMITS``, the same bounds as the matrix) or a number."""
@@ -306,4 +326,5 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
         reservations=tuple(reservations),
         device_ids=tuple(ids),
         margins=_margins(name, cfg, device),
+        solver=_solver(cfg),
     )

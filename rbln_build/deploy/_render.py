@@ -14,7 +14,7 @@ from typing import Any
 from ._inputs import Margin
 from ._modeplan import ModePlan
 from ._plan import MEASURE, DeploymentPlan, Suggestion
-from ._planner import ACCOUNTING, BLOCKS, BUDGET, OBJECTIVE
+from ._planner import ACCOUNTING, BLOCKS, BUDGET, OBJECTIVE, SEARCH
 
 __all__ = ["plan_json", "render_plan", "render_chiplets", "mib"]
 
@@ -37,6 +37,7 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
         ],
         "reason": mp.reason,
         "search_nodes": mp.nodes,
+        "solver": mp.proof.to_json(),
         "models": {},
         "per_chiplet": None,
     }
@@ -233,6 +234,7 @@ def render_plan(
         out.append(
             f"{title}{built}: fits; smallest share {float(mp.objective.min_share):.4f}, "
             f"{mp.objective.total_blocks} blocks in total"
+            + ("" if mp.proof.solver == SEARCH else f"; solved by CP-SAT (OR-Tools): {mp.proof.note}")
         )
         if mp.mode == BUDGET:
             rows = [("model", "memory_budget", "bytes per device", "fraction", "kvcache_num_blocks", "share")]

@@ -27,7 +27,7 @@ from fractions import Fraction
 from ..errors import BuildError, EstimateError, UserError
 from ._inputs import NO_MARGIN, Margins, Reservation, Target, Tenant
 from ._modeplan import ModePlan
-from ._planner import BLOCKS, BUDGET, Problem, budget_value
+from ._planner import BLOCKS, BUDGET, DEFAULT_SOLVER, Problem, Solver, budget_value
 
 __all__ = ["Suggestion", "Reshape", "Retarget", "MEASURE", "suggestions", "fits_alone_on"]
 
@@ -77,11 +77,12 @@ def _variant(
     tenants: Sequence[Tenant],
     reservations: Sequence[Reservation],
     margins: Margins = NO_MARGIN,
+    solver: Solver = DEFAULT_SOLVER,
 ) -> ModePlan | None:
     """The plan with a change applied, when it fits (and the changed inputs are valid), under the
     deployment's margins."""
     try:
-        changed = Problem(target, tenants, reservations, margins)
+        changed = Problem(target, tenants, reservations, margins, solver)
         if not changed.fits_at_floors(mode):
             return None
         return changed.solve(mode)
@@ -103,6 +104,7 @@ def fits_alone_on(
     retarget: Retarget | None,
     targets: Sequence[Target],
     margins: Margins = NO_MARGIN,
+    solver: Solver = DEFAULT_SOLVER,
 ) -> tuple[str, ...]:
     """The other device targets on which this model alone (with the reservations) fits."""
     if retarget is None:
@@ -114,7 +116,7 @@ def fits_alone_on(
             moved = retarget(tenant, target)
         except (UserError, EstimateError):
             continue
-        if _variant(target, mode, [moved], reservations, margins) is not None:
+        if _variant(target, mode, [moved], reservations, margins, solver) is not None:
             out.append(target.name)
     return tuple(out)
 
@@ -143,7 +145,7 @@ def suggestions(
                 moved = [retarget(t, other) for t in tenants]
             except (UserError, EstimateError):
                 continue
-            variant = _variant(other, mode, moved, reservations, problem.margins)
+            variant = _variant(other, mode, moved, reservations, problem.margins, problem.solver)
             if variant is not None:
                 add(-len(targets) - 1 + i, Suggestion("device", "", target.name, other.name, Fraction(0), variant))
     for index, tenant in enumerate(tenants):
@@ -158,7 +160,9 @@ def suggestions(
             add(n + index, smaller)
     if n > 1:
         for index, tenant in enumerate(tenants):
-            variant = _variant(target, mode, tenants[:index] + tenants[index + 1 :], reservations, problem.margins)
+            variant = _variant(
+                target, mode, tenants[:index] + tenants[index + 1 :], reservations, problem.margins, problem.solver
+            )
             if variant is not None:
                 add(
                     n + len(reservations) + index,
@@ -198,12 +202,17 @@ def _smaller_reservation(
     if k >= 1:
         nbytes = k * MiB
         variant = _variant(
-            target, mode, tenants, [*reservations[:index], replace(r, nbytes=nbytes), *rest[index:]], problem.margins
+            target,
+            mode,
+            tenants,
+            [*reservations[:index], replace(r, nbytes=nbytes), *rest[index:]],
+            problem.margins,
+            problem.solver,
         )
         if variant is None:
             raise BuildError(f"planner: reservation {r.name} at {nbytes} bytes should fit and does not; a bug.")
         return Suggestion("reservation", r.name, r.nbytes, nbytes, Fraction(r.nbytes - nbytes, r.nbytes), variant)
-    variant = _variant(target, mode, tenants, rest, problem.margins)
+    variant = _variant(target, mode, tenants, rest, problem.margins, problem.solver)
     if variant is None:
         return None
     return Suggestion("drop_reservation", r.name, r.nbytes, None, Fraction(1), variant)
@@ -223,7 +232,9 @@ def _tenant_changes(
 
     def first_fit(kind: str, old: object, candidates: Iterable[tuple[object, Tenant, Fraction, Also]]) -> None:
         for new, changed, given_up, also in candidates:
-            variant = _variant(problem.target, mode, _with(tenants, index, changed), reservations, problem.margins)
+            variant = _variant(
+                problem.target, mode, _with(tenants, index, changed), reservations, problem.margins, problem.solver
+            )
             if variant is not None:
                 out.append(Suggestion(kind, tenant.name, old, new, given_up, variant, also))
                 return
