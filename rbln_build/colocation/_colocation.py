@@ -94,6 +94,7 @@ class Tenants:
             memory_budget=dm.memory_budget,
             source=source,
             options=tuple(sorted(options.items())),
+            traffic=dm.traffic,
         )
 
     def reshape(self, tenant: Tenant, change: dict[str, int]) -> Tenant:

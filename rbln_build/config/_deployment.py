@@ -16,6 +16,7 @@ errors, each naming its key) and turns it into a frozen ``Deployment``::
         weight: 1.0                  # who gets the room left once every model has its max-min share
         memory_budget: null          # fixed budget (any memory_budget form): not planned, accounted for
         port: null                   # serve-command; null: serve.port + its index
+        traffic: {concurrent_sequences: 4, prompt_tokens: 2000, output_tokens: 500}   # its blocks first
     reservations:                    # bytes per device held for tenants that are not LLMs
       - {name: vision_encoder, bytes: 4GB, chiplet: null}   # chiplet null: spread evenly
     margin: 512MB                    # held back on every chiplet: bytes, or a fraction (0.02) of a chiplet
@@ -37,7 +38,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..deploy import SOLVERS, Margin, Margins, Reservation, Solver
+from ..deploy import SOLVERS, Margin, Margins, Reservation, Solver, Traffic
 from ..errors import ConfigError, EstimateError
 from ..estimator import BYTE_UNITS, LIMITS, check_budget, resolve_npu
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
@@ -48,6 +49,7 @@ __all__ = [
     "DeploymentModelConf",
     "ReservationConf",
     "ServeConf",
+    "TrafficConf",
     "SolverConf",
     "DeploymentConf",
     "DeploymentModel",
@@ -66,6 +68,15 @@ class DeploymentMode(enum.Enum):
 
 
 @dataclass
+class TrafficConf:
+    concurrent_sequences: Optional[int] = None  # sequences it must hold at once; or the next two
+    requests_per_s: Optional[float] = None  # x seconds_per_request = concurrent sequences (Little's law)
+    seconds_per_request: Optional[float] = None
+    prompt_tokens: Optional[int] = None  # mean; with output_tokens, a sequence's length (null: max_seq_len)
+    output_tokens: Optional[int] = None
+
+
+@dataclass
 class DeploymentModelConf:
     model: str = MISSING  # conf/model/<name>.yaml
     name: Optional[str] = None  # null: the model's name
@@ -75,6 +86,7 @@ class DeploymentModelConf:
     weight: float = 1.0
     memory_budget: Any = None  # a fixed budget: this model is not planned
     port: Optional[int] = None  # null: serve.port + the model's index
+    traffic: Any = None  # a TrafficConf mapping: what it must serve (its blocks first, then the rest is shared)
 
 
 @dataclass
@@ -127,6 +139,7 @@ class DeploymentModel:
     weight: Fraction
     memory_budget: Any
     port: int
+    traffic: Traffic | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +245,43 @@ def _margins(name: str, cfg: DictConfig, device: Device) -> Margins:
     return Margins(default, devices)
 
 
+def _traffic(where: str, node: Any) -> Traffic | None:
+    """A model's traffic: concurrent sequences, or requests/s with seconds per request; token counts optional."""
+    if node is None:
+        return None
+    where = f"{where}.traffic"
+    given = _plain(node)
+    keys = [f.name for f in fields(TrafficConf)]
+    if not isinstance(given, dict):
+        raise ConfigError(f"{where}: expected a mapping with some of the keys {', '.join(keys)}, got {given!r}.")
+    for key in given:
+        if key not in keys:
+            raise ConfigError(f"{where}.{key}: not a traffic key; expected some of {', '.join(keys)}.")
+    t = {k: given.get(k) for k in keys}
+    for key in ("concurrent_sequences", "prompt_tokens", "output_tokens"):
+        if t[key] is not None and (not isinstance(t[key], int) or isinstance(t[key], bool)):
+            raise ConfigError(f"{where}.{key}: expected an integer, got {t[key]!r}.")
+    for key in ("requests_per_s", "seconds_per_request"):
+        if t[key] is not None and (not isinstance(t[key], (int, float)) or isinstance(t[key], bool)):
+            raise ConfigError(f"{where}.{key}: expected a number, got {t[key]!r}.")
+    concurrent, rate, seconds = t["concurrent_sequences"], t["requests_per_s"], t["seconds_per_request"]
+    if (concurrent is None) == (rate is None and seconds is None) or (concurrent is None and None in (rate, seconds)):
+        raise ConfigError(
+            f"{where}: give either concurrent_sequences, or requests_per_s with seconds_per_request (Little's law: "
+            f"their product is the sequences in flight), got {t}."
+        )
+    for key in ("requests_per_s", "seconds_per_request"):
+        if t[key] is not None and not 0 < float(t[key]) < float("inf"):
+            raise ConfigError(f"{where}.{key}: expected a positive number, got {t[key]}.")
+    return Traffic(
+        concurrent_sequences=_positive(f"{where}.concurrent_sequences", concurrent, limit="batch_size"),
+        requests_per_s=None if rate is None else Fraction(repr(float(rate))),
+        seconds_per_request=None if seconds is None else Fraction(repr(float(seconds))),
+        prompt_tokens=_positive(f"{where}.prompt_tokens", t["prompt_tokens"], minimum=0, limit="max_seq_len"),
+        output_tokens=_positive(f"{where}.output_tokens", t["output_tokens"], minimum=0, limit="max_seq_len"),
+    )
+
+
 def _solver(cfg: DictConfig) -> Solver:
     method = str(cfg.solver.method)
     if method not in SOLVERS:
@@ -298,6 +348,7 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
                 weight=Fraction(weight),
                 memory_budget=budget,
                 port=_positive(f"{where}.port", m.port, limit=65535 - len(cfg.models)) or port + i,
+                traffic=_traffic(where, m.traffic),
             )
         )
     ports = [m.port for m in models]

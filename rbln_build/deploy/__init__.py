@@ -18,7 +18,7 @@ the memory model, and turns a plan into cells.
 from __future__ import annotations
 
 from ._conflict import Conflict
-from ._inputs import Demand, Grid, Margin, Margins, Reservation, Target, Tenant
+from ._inputs import Demand, Grid, Margin, Margins, Reservation, Target, Tenant, Traffic
 from ._modeplan import Assignment, ModePlan, Objective, Proof
 from ._plan import MEASURE, DeploymentPlan, Reshape, Retarget, Suggestion, plan_deployment
 from ._planner import (
@@ -68,6 +68,7 @@ __all__ = [
     "Suggestion",
     "Target",
     "Tenant",
+    "Traffic",
     "budget_value",
     "mib",
     "plan_deployment",

@@ -63,7 +63,15 @@ def _where(problem: Problem, members: Sequence[str], mode: str) -> str:
 def bound_text(t: Tenant) -> str:
     if t.fixed:
         return f"count at its fixed memory_budget {t.memory_budget!r}"
-    what = "full pool (eager attention)" if t.eager else "floor" if t.lower_bound == t.floor else "min_blocks"
+    if t.eager:
+        what = "full pool (eager attention)"
+    elif t.lower_bound == t.floor:
+        what = "floor"
+    elif t.lower_bound == (t.min_blocks or 0):
+        what = "min_blocks"
+    else:
+        assert t.traffic is not None
+        what = f"traffic need ({t.traffic.describe(t.attention)})"
     return f"{what} of {t.lower_bound} blocks"
 
 

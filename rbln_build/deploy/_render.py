@@ -125,6 +125,7 @@ def plan_json(
                 "lower_bound": x.lower_bound,
                 "weight": float(x.weight),
                 "fixed_memory_budget": x.memory_budget,
+                "traffic_blocks": x.traffic_blocks,
             }
             for x in plan.tenants
         ],
@@ -190,6 +191,12 @@ def render_plan(
     for r in plan.reservations:
         where = "spread evenly" if r.chiplet is None else f"on chiplet {r.chiplet}"
         out.append(f"reserved: {r.name}, {r.nbytes:,} B per device ({where})")
+    for x in plan.tenants:
+        if x.traffic is not None:
+            out.append(
+                f"traffic: {x.name} needs {x.traffic_blocks} blocks ({x.traffic.describe(x.attention)}), "
+                "met before the rest is shared"
+            )
     if plan.margins:
         per_device = "".join(f"; device {n}: {m.describe()}" for n, m in plan.margins.devices)
         out.append(
