@@ -1,12 +1,20 @@
 """Time against number of models: the hand-written search and the CP-SAT solver, side by side.
 
     python bench/deploy_solver.py [--models 2,4,8,12,16,24,32] [--slack 0.05] [--nodes 200000] [--repeat 3]
+                                  [--set mixed|small-llms]
 
-Deployments of N small models on one Rebel100 (RBLN-CR03, 4 chiplets), cycling through six
-geometries of the shipped recipes (Qwen3-0.6B at batch 4 and 2, Llama-3.2-1B at batch 4, all 16,384
-tokens; Gemma-3-1B at batch 4 and 32,768 tokens; the tiny Llama and Qwen3 at batch 2; reports from
-the NPU memory model, computed once into a temporary cache, not timed), each a model of its own name. The room is *tight*: one reservation per chiplet leaves the models' floors
-plus ``--slack`` of the way from their floors to their full pools, on every chiplet.
+Deployments of N small models on one Rebel100 (RBLN-CR03, 4 chiplets), each a model of its own
+name, cycling through six geometries of the shipped recipes (reports from the NPU memory model,
+computed once into a temporary cache, not timed):
+
+* ``--set mixed`` (the default): Qwen3-0.6B at batch 4 and 2 and Llama-3.2-1B at batch 4, all at
+  16,384 tokens; Gemma-3-1B at batch 4 and 32,768 tokens; the tiny Llama and Qwen3 at batch 2
+  (32 of them fit);
+* ``--set small-llms``: Qwen3-0.6B and Llama-3.2-1B at batch 8 and 4, Gemma-3-1B at batch 4 and 2,
+  at their recipes' lengths (up to about 20 fit).
+
+The room is *tight*: one reservation per chiplet leaves the models' floors plus ``--slack`` of the
+way from their floors to their full pools, on every chiplet.
 
 For each N, both modes (budget and blocks) are solved by each method from the same ``Problem``
 (``Problem.solve``: step 1, the max-min binary search, then steps 2-4): the search with a node limit
@@ -33,7 +41,15 @@ from deploy import TARGET, tenant  # noqa: E402
 from rbln_build.deploy import CP_SAT, MODES, SEARCH, Problem, Reservation, Solver, Tenant  # noqa: E402
 from rbln_build.errors import ConfigError  # noqa: E402
 
-GEOMETRIES = [  # (recipe, batch_size, max_seq_len)
+SMALL_LLMS = [  # --set small-llms: larger models, fewer fit; (recipe, batch_size, max_seq_len)
+    ("qwen3_0_6b", 8, 40960),
+    ("llama3_2_1b", 8, 32768),
+    ("gemma3_1b", 4, 32768),
+    ("qwen3_0_6b", 4, 40960),
+    ("llama3_2_1b", 4, 32768),
+    ("gemma3_1b", 2, 32768),
+]
+MIXED = [  # --set mixed (the default)
     ("qwen3_0_6b", 4, 16384),
     ("llama3_2_1b", 4, 16384),
     ("gemma3_1b", 4, 32768),
@@ -43,10 +59,10 @@ GEOMETRIES = [  # (recipe, batch_size, max_seq_len)
 ]
 
 
-def models(n: int, cache: dict[tuple[str, int, int], Tenant]) -> list[Tenant]:
+def models(n: int, cache: dict[tuple[str, int, int], Tenant], geometries: list[tuple[str, int, int]]) -> list[Tenant]:
     out = []
     for i in range(n):
-        key = GEOMETRIES[i % len(GEOMETRIES)]
+        key = geometries[i % len(geometries)]
         if key not in cache:
             cache[key] = tenant(key[0], batch_size=key[1], max_seq_len=key[2])
         out.append(replace(cache[key], name=f"m{i}_{key[0]}_b{key[1]}"))
@@ -89,12 +105,15 @@ def main() -> None:
     parser.add_argument("--slack", type=Fraction, default=Fraction(1, 20))
     parser.add_argument("--nodes", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--set", choices=("mixed", "small-llms"), default="mixed")
     args = parser.parse_args()
     cache: dict[tuple[str, int, int], Tenant] = {}
-    print(f"room: floors + {float(args.slack):g} of the way to the full pools; search node limit {args.nodes:,}")
+    print(
+        f"models: {args.set}; room: floors + {float(args.slack):g} of the way to the full pools; search node limit {args.nodes:,}"
+    )
     print(f"{'models':>6}  {'search s':>9}  {'search':<28} {'cp-sat s':>9}  {'cp-sat':<16} same plans")
     for n in (int(x) for x in args.models.split(",")):
-        tenants = models(n, cache)
+        tenants = models(n, cache, MIXED if args.set == "mixed" else SMALL_LLMS)
         reservations = tight(tenants, args.slack)
         rows = []
         for solver in (Solver(SEARCH), Solver(CP_SAT)):

@@ -271,8 +271,9 @@ def _traffic(where: str, node: Any) -> Traffic | None:
             f"their product is the sequences in flight), got {t}."
         )
     for key in ("requests_per_s", "seconds_per_request"):
-        if t[key] is not None and not 0 < float(t[key]) < float("inf"):
-            raise ConfigError(f"{where}.{key}: expected a positive number, got {t[key]}.")
+        number = t[key]
+        if number is not None and not 0 < float(number) < float("inf"):
+            raise ConfigError(f"{where}.{key}: expected a positive number, got {number}.")
     return Traffic(
         concurrent_sequences=_positive(f"{where}.concurrent_sequences", concurrent, limit="batch_size"),
         requests_per_s=None if rate is None else Fraction(repr(float(rate))),
