@@ -105,3 +105,27 @@ def test_each_bad_traffic_value_is_one_clear_error(traffic: dict, message: str) 
     with pytest.raises(ConfigError) as info:
         deployment_from_config("x", OmegaConf.create(node))
     assert message in str(info.value)
+
+
+def test_a_printed_change_keeps_the_other_models_traffic(tmp_path) -> None:
+    # 214 MiB left: tiny_llama's floor (86) and tiny_qwen3's traffic, 2 sequences of 8 blocks (140),
+    # do not fit. Dropping tiny_llama fits; its printed overrides keep tiny_qwen3's traffic.
+    from rbln_build.colocation import overrides_for, plan_for
+
+    MiB = 2**20
+    base = [
+        "deployment=tiny_pair",
+        "deployment.models.1.traffic={concurrent_sequences:2}",
+        f"deployment.reservations.0.bytes={ATOM.available_per_chiplet // MiB - 214}MB",
+        f"build_dir={tmp_path}",
+    ]
+    settings = compose_settings(base)
+    plan = plan_for(settings)
+    assert not plan.feasible
+    drop = next(s for s in plan.suggestions if s.kind == "drop_model" and s.subject == "tiny_llama")
+    printed = overrides_for(settings.deployment)(drop)
+    assert printed == ["deployment.models=[{model:tiny_qwen3,port:8101,traffic:{concurrent_sequences:2}}]"]
+    applied = compose_settings([*base, *printed])
+    assert applied.deployment.models[0].traffic == Traffic(concurrent_sequences=2)
+    again = plan_for(applied)
+    assert again.feasible and counts(again.chosen) == counts(drop.plan) == {"tiny_qwen3": 16}

@@ -145,7 +145,10 @@ def suggestions(
                 moved = [retarget(t, other) for t in tenants]
             except (UserError, EstimateError):
                 continue
-            variant = _variant(other, mode, moved, reservations, problem.margins, problem.solver)
+            # per-device margins follow only onto a target of the same device count (overrides_for drops
+            # them otherwise); the deployment's margin always does
+            margins = problem.margins if other.num_devices == target.num_devices else Margins(problem.margins.default)
+            variant = _variant(other, mode, moved, reservations, margins, problem.solver)
             if variant is not None:
                 add(-len(targets) - 1 + i, Suggestion("device", "", target.name, other.name, Fraction(0), variant))
     for index, tenant in enumerate(tenants):
