@@ -60,7 +60,9 @@ def test_a_fractional_margin_rounds_up_and_names_itself_in_a_conflict() -> None:
     assert "MiB left by the reservations and the margin" in tight.chosen.reason
     # every suggestion holds the margin too: its plan's headroom is measured after it
     assert tight.suggestions and all(min(s.plan.headroom()) >= 0 for s in tight.suggestions)
-    assert all(s.plan.held() == (held,) for s in tight.suggestions)
+    assert all(s.plan.held() == (held,) for s in tight.suggestions if s.kind != "margin")
+    lowered = next(s for s in tight.suggestions if s.kind == "margin")  # the floors leave 12 MiB of 226
+    assert (lowered.old, lowered.new) == (held, 12 * MiB) and lowered.plan.held() == (12 * MiB,)
 
 
 def test_a_device_margin_replaces_the_deployments_on_that_device() -> None:
@@ -118,3 +120,24 @@ def test_each_bad_margin_is_one_clear_error(node: dict, message: str) -> None:
         deployment_from_config("x", OmegaConf.create(node))
     assert message in str(info.value)
     assert str(info.value).count("deployment.") == 1  # one error, about that one key
+
+
+def test_a_margin_that_does_not_fit_gets_the_largest_that_does_applied_as_printed(tmp_path) -> None:
+    # tiny_pair leaves 226 MiB; the floors need 214, so a 20 MiB margin does not fit and 12 MiB does
+    # (with 0 headroom): the change gives up 8/20 of the margin. Applied as printed, it plans the same.
+    from rbln_build.colocation import overrides_for, plan_for
+
+    base = ["deployment=tiny_pair", "deployment.margin=20MB", f"build_dir={tmp_path}"]
+    settings = compose_settings(base)
+    plan = plan_for(settings)
+    assert not plan.feasible
+    lowered = next(s for s in plan.suggestions if s.kind == "margin")
+    assert (lowered.old, lowered.new, lowered.given_up) == (20 * MiB, 12 * MiB, Fraction(2, 5))
+    assert lowered.describe() == "margin: 20,971,520 -> 12,582,912 bytes per chiplet (the largest whole MiB that fits)"
+    assert counts(lowered.plan) == {"tiny_llama": 6, "tiny_qwen3": 12} and lowered.plan.headroom() == (0,)
+    printed = overrides_for(settings.deployment)(lowered)
+    assert printed == ["deployment.margin=12MB"]
+    again = plan_for(compose_settings([*base, *printed]))
+    assert again.feasible and counts(again.chosen) == counts(lowered.plan)
+    # one MiB more does not fit
+    assert not plan_for(compose_settings([*base, "deployment.margin=13MB"])).feasible

@@ -71,6 +71,9 @@ def overrides_for(d: Deployment) -> Callable[[Suggestion], list[str]]:
                 if d.margins.devices:  # nor per-device margins: the deployment's margin stays (as planned)
                     out.append("deployment.device_margins=null")
             return out
+        if s.kind == "margin":
+            nbytes = int(s.new)  # type: ignore[call-overload]
+            return [f"deployment.margin={nbytes // 2**20}MB" if nbytes else "deployment.margin=null"]
         if s.kind == "drop_model":
             kept = [_mapping(_model_entry(m)) for m in d.models if m.name != s.subject]
             return ["deployment.models=[" + ",".join(kept) + "]"]

@@ -11,6 +11,7 @@ says so with the new value (``Suggestion.also``). Searched:
 * ``min_blocks``: the largest smaller minimum, for a model that sets one;
 * ``memory_budget``: the largest budget that fits, for a model with a fixed budget;
 * ``reservation``: the largest size (whole MiB) at which a reservation fits, else ``drop_reservation``;
+* ``margin``: the largest deployment margin (whole MiB per chiplet, 0 for none) at which it fits;
 * ``drop_model``: the deployment without one of its models.
 
 ``given_up`` ranks them (``MEASURE``). A batch, length or device change needs the model's report
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..errors import BuildError, EstimateError, UserError
-from ._inputs import NO_MARGIN, Margins, Reservation, Target, Tenant
+from ._inputs import NO_MARGIN, Margin, Margins, Reservation, Target, Tenant
 from ._modeplan import ModePlan
 from ._planner import BLOCKS, BUDGET, DEFAULT_SOLVER, Problem, Solver, budget_value
 
@@ -39,14 +40,14 @@ Also = tuple[tuple[str, object, object], ...]
 MEASURE = (
     "what a change gives up: batch_size or max_seq_len, the fraction of the model's tokens in flight "
     "(batch_size x max_seq_len); min_blocks, the fraction of its full pool no longer guaranteed; a fixed "
-    "memory_budget, the fraction of the budget; a reservation, the fraction of its bytes; dropping a model, "
+    "memory_budget, the fraction of the budget; a reservation or the margin, the fraction of its bytes; dropping a model, "
     "all of it (1); switching to mode blocks or to another device target, nothing of the models (0)"
 )
 
 
 @dataclass(frozen=True)
 class Suggestion:
-    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | drop_model
+    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | margin | drop_model
     subject: str  # the model or reservation it changes ('' for mode and device)
     old: object
     new: object
@@ -65,6 +66,9 @@ class Suggestion:
             return f"drop reservation {self.subject} ({self.old:,} bytes per device)"
         if self.kind == "reservation":
             return f"reservation {self.subject}: bytes {self.old:,} -> {self.new:,} (the largest whole MiB that fits)"
+        if self.kind == "margin":
+            what = "no margin" if not self.new else "the largest whole MiB that fits"
+            return f"margin: {self.old:,} -> {self.new:,} bytes per chiplet ({what})"
         text = f"{self.subject}: {self.kind} {self.old!r} -> {self.new!r}"
         for key, old, new in self.also:
             text += f", {key} {old!r} -> {new!r}"
@@ -157,6 +161,9 @@ def suggestions(
         for suggestion in _tenant_changes(problem, mode, tenants, reservations, index, reshape):
             add(index, suggestion)
     n = len(tenants)
+    lowered = _smaller_margin(problem, mode, tenants, reservations)
+    if lowered is not None:
+        add(n + len(reservations) - 1, lowered)  # after the reservations, before dropping a model
     for index in range(len(reservations)):
         smaller = _smaller_reservation(problem, mode, tenants, reservations, index)
         if smaller is not None:
@@ -172,6 +179,35 @@ def suggestions(
                     Suggestion("drop_model", tenant.name, None, None, Fraction(1), variant),
                 )
     return [s for _, _, s in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+def _smaller_margin(
+    problem: Problem, mode: str, tenants: list[Tenant], reservations: list[Reservation]
+) -> Suggestion | None:
+    """The largest deployment margin (whole MiB per chiplet) at which the plan fits, verified by
+    planning again: the room the lower bounds and the reservations leave on every chiplet of the
+    devices that take the deployment's margin (a device with its own margin keeps it)."""
+    target, margins = problem.target, problem.margins
+    old = margins.default.on(target.available_per_chiplet)
+    floors = problem.at_floors(mode, with_reserved=False)
+    if not old or floors is None:
+        return None
+    own = dict(margins.devices)
+    room = []
+    for k, (node, _) in enumerate(target.buckets()):
+        left = target.available_per_chiplet - problem.reserved[k] - floors[k]
+        if node in own:
+            if left < problem.margin[k]:
+                return None  # a device's own margin is in the way: lowering the deployment's does not help
+            continue
+        room.append(left)
+    if not room or min(room) < 0:
+        return None
+    new = min(min(room) // MiB * MiB, (old - 1) // MiB * MiB)
+    variant = _variant(target, mode, tenants, reservations, Margins(Margin(new), margins.devices), problem.solver)
+    if variant is None:
+        raise BuildError(f"planner: a margin of {new} bytes should fit and does not; a bug.")
+    return Suggestion("margin", "", old, new, Fraction(old - new, old), variant)
 
 
 def _smaller_reservation(
