@@ -64,3 +64,21 @@ def test_a_plan_the_search_finishes_does_not_import_ortools(tmp_path: Path, env:
     pytest.importorskip("ortools")
     assert not _imports_ortools(tmp_path, env)  # auto: the search finishes
     assert _imports_ortools(tmp_path, env, "deployment.solver.method=cp-sat")  # the check can see it
+
+
+@pytest.mark.slow  # two torch exports (~10 s)
+def test_a_built_deployment_records_and_checks_its_margin(tmp_path: Path, env: dict[str, str]) -> None:
+    # tiny_pair with a 4 MiB margin builds (8, 12) (see above); the record's totals come from the built
+    # reports at the built counts, and its headroom is what they leave once the margin is held
+    build = tmp_path / "build"
+    check_ok(rbln(["deployment=tiny_pair", "deployment.margin=4MB", f"build_dir={build}"], cwd=tmp_path, env=env))
+    record = json.loads((build / "manifest.json").read_text())["deployments"]["tiny_pair"]
+    assert {n: v["kvcache_num_blocks"] for n, v in record["models"].items()} == {"tiny_llama": 8, "tiny_qwen3": 12}
+    per = record["per_chiplet"]
+    assert per["margin"] == [[4 * MiB]] and per["headroom"] == [[per["available"] - per["total"][0][0] - 4 * MiB]]
+    assert per["headroom"] == [[0]] and record["fits"] and record["problems"] == []
+    # the serve commands of the built deployment pin vllm-rbln's optimum path
+    proc = rbln(["serve-command", "deployment=tiny_pair", "--json", f"build_dir={build}"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    commands = json.loads(proc.stdout)["commands"]
+    assert [c["env"]["VLLM_RBLN_USE_VLLM_MODEL"] for c in commands] == ["0", "0"]
