@@ -74,9 +74,8 @@ def overrides_for(d: Deployment) -> Callable[[Suggestion], list[str]]:
         if s.kind == "margin":
             nbytes = int(s.new)  # type: ignore[call-overload]
             return [f"deployment.margin={nbytes // 2**20}MB" if nbytes else "deployment.margin=null"]
-        if s.kind in ("drop_model", "drop_models"):
-            dropped = s.subject.split("+")
-            kept = [_mapping(_model_entry(m)) for m in d.models if m.name not in dropped]
+        if s.kind == "drop_model":
+            kept = [_mapping(_model_entry(m)) for m in d.models if m.name != s.subject]
             return ["deployment.models=[" + ",".join(kept) + "]"]
         if s.kind in ("reservation", "drop_reservation"):
             j = next(j for j, r in enumerate(d.reservations) if r.name == s.subject)

@@ -12,9 +12,7 @@ says so with the new value (``Suggestion.also``). Searched:
 * ``memory_budget``: the largest budget that fits, for a model with a fixed budget;
 * ``reservation``: the largest size (whole MiB) at which a reservation fits, else ``drop_reservation``;
 * ``margin``: the largest deployment margin (whole MiB per chiplet, 0 for none) at which it fits;
-* ``drop_model``: the deployment without one of its models;
-* ``drop_models``: only when no single change fits, the deployment without two of its models
-  (every pair, ``subject`` "a+b"): two models that each cannot fit alone get a change.
+* ``drop_model``: the deployment without one of its models.
 
 ``given_up`` ranks them (``MEASURE``). A batch, length or device change needs the model's report
 there: ``reshape`` and ``retarget`` provide it (the build layer asks the compile cache or the memory
@@ -23,7 +21,6 @@ model), so this module stays pure.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -44,13 +41,13 @@ MEASURE = (
     "what a change gives up: batch_size or max_seq_len, the fraction of the model's tokens in flight "
     "(batch_size x max_seq_len); min_blocks, the fraction of its full pool no longer guaranteed; a fixed "
     "memory_budget, the fraction of the budget; a reservation or the margin, the fraction of its bytes; dropping a model, "
-    "all of it (1), two models (2); switching to mode blocks or to another device target, nothing of the models (0)"
+    "all of it (1); switching to mode blocks or to another device target, nothing of the models (0)"
 )
 
 
 @dataclass(frozen=True)
 class Suggestion:
-    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | margin | drop_model | drop_models
+    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | margin | drop_model
     subject: str  # the model or reservation it changes ('' for mode and device)
     old: object
     new: object
@@ -65,8 +62,6 @@ class Suggestion:
             return f"device {self.old} -> {self.new} (the whole deployment on another device target)"
         if self.kind == "drop_model":
             return f"drop model {self.subject}"
-        if self.kind == "drop_models":
-            return f"drop models {' and '.join(self.subject.split('+'))}"
         if self.kind == "drop_reservation":
             return f"drop reservation {self.subject} ({self.old:,} bytes per device)"
         if self.kind == "reservation":
@@ -183,13 +178,6 @@ def suggestions(
                     n + len(reservations) + index,
                     Suggestion("drop_model", tenant.name, None, None, Fraction(1), variant),
                 )
-    if not found and n > 2:  # no single change fits: two changes, each pair of models dropped
-        for pair, (i, j) in enumerate(itertools.combinations(range(n), 2)):
-            kept = [t for k, t in enumerate(tenants) if k not in (i, j)]
-            variant = _variant(target, mode, kept, reservations, problem.margins, problem.solver)
-            if variant is not None:
-                subject = f"{tenants[i].name}+{tenants[j].name}"
-                add(pair, Suggestion("drop_models", subject, None, None, Fraction(2), variant))
     return [s for _, _, s in sorted(found, key=lambda f: (f[0], f[1]))]
 
 
