@@ -77,9 +77,18 @@ def choices(target: Target, tenant: Tenant, mode: str) -> list[tuple[int, list[i
     return out
 
 
-def best(target: Target, tenants: list[Tenant], reservations: list[Reservation], mode: str) -> dict[str, int] | None:
-    """The optimal counts by name, or None when nothing fits."""
+def best(
+    target: Target,
+    tenants: list[Tenant],
+    reservations: list[Reservation],
+    mode: str,
+    margin: list[int] | None = None,
+) -> dict[str, int] | None:
+    """The optimal counts by name, or None when nothing fits. ``margin``: bytes held back on every
+    (node, chiplet), node-major (charged like a reservation)."""
     base = reserved(target, reservations)
+    if margin is not None:
+        base = [b + m for b, m in zip(base, margin, strict=True)]
     available = target.available_per_chiplet
     options = [choices(target, t, mode) for t in tenants]
     top: tuple[Any, ...] | None = None

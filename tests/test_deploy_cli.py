@@ -151,8 +151,8 @@ def test_qwen3_8b_and_llama3_2_1b_on_one_rebel100_planned_built_and_served(tmp_p
     check_ok(proc)
     commands = json.loads(proc.stdout)["commands"]
     assert [(c["model"], c["port"], c["env"]) for c in commands] == [
-        ("qwen3_8b", 8000, {"RBLN_VISIBLE_DEVICES": "0"}),
-        ("llama3_2_1b", 8001, {"RBLN_VISIBLE_DEVICES": "0"}),
+        ("qwen3_8b", 8000, {"VLLM_RBLN_USE_VLLM_MODEL": "0", "RBLN_VISIBLE_DEVICES": "0"}),
+        ("llama3_2_1b", 8001, {"VLLM_RBLN_USE_VLLM_MODEL": "0", "RBLN_VISIBLE_DEVICES": "0"}),
     ]
     for c in commands:
         artifact = build / "artifacts" / c["cell"]
@@ -160,7 +160,7 @@ def test_qwen3_8b_and_llama3_2_1b_on_one_rebel100_planned_built_and_served(tmp_p
     text = rbln(["serve-command", QL, f"build_dir={build}"], cwd=tmp_path, env=env)
     check_ok(text)
     assert (
-        "RBLN_VISIBLE_DEVICES=0 vllm serve Qwen/Qwen3-8B --port 8000 --max-num-seqs 8 --max-model-len 40960 "
+        "VLLM_RBLN_USE_VLLM_MODEL=0 RBLN_VISIBLE_DEVICES=0 vllm serve Qwen/Qwen3-8B --port 8000 --max-num-seqs 8 --max-model-len 40960 "
         "--block-size 8192 --max-num-batched-tokens 512 --dtype bfloat16" in text.stdout
     )
 

@@ -61,10 +61,12 @@ def test_an_rbln_program_is_served_precompiled_from_its_artifact() -> None:
         serving["flags"]["max_num_batched_tokens"] == 128 and serving["flags"]["rbln_num_devices_per_local_rank"] == 4
     )
     command = command_for(serving, 8000, (4, 5, 6, 7), "build")
-    assert command["env"] == {"RBLN_VISIBLE_DEVICES": "4,5,6,7"}
+    assert command["env"] == {"VLLM_RBLN_USE_VLLM_MODEL": "0", "RBLN_VISIBLE_DEVICES": "4,5,6,7"}
     assert command["argv"][:5] == ["vllm", "serve", "build/artifacts/qwen3_8b.atom_max_x4.b0.5", "--port", "8000"]
     assert command["argv"][-2:] == ["--additional-config", '{"optimum_overrides": {"device": [0, 1, 2, 3]}}']
-    assert command["shell"].startswith("RBLN_VISIBLE_DEVICES=4,5,6,7 vllm serve build/artifacts/")
+    assert command["shell"].startswith(
+        "VLLM_RBLN_USE_VLLM_MODEL=0 RBLN_VISIBLE_DEVICES=4,5,6,7 vllm serve build/artifacts/"
+    )
 
 
 def test_an_explicit_count_cannot_be_reproduced_by_compiling_at_start_up() -> None:

@@ -94,6 +94,7 @@ class Tenants:
             memory_budget=dm.memory_budget,
             source=source,
             options=tuple(sorted(options.items())),
+            traffic=dm.traffic,
         )
 
     def reshape(self, tenant: Tenant, change: dict[str, int]) -> Tenant:
@@ -134,6 +135,8 @@ def plan_for(settings: BuildSettings, stage: bool = False) -> DeploymentPlan:
             reshape=tenants.reshape,
             retarget=tenants.retarget,
             targets=shipped_targets(),
+            margins=d.margins,
+            solver=d.solver,
         )
     except BaseException:
         tenants.reports.discard()
@@ -291,10 +294,12 @@ def _record(
             "serve_budget_bytes": serve_budget,
         }
     available = target.available_per_chiplet
-    headroom = [available - u for u in used]
+    margin = chosen.held()
+    headroom = [available - u - m for u, m in zip(used, margin, strict=True)]
     fits = all(h >= 0 for h in headroom)
     if not fits:
-        problems.append("the built reports' per-chiplet totals exceed the available DRAM")
+        held = " once the margin is held" if any(margin) else ""
+        problems.append(f"the built reports' per-chiplet totals exceed the available DRAM{held}")
     return {
         "device": d.device.name,
         "npu": target.npu.name,
@@ -306,11 +311,12 @@ def _record(
         "per_chiplet": {
             "available": available,
             "reserved": [list(r) for r in grid(chosen.reserved)],
+            "margin": [list(r) for r in grid(margin)],
             "total": [list(r) for r in grid(tuple(used))],
             "headroom": [list(r) for r in grid(tuple(headroom))],
         },
         "serve": {"device_ids": list(d.device_ids)},
-        "fits": fits,  # the built reports at the built counts, plus the reservations, fit every chiplet
+        "fits": fits,  # the built reports at the built counts, plus the reservations and the margin, fit every chiplet
         "status": "ok" if not problems else "failed",
         "problems": problems,
     }

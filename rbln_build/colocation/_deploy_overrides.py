@@ -9,10 +9,11 @@ the ones that stay with every key they were configured with, and each model's po
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from ..config import Deployment, DeploymentModel
-from ..deploy import Suggestion
+from ..deploy import Suggestion, Traffic
 
 __all__ = ["overrides_for"]
 
@@ -32,7 +33,14 @@ def _value(value: Any) -> str:
 
 
 def _mapping(items: dict[str, Any]) -> str:
-    return "{" + ",".join(f"{k}:{_value(v)}" for k, v in items.items() if v is not None) + "}"
+    return "{" + ",".join(f"{k}:{_entry(v)}" for k, v in items.items() if v is not None) + "}"
+
+
+def _entry(value: Any) -> str:
+    if isinstance(value, Traffic):  # a nested mapping of its set fields (rates as the floats configured)
+        fields = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in vars(value).items()}
+        return _mapping(fields)
+    return _value(value)
 
 
 def _model_entry(dm: DeploymentModel) -> dict[str, Any]:
@@ -45,6 +53,7 @@ def _model_entry(dm: DeploymentModel) -> dict[str, Any]:
         "weight": None if dm.weight == 1 else float(dm.weight),
         "memory_budget": dm.memory_budget,
         "port": dm.port,  # explicit: the models after a dropped one keep their ports
+        "traffic": dm.traffic,
     }
 
 
@@ -59,7 +68,12 @@ def overrides_for(d: Deployment) -> Callable[[Suggestion], list[str]]:
             out = [f"deployment.device={s.new}"]
             if len(d.device_ids) != s.plan.target.num_devices:  # pinned ids of the old count cannot stay
                 out.append("deployment.serve.device_ids=null")
+                if d.margins.devices:  # nor per-device margins: the deployment's margin stays (as planned)
+                    out.append("deployment.device_margins=null")
             return out
+        if s.kind == "margin":
+            nbytes = int(s.new)  # type: ignore[call-overload]
+            return [f"deployment.margin={nbytes // 2**20}MB" if nbytes else "deployment.margin=null"]
         if s.kind == "drop_model":
             kept = [_mapping(_model_entry(m)) for m in d.models if m.name != s.subject]
             return ["deployment.models=[" + ",".join(kept) + "]"]

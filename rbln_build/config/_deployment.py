@@ -16,8 +16,12 @@ errors, each naming its key) and turns it into a frozen ``Deployment``::
         weight: 1.0                  # who gets the room left once every model has its max-min share
         memory_budget: null          # fixed budget (any memory_budget form): not planned, accounted for
         port: null                   # serve-command; null: serve.port + its index
+        traffic: {concurrent_sequences: 4, prompt_tokens: 2000, output_tokens: 500}   # its blocks first
     reservations:                    # bytes per device held for tenants that are not LLMs
       - {name: vision_encoder, bytes: 4GB, chiplet: null}   # chiplet null: spread evenly
+    margin: 512MB                    # held back on every chiplet: bytes, or a fraction (0.02) of a chiplet
+    device_margins: [null, 1GB]      # one per device of the target, replacing `margin` there; null: `margin`
+    solver: {method: auto, time_limit: 60}   # auto | search | cp-sat (the solver extra); seconds for cp-sat
     serve: {port: 8000, device_ids: null}   # device_ids null: 0 .. num_devices-1
 
 Only this module and ``_config`` touch OmegaConf for deployments.
@@ -34,9 +38,9 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..deploy import Reservation
+from ..deploy import SOLVERS, Margin, Margins, Reservation, Solver, Traffic
 from ..errors import ConfigError, EstimateError
-from ..estimator import BYTE_UNITS, LIMITS, check_budget
+from ..estimator import BYTE_UNITS, LIMITS, check_budget, resolve_npu
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
 from ._settings import Device, Model
 
@@ -45,6 +49,8 @@ __all__ = [
     "DeploymentModelConf",
     "ReservationConf",
     "ServeConf",
+    "TrafficConf",
+    "SolverConf",
     "DeploymentConf",
     "DeploymentModel",
     "Deployment",
@@ -62,6 +68,15 @@ class DeploymentMode(enum.Enum):
 
 
 @dataclass
+class TrafficConf:
+    concurrent_sequences: Optional[int] = None  # sequences it must hold at once; or the next two
+    requests_per_s: Optional[float] = None  # x seconds_per_request = concurrent sequences (Little's law)
+    seconds_per_request: Optional[float] = None
+    prompt_tokens: Optional[int] = None  # mean; with output_tokens, a sequence's length (null: max_seq_len)
+    output_tokens: Optional[int] = None
+
+
+@dataclass
 class DeploymentModelConf:
     model: str = MISSING  # conf/model/<name>.yaml
     name: Optional[str] = None  # null: the model's name
@@ -71,6 +86,7 @@ class DeploymentModelConf:
     weight: float = 1.0
     memory_budget: Any = None  # a fixed budget: this model is not planned
     port: Optional[int] = None  # null: serve.port + the model's index
+    traffic: Any = None  # a TrafficConf mapping: what it must serve (its blocks first, then the rest is shared)
 
 
 @dataclass
@@ -87,6 +103,12 @@ class ServeConf:
 
 
 @dataclass
+class SolverConf:
+    method: str = "auto"  # auto: the search, then CP-SAT past a few thousand nodes | search | cp-sat
+    time_limit: float = 60.0  # seconds CP-SAT may take per plan; past it the best plan found, and its gap
+
+
+@dataclass
 class DeploymentConf:
     """conf/deployment/<name>.yaml: models that share one device target."""
 
@@ -94,6 +116,9 @@ class DeploymentConf:
     mode: DeploymentMode = DeploymentMode.budget
     models: List[DeploymentModelConf] = MISSING
     reservations: List[ReservationConf] = field(default_factory=list)
+    margin: Any = None  # per chiplet: bytes (int or "512MB") or a fraction of the chiplet in [0, 1); null: none
+    device_margins: Optional[List[Any]] = None  # one per device of the target (null entries: `margin`)
+    solver: SolverConf = field(default_factory=SolverConf)
     serve: ServeConf = field(default_factory=ServeConf)
 
 
@@ -114,6 +139,7 @@ class DeploymentModel:
     weight: Fraction
     memory_budget: Any
     port: int
+    traffic: Traffic | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +150,8 @@ class Deployment:
     models: tuple[DeploymentModel, ...]
     reservations: tuple[Reservation, ...]
     device_ids: tuple[int, ...]
+    margins: Margins = Margins()
+    solver: Solver = Solver()
 
     def model(self, name: str) -> DeploymentModel:
         return next(m for m in self.models if m.name == name)
@@ -169,6 +197,100 @@ def _reservation_bytes(where: str, value: Any) -> int:
     if nbytes <= 0:
         raise ConfigError(f"{where}: expected a positive byte count, got {value!r}.")
     return nbytes
+
+
+def _margin(where: str, value: Any, available: int) -> Margin:
+    """A margin per chiplet: bytes (an int or a byte string with a binary unit) or a fraction of the
+    chiplet's available DRAM in [0, 1); it must leave something of the chiplet."""
+    if isinstance(value, float):
+        if not 0 <= value < 1:
+            raise ConfigError(
+                f"{where}: a fraction of a chiplet must be at least 0 and below 1 (0.02 holds back 2%), got {value!r}; "
+                "or give bytes per chiplet ('512MB')."
+            )
+        margin = Margin(fraction=Fraction(repr(value)))
+    elif isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        margin = Margin()
+    else:
+        try:
+            margin = Margin(nbytes=_reservation_bytes(where, value))
+        except ConfigError:
+            raise ConfigError(
+                f"{where}: expected a margin per chiplet, bytes (an int, or a byte string with a binary unit "
+                f"B/KB/MB/GB/TB such as '512MB') or a fraction of the chiplet in [0, 1) (0.02), got {value!r}."
+            ) from None
+    if margin.on(available) >= available:
+        raise ConfigError(
+            f"{where}: {value!r} holds back {margin.on(available):,} B per chiplet, which leaves nothing of the "
+            f"{available:,} B a chiplet of this device offers; lower it."
+        )
+    return margin
+
+
+def _margins(name: str, cfg: DictConfig, device: Device) -> Margins:
+    available = resolve_npu(device.npu).available_per_chiplet
+    margin = _plain(cfg.margin)
+    default = Margin() if margin is None else _margin("deployment.margin", margin, available)
+    per_device = _plain(cfg.device_margins)
+    if per_device is None:
+        return Margins(default)
+    if len(per_device) != device.num_devices:
+        raise ConfigError(
+            f"deployment.device_margins ({name}): expected one entry per device of {device.name} "
+            f"(num_devices {device.num_devices}; null keeps `margin` there), got {len(per_device)}: {per_device}."
+        )
+    devices = tuple(
+        (i, _margin(f"deployment.device_margins[{i}]", v, available)) for i, v in enumerate(per_device) if v is not None
+    )
+    return Margins(default, devices)
+
+
+def _traffic(where: str, node: Any) -> Traffic | None:
+    """A model's traffic: concurrent sequences, or requests/s with seconds per request; token counts optional."""
+    if node is None:
+        return None
+    where = f"{where}.traffic"
+    given = _plain(node)
+    keys = [f.name for f in fields(TrafficConf)]
+    if not isinstance(given, dict):
+        raise ConfigError(f"{where}: expected a mapping with some of the keys {', '.join(keys)}, got {given!r}.")
+    for key in given:
+        if key not in keys:
+            raise ConfigError(f"{where}.{key}: not a traffic key; expected some of {', '.join(keys)}.")
+    t = {k: given.get(k) for k in keys}
+    for key in ("concurrent_sequences", "prompt_tokens", "output_tokens"):
+        if t[key] is not None and (not isinstance(t[key], int) or isinstance(t[key], bool)):
+            raise ConfigError(f"{where}.{key}: expected an integer, got {t[key]!r}.")
+    for key in ("requests_per_s", "seconds_per_request"):
+        if t[key] is not None and (not isinstance(t[key], (int, float)) or isinstance(t[key], bool)):
+            raise ConfigError(f"{where}.{key}: expected a number, got {t[key]!r}.")
+    concurrent, rate, seconds = t["concurrent_sequences"], t["requests_per_s"], t["seconds_per_request"]
+    if (concurrent is None) == (rate is None and seconds is None) or (concurrent is None and None in (rate, seconds)):
+        raise ConfigError(
+            f"{where}: give either concurrent_sequences, or requests_per_s with seconds_per_request (Little's law: "
+            f"their product is the sequences in flight), got {t}."
+        )
+    for key in ("requests_per_s", "seconds_per_request"):
+        number = t[key]
+        if number is not None and not 0 < float(number) < float("inf"):
+            raise ConfigError(f"{where}.{key}: expected a positive number, got {number}.")
+    return Traffic(
+        concurrent_sequences=_positive(f"{where}.concurrent_sequences", concurrent, limit="batch_size"),
+        requests_per_s=None if rate is None else Fraction(repr(float(rate))),
+        seconds_per_request=None if seconds is None else Fraction(repr(float(seconds))),
+        prompt_tokens=_positive(f"{where}.prompt_tokens", t["prompt_tokens"], minimum=0, limit="max_seq_len"),
+        output_tokens=_positive(f"{where}.output_tokens", t["output_tokens"], minimum=0, limit="max_seq_len"),
+    )
+
+
+def _solver(cfg: DictConfig) -> Solver:
+    method = str(cfg.solver.method)
+    if method not in SOLVERS:
+        raise ConfigError(f"deployment.solver.method: expected one of {', '.join(SOLVERS)}, got {method!r}.")
+    limit = float(cfg.solver.time_limit)
+    if not 0 < limit <= 86_400:
+        raise ConfigError(f"deployment.solver.time_limit: expected seconds above 0 and at most 86400, got {limit:g}.")
+    return Solver(method, limit)
 
 
 def _positive(where: str, value: Any, minimum: int = 1, limit: str | int | None = None) -> int | None:
@@ -227,6 +349,7 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
                 weight=Fraction(weight),
                 memory_budget=budget,
                 port=_positive(f"{where}.port", m.port, limit=65535 - len(cfg.models)) or port + i,
+                traffic=_traffic(where, m.traffic),
             )
         )
     ports = [m.port for m in models]
@@ -254,4 +377,6 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
         models=tuple(models),
         reservations=tuple(reservations),
         device_ids=tuple(ids),
+        margins=_margins(name, cfg, device),
+        solver=_solver(cfg),
     )

@@ -3,6 +3,7 @@
     _inputs    the target, the tenants (a model and its report), reservations, and what a tenant
                occupies per (node, chiplet) at every count (the estimator's arithmetic)
     _search    the exact search: max-min by binary search, then branch and bound
+    _cpsat     steps 2-4 of the objective as a constraint program (OR-Tools CP-SAT, optional)
     _planner   one mode's plan (budget: the smallest budget per planned count; blocks: explicit counts)
     _modeplan  that plan: each model's count, budget and usage, the objective, the conflicts
     _conflict  an infeasible plan's every conflicting model, each with its reason
@@ -17,17 +18,22 @@ the memory model, and turns a plan into cells.
 from __future__ import annotations
 
 from ._conflict import Conflict
-from ._inputs import Demand, Grid, Reservation, Target, Tenant
-from ._modeplan import Assignment, ModePlan, Objective
+from ._inputs import Demand, Grid, Margin, Margins, Reservation, Target, Tenant, Traffic
+from ._modeplan import Assignment, ModePlan, Objective, Proof
 from ._plan import MEASURE, DeploymentPlan, Reshape, Retarget, Suggestion, plan_deployment
 from ._planner import (
     ACCOUNTING,
     BLOCKS,
     BUDGET,
+    CP_SAT,
+    DEFAULT_SOLVER,
     MODES,
     NODE_LIMIT,
     OBJECTIVE,
+    SEARCH,
+    SOLVERS,
     Problem,
+    Solver,
     budget_value,
 )
 from ._render import mib, plan_json, render_chiplets, render_plan
@@ -42,9 +48,17 @@ __all__ = [
     "DeploymentPlan",
     "Grid",
     "MEASURE",
+    "Margin",
+    "Margins",
     "MODES",
     "ModePlan",
     "NODE_LIMIT",
+    "CP_SAT",
+    "DEFAULT_SOLVER",
+    "SEARCH",
+    "SOLVERS",
+    "Solver",
+    "Proof",
     "OBJECTIVE",
     "Objective",
     "Problem",
@@ -54,6 +68,7 @@ __all__ = [
     "Suggestion",
     "Target",
     "Tenant",
+    "Traffic",
     "budget_value",
     "mib",
     "plan_deployment",

@@ -53,7 +53,8 @@ def _where(problem: Problem, members: Sequence[str], mode: str) -> str:
     k = max(range(len(room)), key=lambda i: (need[i] - room[i], -i))
     node, chiplet = problem.target.buckets()[k]
     where = f"chiplet {chiplet}" if problem.target.num_devices == 1 else f"device {node} chiplet {chiplet}"
-    left = "left by the reservations" if problem.reserved[k] else "available"
+    held = [what for what, n in (("the reservations", problem.reserved[k]), ("the margin", problem.margin[k])) if n]
+    left = f"left by {' and '.join(held)}" if held else "available"
     return f"on {where} {'they need' if len(members) > 1 else 'it needs'} {_mib(need[k])} MiB, " + (
         f"{_mib(need[k] - room[k])} MiB more than the {_mib(room[k])} MiB {left}"
     )
@@ -62,7 +63,15 @@ def _where(problem: Problem, members: Sequence[str], mode: str) -> str:
 def bound_text(t: Tenant) -> str:
     if t.fixed:
         return f"count at its fixed memory_budget {t.memory_budget!r}"
-    what = "full pool (eager attention)" if t.eager else "floor" if t.lower_bound == t.floor else "min_blocks"
+    if t.eager:
+        what = "full pool (eager attention)"
+    elif t.lower_bound == t.floor:
+        what = "floor"
+    elif t.lower_bound == (t.min_blocks or 0):
+        what = "min_blocks"
+    else:
+        assert t.traffic is not None
+        what = f"traffic need ({t.traffic.describe(t.attention)})"
     return f"{what} of {t.lower_bound} blocks"
 
 
@@ -73,8 +82,8 @@ def find_conflicts(problem: Problem, mode: str) -> tuple[Conflict, ...]:
     names = [t.name for t in problem.tenants]
     bounds = {t.name: bound_text(t) for t in problem.tenants}
     out: dict[str, Conflict] = {}
-    if max(problem.reserved) > target.available_per_chiplet:
-        return ()  # the reservations alone do not fit: no model is to blame
+    if max(r + m for r, m in zip(problem.reserved, problem.margin, strict=True)) > target.available_per_chiplet:
+        return ()  # the reservations (and the margin) alone do not fit: no model is to blame
     for d in problem.demands:
         fixed = problem.fixed_resolution(d) if d.tenant.fixed else None
         name = d.tenant.name

@@ -7,6 +7,13 @@
   count, or a fixed ``memory_budget`` that takes it out of the planning).
 * ``Reservation``: bytes per device held for something that is not one of the models (a vision
   encoder, room for a later batch increase), on one chiplet or spread evenly over all of them.
+* ``Margins``: bytes held back on every chiplet for what the numbers do not know (the reports are
+  estimates until the real compiler runs; the runtime's own per-process memory is not in them): one
+  margin for the deployment, and one per device (node) of the target that replaces it there; each is
+  bytes per chiplet or a fraction of the chiplet's available DRAM, rounded up to a whole byte.
+* ``Traffic``: what a model must serve at once (concurrent sequences, or requests/s times seconds per
+  request, Little's law), and how long a sequence is (prompt plus output tokens; default its
+  ``max_seq_len``): the blocks it needs, which the plan meets before it shares the rest.
 * ``Demand``: a tenant's bytes on every (node, chiplet) at every count from 0 to its full pool,
   computed once with the estimator's own arithmetic (``rbln_build.estimator``: non-KV bytes per
   chiplet, each KV tensor scaled to N blocks and rounded up to 2 MiB *after* scaling).
@@ -23,7 +30,7 @@ from fractions import Fraction
 from ..errors import ConfigError
 from ..estimator import AllocationReport, AttentionConfig, NpuTarget, Request, estimate, kv_bytes_at, resolve_budget
 
-__all__ = ["Grid", "Target", "Tenant", "Reservation", "Demand", "ceil_div"]
+__all__ = ["Grid", "Target", "Tenant", "Reservation", "Margin", "Margins", "NO_MARGIN", "Traffic", "Demand", "ceil_div"]
 
 Grid = tuple[tuple[int, ...], ...]  # [node][chiplet] -> bytes
 
@@ -74,6 +81,86 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class Margin:
+    """Bytes held back on every chiplet: ``nbytes``, plus ``fraction`` of the chiplet's available
+    DRAM rounded up (the config gives one or the other)."""
+
+    nbytes: int = 0
+    fraction: Fraction = Fraction(0)
+
+    def on(self, available: int) -> int:
+        return self.nbytes + ceil_div(self.fraction.numerator * available, self.fraction.denominator)
+
+    def describe(self) -> str:
+        if self.fraction:
+            return f"{float(self.fraction):g} of each chiplet"
+        return f"{self.nbytes:,} B per chiplet"
+
+
+@dataclass(frozen=True)
+class Margins:
+    """The deployment's margin, and per device (node index of the target) a margin that replaces it
+    there. A device index the target does not have is ignored (a suggestion that moves the deployment
+    to a target with fewer devices keeps the deployment's margin)."""
+
+    default: Margin = Margin()
+    devices: tuple[tuple[int, Margin], ...] = ()
+
+    def of(self, node: int) -> Margin:
+        return dict(self.devices).get(node, self.default)
+
+    def per_bucket(self, target: Target) -> tuple[int, ...]:
+        """Bytes held back on every (node, chiplet), node-major."""
+        return tuple(self.of(n).on(target.available_per_chiplet) for n, _ in target.buckets())
+
+    def __bool__(self) -> bool:
+        return self.default != Margin() or any(m != Margin() for _, m in self.devices)
+
+
+NO_MARGIN = Margins()
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a model must hold at once: ``concurrent_sequences``, or ``requests_per_s`` x
+    ``seconds_per_request`` (Little's law, rounded up); each sequence ``prompt_tokens`` +
+    ``output_tokens`` long (default: the model's ``max_seq_len``)."""
+
+    concurrent_sequences: int | None = None
+    requests_per_s: Fraction | None = None
+    seconds_per_request: Fraction | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def sequences(self) -> int:
+        if self.concurrent_sequences is not None:
+            return self.concurrent_sequences
+        assert self.requests_per_s is not None and self.seconds_per_request is not None
+        product = self.requests_per_s * self.seconds_per_request
+        return max(ceil_div(product.numerator, product.denominator), 1)
+
+    def tokens(self, attention: AttentionConfig) -> int:
+        if self.prompt_tokens is None and self.output_tokens is None:
+            return attention.max_seq_len
+        return (self.prompt_tokens or 0) + (self.output_tokens or 0)
+
+    def blocks(self, attention: AttentionConfig) -> int:
+        """The KV blocks it needs: sequences x blocks a sequence of its tokens takes."""
+        return self.sequences() * ceil_div(self.tokens(attention), attention.kvcache_block_size)
+
+    def describe(self, attention: AttentionConfig) -> str:
+        if self.concurrent_sequences is not None:
+            seqs = f"{self.sequences()} concurrent sequence(s)"
+        else:
+            seqs = (
+                f"{self.sequences()} concurrent sequence(s) ({float(self.requests_per_s or 0):g} requests/s x "
+                f"{float(self.seconds_per_request or 0):g} s)"
+            )
+        per = ceil_div(self.tokens(attention), attention.kvcache_block_size)
+        return f"{seqs} of {self.tokens(attention)} tokens, {per} block(s) of {attention.kvcache_block_size} each"
+
+
+@dataclass(frozen=True)
 class Tenant:
     """One model of a deployment. ``memory_budget`` (any form the estimator takes) fixes its budget:
     it is then not planned, only accounted for. ``source`` says where ``report`` came from."""
@@ -86,6 +173,7 @@ class Tenant:
     memory_budget: object = None
     source: str = ""
     options: tuple[tuple[str, object], ...] = field(default=(), compare=False)  # what reshaping may change
+    traffic: Traffic | None = None  # what it must serve: its blocks are met before the rest is shared
 
     @property
     def full(self) -> int:
@@ -104,12 +192,16 @@ class Tenant:
         return self.attention.attn_impl == "eager"
 
     @property
+    def traffic_blocks(self) -> int | None:
+        return None if self.traffic is None else self.traffic.blocks(self.attention)
+
+    @property
     def lower_bound(self) -> int:
-        """The fewest blocks this tenant may get: the floor, raised to ``min_blocks``; under eager
-        attention an unset count is always the full pool, so that is its only count."""
+        """The fewest blocks this tenant may get: the floor, raised to ``min_blocks`` and to what its
+        traffic needs; under eager attention an unset count is always the full pool, its only count."""
         if self.eager:
             return self.full
-        return max(self.floor, self.min_blocks or 0)
+        return max(self.floor, self.min_blocks or 0, self.traffic_blocks or 0)
 
 
 class Demand:
@@ -180,6 +272,27 @@ def _check(tenant: Tenant, target: Target) -> None:
             raise ConfigError(
                 f"deployment model {tenant.name}: min_blocks {tenant.min_blocks} is below its floor "
                 f"({tenant.floor} blocks), which always applies; remove min_blocks or set it to at least {tenant.floor}."
+            )
+    if tenant.traffic is not None and not tenant.eager:
+        need = tenant.traffic.blocks(tenant.attention)
+        if tenant.traffic.tokens(tenant.attention) > tenant.attention.max_seq_len:
+            raise ConfigError(
+                f"deployment model {tenant.name}: its traffic's sequences are {tenant.traffic.tokens(tenant.attention)} "
+                f"tokens (prompt + output), longer than its max_seq_len of {tenant.attention.max_seq_len}; raise "
+                "max_seq_len or lower prompt_tokens/output_tokens."
+            )
+        if tenant.traffic.sequences() > tenant.attention.batch_size:
+            raise ConfigError(
+                f"deployment model {tenant.name}: its traffic needs {tenant.traffic.describe(tenant.attention)}, "
+                f"more sequences than its batch_size of {tenant.attention.batch_size} can serve at once; raise "
+                "batch_size or lower the traffic."
+            )
+        if need > tenant.full:
+            raise ConfigError(
+                f"deployment model {tenant.name}: its traffic needs {need} blocks "
+                f"({tenant.traffic.describe(tenant.attention)}), {need - tenant.full} more than its full pool of "
+                f"{tenant.full} (max_seq_len // kvcache_block_size * batch_size); raise batch_size or max_seq_len, "
+                "or lower the traffic."
             )
     if tenant.weight <= 0 or not math.isfinite(float(tenant.weight)):
         raise ConfigError(f"deployment model {tenant.name}: weight must be a positive number, got {tenant.weight}.")

@@ -12,7 +12,24 @@ from ._conflict import Conflict
 from ._inputs import Target
 from ._search import Vector
 
-__all__ = ["Objective", "Assignment", "ModePlan"]
+__all__ = ["Objective", "Assignment", "ModePlan", "Proof", "PROOF_SEARCH"]
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Which solver found a plan, and whether it proved it optimal (``gap``: how much weighted share
+    the optimum may have above it; ``note``: what was proven, in words)."""
+
+    solver: str
+    optimal: bool = True
+    gap: Fraction = Fraction(0)
+    note: str = "proven optimal"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"solver": self.solver, "optimal": self.optimal, "gap": float(self.gap), "note": self.note}
+
+
+PROOF_SEARCH = Proof("search")
 
 
 @dataclass(frozen=True)
@@ -62,6 +79,8 @@ class ModePlan:
     reason: str | None = None
     nodes: int = 0  # branch-and-bound nodes visited
     conflicts: tuple[Conflict, ...] = ()  # each of them with its reason
+    margin: Vector = ()  # bytes held back per bucket (empty: none)
+    proof: Proof = PROOF_SEARCH
 
     def assignment(self, name: str) -> Assignment:
         return next(a for a in self.assignments if a.name == name)
@@ -74,6 +93,11 @@ class ModePlan:
                 total[k] += v
         return tuple(total)
 
+    def held(self) -> Vector:
+        """The margin per bucket (zeros when there is none)."""
+        return self.margin or (0,) * len(self.reserved)
+
     def headroom(self) -> Vector:
+        """What is left per bucket once the reservations, the models and the margin are held."""
         available = self.target.available_per_chiplet
-        return tuple(available - u for u in self.used())
+        return tuple(available - u - m for u, m in zip(self.used(), self.held(), strict=True))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ._inputs import Reservation, Target, Tenant
+from ._inputs import NO_MARGIN, Margins, Reservation, Target, Tenant
 from ._modeplan import ModePlan
-from ._planner import BLOCKS, BUDGET, Problem
+from ._planner import BLOCKS, BUDGET, DEFAULT_SOLVER, Problem, Solver
 from ._suggest import MEASURE, Reshape, Retarget, Suggestion, fits_alone_on, suggestions
 
 __all__ = ["Suggestion", "DeploymentPlan", "Reshape", "Retarget", "plan_deployment", "MEASURE"]
@@ -29,6 +29,7 @@ class DeploymentPlan:
     blocks: ModePlan
     suggestions: tuple[Suggestion, ...] = ()
     elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # model that cannot fit even alone -> targets where it can
+    margins: Margins = Margins()
 
     @property
     def chosen(self) -> ModePlan:
@@ -50,18 +51,22 @@ def plan_deployment(
     reshape: Reshape | None = None,
     retarget: Retarget | None = None,
     targets: Sequence[Target] = (),
+    margins: Margins = NO_MARGIN,
+    solver: Solver = DEFAULT_SOLVER,
 ) -> DeploymentPlan:
     """Solve both modes; when ``mode`` has no plan, add the verified suggestions. ``targets``: the
-    other device targets a deployment could move to (``retarget`` gives a model's report there)."""
-    problem = Problem(target, tenants, reservations)
+    other device targets a deployment could move to (``retarget`` gives a model's report there).
+    ``margins``: bytes held back on every chiplet, in every fit check (the suggestions' too);
+    ``solver``: which exact method solves it (``Solver``)."""
+    problem = Problem(target, tenants, reservations, margins, solver)
     budget, blocks = problem.solve(BUDGET), problem.solve(BLOCKS)
-    plan = DeploymentPlan(target, tuple(tenants), tuple(reservations), mode, budget, blocks)
+    plan = DeploymentPlan(target, tuple(tenants), tuple(reservations), mode, budget, blocks, margins=margins)
     if plan.feasible:
         return plan
     others = [t for t in targets if t.name != target.name]
     found = suggestions(problem, mode, plan.chosen, blocks, reshape, retarget, others)
     elsewhere = tuple(
-        (c.name, fits_alone_on(c.name, tenants, reservations, mode, retarget, others))
+        (c.name, fits_alone_on(c.name, tenants, reservations, mode, retarget, others, margins, solver))
         for c in plan.chosen.conflicts
         if c.alone
     )

@@ -42,13 +42,15 @@ answer approximately.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import BuildError, ConfigError
 from ..estimator import Request, estimate, fraction_for_bytes
+from . import _cpsat
 from ._conflict import Conflict, find_conflicts
-from ._inputs import Demand, Reservation, Target, Tenant
-from ._modeplan import Assignment, ModePlan, Objective
+from ._inputs import NO_MARGIN, Demand, Margins, Reservation, Target, Tenant
+from ._modeplan import PROOF_SEARCH, Assignment, ModePlan, Objective, Proof
 from ._search import SearchLimit, Vector, branch_and_bound, max_min_start
 
 __all__ = [
@@ -58,6 +60,12 @@ __all__ = [
     "OBJECTIVE",
     "ACCOUNTING",
     "NODE_LIMIT",
+    "AUTO",
+    "SEARCH",
+    "CP_SAT",
+    "SOLVERS",
+    "Solver",
+    "DEFAULT_SOLVER",
     "Problem",
     "budget_value",
 ]
@@ -66,6 +74,26 @@ BUDGET, BLOCKS = "budget", "blocks"
 MODES = (BUDGET, BLOCKS)
 NODE_LIMIT = 2_000_000
 MiB = 2**20
+AUTO, SEARCH, CP_SAT = "auto", "search", "cp-sat"
+SOLVERS = (AUTO, SEARCH, CP_SAT)
+
+
+@dataclass(frozen=True)
+class Solver:
+    """Which exact method solves steps 2-4 of the objective (step 1 is always the binary search).
+
+    * ``search``: the hand-written branch and bound (``_search``), up to ``NODE_LIMIT`` nodes;
+    * ``cp-sat``: OR-Tools CP-SAT (``_cpsat``, the ``solver`` extra), within ``time_limit`` seconds;
+    * ``auto`` (the default): the search, and past ``auto_nodes`` nodes CP-SAT when it is installed.
+    Both are exact, so where both finish their plans are the same."""
+
+    method: str = AUTO
+    time_limit: float = 60.0
+    auto_nodes: int = 20_000
+    workers: int = 1
+
+
+DEFAULT_SOLVER = Solver()
 
 OBJECTIVE = (
     "maximize the smallest share of its full pool (kvcache_num_blocks / full pool) that any planned model "
@@ -89,7 +117,14 @@ def budget_value(nbytes: int) -> object:
 class Problem:
     """One deployment's planning problem: the demands are computed once and shared by both modes."""
 
-    def __init__(self, target: Target, tenants: Sequence[Tenant], reservations: Sequence[Reservation] = ()) -> None:
+    def __init__(
+        self,
+        target: Target,
+        tenants: Sequence[Tenant],
+        reservations: Sequence[Reservation] = (),
+        margins: Margins = NO_MARGIN,
+        solver: Solver = DEFAULT_SOLVER,
+    ) -> None:
         names = [t.name for t in tenants]
         if len(set(names)) != len(names) or not names:
             raise ConfigError(f"deployment: model names must be unique and at least one is needed, got {names}.")
@@ -109,6 +144,11 @@ class Problem:
         self.reservations = tuple(reservations)
         self.demands = tuple(Demand(t, target) for t in tenants)
         self.reserved: Vector = tuple(per_chiplet[c] for _, c in target.buckets())
+        self.margins = margins
+        if solver.method not in SOLVERS:
+            raise ConfigError(f"deployment.solver.method: expected one of {', '.join(SOLVERS)}, got {solver.method!r}.")
+        self.solver = solver
+        self.margin: Vector = margins.per_bucket(target)
         self._fixed: dict[str, tuple[int, int] | str] = {}
         self._options: dict[tuple[str, str], list[tuple[int, Vector]]] = {}
 
@@ -135,9 +175,9 @@ class Problem:
         return self._fixed[t.name]
 
     def capacity(self) -> Vector:
-        """What each (node, chiplet) offers the models once the reservations are held."""
+        """What each (node, chiplet) offers the models once the reservations and the margin are held."""
         available = self.target.available_per_chiplet
-        return tuple(available - r for r in self.reserved)
+        return tuple(available - r - m for r, m in zip(self.reserved, self.margin, strict=True))
 
     def options(self, d: Demand, mode: str) -> list[tuple[int, Vector]]:
         """(count, occupancy) from the lower bound to the full pool; ascending, costs non-decreasing.
@@ -177,11 +217,12 @@ class Problem:
 
     def at_floors(self, mode: str, members: set[str] | None = None, with_reserved: bool = True) -> Vector | None:
         """Per bucket: the given models (all by default) at their lower bounds (a fixed model at its
-        resolved count), plus the reservations; None when a given fixed model's budget fails."""
+        resolved count), plus the reservations and the margin; None when a given fixed model's budget fails."""
         fixed_cost, failing = self._fixed_costs(mode, members)
         if failing:
             return None
-        total = [f + (r if with_reserved else 0) for f, r in zip(fixed_cost, self.reserved, strict=True)]
+        held = [r + m for r, m in zip(self.reserved, self.margin, strict=True)]
+        total = [f + (h if with_reserved else 0) for f, h in zip(fixed_cost, held, strict=True)]
         for d in self.demands:
             if d.tenant.fixed or (members is not None and d.tenant.name not in members):
                 continue
@@ -190,7 +231,8 @@ class Problem:
         return tuple(total)
 
     def fits_at_floors(self, mode: str, members: set[str] | None = None) -> bool:
-        """Whether the given models (all by default), each at its lower bound, fit with the reservations."""
+        """Whether the given models (all by default), each at its lower bound, fit with the reservations
+        and the margin."""
         total = self.at_floors(mode, members)
         return total is not None and all(t <= self.target.available_per_chiplet for t in total)
 
@@ -209,28 +251,57 @@ class Problem:
         options = [self.options(d, mode) for d in planned]
         counts: list[int] | None = None
         nodes = 0
+        proof = PROOF_SEARCH
         if not failing:
             start = max_min_start(planned, options, room)
             if start is not None:
                 choices = [opts[s:] for opts, s in zip(options, start, strict=True)]
-                try:
-                    counts, nodes = branch_and_bound(planned, choices, room, limit)
-                except SearchLimit:
-                    raise ConfigError(
-                        f"deployment on {self.target.name}: the exact search passed {limit:,} nodes without "
-                        "finishing; fix some models' counts with min_blocks or memory_budget to shrink it."
-                    ) from None
+                counts, nodes, proof = self._steps_2_to_4(planned, choices, room, limit)
         if counts is None:
             conflicts = self.conflicts(mode)
             if conflicts:
                 reason = "; ".join(c.reason for c in conflicts)
             else:  # no model conflicts, so the reservations alone do
-                reason = "the reservations alone exceed the available DRAM of a chiplet"
+                reason = "the reservations alone exceed the available DRAM of a chiplet" + (
+                    " (with the margin)" if self.margins else ""
+                )
             names = tuple(c.name for c in conflicts)
-            return ModePlan(mode, self.target, False, (), self.reserved, None, names, reason, nodes, conflicts)
-        return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts, strict=True)), nodes)
+            return ModePlan(
+                mode, self.target, False, (), self.reserved, None, names, reason, nodes, conflicts, self.margin
+            )
+        return self._assemble(mode, dict(zip((d.tenant.name for d in planned), counts, strict=True)), nodes, proof)
 
-    def _assemble(self, mode: str, counts: dict[str, int], nodes: int) -> ModePlan:
+    def _steps_2_to_4(
+        self, planned: list[Demand], choices: list[list[tuple[int, Vector]]], room: Vector, limit: int
+    ) -> tuple[list[int], int, Proof]:
+        """The counts, the search nodes visited, and how they were proven (``Solver``)."""
+        method = self.solver.method
+        if method in (SEARCH, AUTO):
+            # auto: a short search first (most deployments need a few dozen nodes), and OR-Tools only
+            # past it, so that a deployment the search finishes never imports it
+            cap = limit if method == SEARCH else min(limit, self.solver.auto_nodes)
+            try:
+                counts, nodes = branch_and_bound(planned, choices, room, cap)
+                return counts, nodes, PROOF_SEARCH
+            except SearchLimit:
+                if method == AUTO and not _cpsat.available():
+                    try:  # nothing to switch to: the search runs on to its own limit
+                        counts, nodes = branch_and_bound(planned, choices, room, limit)
+                        return counts, nodes, PROOF_SEARCH
+                    except SearchLimit:
+                        pass
+                if method == SEARCH or not _cpsat.available():
+                    hint = "" if _cpsat.available() else " (after `pip install 'rbln-build[solver]'`)"
+                    raise ConfigError(
+                        f"deployment on {self.target.name}: the exact search passed {limit:,} nodes without "
+                        f"finishing; set deployment.solver.method=cp-sat{hint}, or fix some models' counts with "
+                        "min_blocks or memory_budget to shrink it."
+                    ) from None
+        s = self.solver
+        solved = _cpsat.cp_sat(planned, choices, room, s.time_limit, s.workers)
+        return solved.counts, 0, Proof(CP_SAT, solved.optimal, solved.gap, solved.note)
+
+    def _assemble(self, mode: str, counts: dict[str, int], nodes: int, proof: Proof) -> ModePlan:
         target, C = self.target, self.target.num_chiplets
         out = []
         for d in self.demands:
@@ -268,7 +339,9 @@ class Problem:
             weighted_share=sum((a.weight * a.share for a in planned), Fraction(0)),
             total_blocks=sum(a.kvcache_num_blocks for a in planned),
         )
-        plan = ModePlan(mode, target, True, tuple(out), self.reserved, objective, nodes=nodes)
+        plan = ModePlan(
+            mode, target, True, tuple(out), self.reserved, objective, nodes=nodes, margin=self.margin, proof=proof
+        )
         if min(plan.headroom()) < 0:  # the search only returns plans that fit; this is a bug if it fires
             raise BuildError(f"planner: the {mode} plan does not fit its own capacity ({plan.headroom()}).")
         return plan

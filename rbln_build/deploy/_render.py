@@ -11,9 +11,10 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._inputs import Margin
 from ._modeplan import ModePlan
 from ._plan import MEASURE, DeploymentPlan, Suggestion
-from ._planner import ACCOUNTING, BLOCKS, BUDGET, OBJECTIVE
+from ._planner import ACCOUNTING, BLOCKS, BUDGET, OBJECTIVE, SEARCH
 
 __all__ = ["plan_json", "render_plan", "render_chiplets", "mib"]
 
@@ -36,6 +37,7 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
         ],
         "reason": mp.reason,
         "search_nodes": mp.nodes,
+        "solver": mp.proof.to_json(),
         "models": {},
         "per_chiplet": None,
     }
@@ -55,6 +57,7 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
     out["per_chiplet"] = {
         "available": mp.target.available_per_chiplet,
         "reserved": [list(r) for r in grid(mp.reserved)],
+        "margin": [list(r) for r in grid(mp.held())],
         "used": [list(r) for r in grid(mp.used())],
         "headroom": [list(r) for r in grid(mp.headroom())],
     }
@@ -62,6 +65,17 @@ def _mode_json(plan: DeploymentPlan, mp: ModePlan) -> dict[str, Any]:
 
 
 Overrides = Callable[[Suggestion], Sequence[str]]
+
+
+def _margin_json(m: Margin) -> dict[str, Any]:
+    return {"bytes": m.nbytes, "fraction": float(m.fraction)}
+
+
+def _margins_json(plan: DeploymentPlan) -> dict[str, Any]:
+    return {
+        "deployment": _margin_json(plan.margins.default),
+        "devices": {str(n): _margin_json(m) for n, m in plan.margins.devices},
+    }
 
 
 def _suggestion_json(s: Suggestion, overrides: Overrides | None) -> dict[str, Any]:
@@ -111,10 +125,12 @@ def plan_json(
                 "lower_bound": x.lower_bound,
                 "weight": float(x.weight),
                 "fixed_memory_budget": x.memory_budget,
+                "traffic_blocks": x.traffic_blocks,
             }
             for x in plan.tenants
         ],
         "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in plan.reservations],
+        "margin": _margins_json(plan),
         "plans": {BUDGET: _mode_json(plan, plan.budget), BLOCKS: _mode_json(plan, plan.blocks)},
         "suggestions": [_suggestion_json(s, overrides) for s in plan.suggestions],
         "fits_alone_on": {n: list(where) for n, where in plan.elsewhere},
@@ -135,12 +151,15 @@ def _table(rows: Sequence[tuple[str, ...]], right: frozenset[int] | set[int] = f
 
 def render_chiplets(mp: ModePlan) -> list[str]:
     """One row per (device, chiplet), one column per model (what it occupies at its count), then the
-    reservations, the total, the chiplet's available DRAM and the headroom (MiB)."""
+    reservations, the total, the margin (when there is one), the chiplet's available DRAM and the
+    headroom that is left once the margin is held (MiB)."""
     t = mp.target
     names = [a.name for a in mp.assignments]
     cols = [a.usage for a in mp.assignments]
     total = mp.used()
-    header = ("MiB", *names, "reserved", "total", "available", "headroom")
+    margin, headroom = mp.held(), mp.headroom()
+    shown = any(margin)
+    header = ("MiB", *names, "reserved", "total", *(("margin",) if shown else ()), "available", "headroom")
     rows: list[tuple[str, ...]] = [header]
     for k, (node, chiplet) in enumerate(t.buckets()):
         label = f"chiplet {chiplet}" if t.num_devices == 1 else f"device {node} chiplet {chiplet}"
@@ -150,8 +169,9 @@ def render_chiplets(mp: ModePlan) -> list[str]:
                 *(mib(c[k]) for c in cols),
                 mib(mp.reserved[k]),
                 mib(total[k]),
+                *((mib(margin[k]),) if shown else ()),
                 mib(t.available_per_chiplet),
-                mib(t.available_per_chiplet - total[k]),
+                mib(headroom[k]),
             )
         )
     return _table(rows, right=set(range(1, len(header))))
@@ -171,6 +191,17 @@ def render_plan(
     for r in plan.reservations:
         where = "spread evenly" if r.chiplet is None else f"on chiplet {r.chiplet}"
         out.append(f"reserved: {r.name}, {r.nbytes:,} B per device ({where})")
+    for x in plan.tenants:
+        if x.traffic is not None:
+            out.append(
+                f"traffic: {x.name} needs {x.traffic_blocks} blocks ({x.traffic.describe(x.attention)}), "
+                "met before the rest is shared"
+            )
+    if plan.margins:
+        per_device = "".join(f"; device {n}: {m.describe()}" for n, m in plan.margins.devices)
+        out.append(
+            f"margin: {plan.margins.default.describe()}{per_device}, held back on every chiplet in every fit check"
+        )
     out.append("")
     rows: list[tuple[str, ...]] = [
         ("model", "report", "batch", "max_seq_len", "block", "floor", "full", "lower bound", "weight", "fixed budget")
@@ -210,6 +241,7 @@ def render_plan(
         out.append(
             f"{title}{built}: fits; smallest share {float(mp.objective.min_share):.4f}, "
             f"{mp.objective.total_blocks} blocks in total"
+            + ("" if mp.proof.solver == SEARCH else f"; solved by CP-SAT (OR-Tools): {mp.proof.note}")
         )
         if mp.mode == BUDGET:
             rows = [("model", "memory_budget", "bytes per device", "fraction", "kvcache_num_blocks", "share")]

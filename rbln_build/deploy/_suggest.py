@@ -11,6 +11,7 @@ says so with the new value (``Suggestion.also``). Searched:
 * ``min_blocks``: the largest smaller minimum, for a model that sets one;
 * ``memory_budget``: the largest budget that fits, for a model with a fixed budget;
 * ``reservation``: the largest size (whole MiB) at which a reservation fits, else ``drop_reservation``;
+* ``margin``: the largest deployment margin (whole MiB per chiplet, 0 for none) at which it fits;
 * ``drop_model``: the deployment without one of its models.
 
 ``given_up`` ranks them (``MEASURE``). A batch, length or device change needs the model's report
@@ -25,9 +26,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ..errors import BuildError, EstimateError, UserError
-from ._inputs import Reservation, Target, Tenant
+from ._inputs import NO_MARGIN, Margin, Margins, Reservation, Target, Tenant
 from ._modeplan import ModePlan
-from ._planner import BLOCKS, BUDGET, Problem, budget_value
+from ._planner import BLOCKS, BUDGET, DEFAULT_SOLVER, Problem, Solver, budget_value
 
 __all__ = ["Suggestion", "Reshape", "Retarget", "MEASURE", "suggestions", "fits_alone_on"]
 
@@ -39,14 +40,14 @@ Also = tuple[tuple[str, object, object], ...]
 MEASURE = (
     "what a change gives up: batch_size or max_seq_len, the fraction of the model's tokens in flight "
     "(batch_size x max_seq_len); min_blocks, the fraction of its full pool no longer guaranteed; a fixed "
-    "memory_budget, the fraction of the budget; a reservation, the fraction of its bytes; dropping a model, "
+    "memory_budget, the fraction of the budget; a reservation or the margin, the fraction of its bytes; dropping a model, "
     "all of it (1); switching to mode blocks or to another device target, nothing of the models (0)"
 )
 
 
 @dataclass(frozen=True)
 class Suggestion:
-    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | drop_model
+    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | margin | drop_model
     subject: str  # the model or reservation it changes ('' for mode and device)
     old: object
     new: object
@@ -65,6 +66,9 @@ class Suggestion:
             return f"drop reservation {self.subject} ({self.old:,} bytes per device)"
         if self.kind == "reservation":
             return f"reservation {self.subject}: bytes {self.old:,} -> {self.new:,} (the largest whole MiB that fits)"
+        if self.kind == "margin":
+            what = "no margin" if not self.new else "the largest whole MiB that fits"
+            return f"margin: {self.old:,} -> {self.new:,} bytes per chiplet ({what})"
         text = f"{self.subject}: {self.kind} {self.old!r} -> {self.new!r}"
         for key, old, new in self.also:
             text += f", {key} {old!r} -> {new!r}"
@@ -72,11 +76,17 @@ class Suggestion:
 
 
 def _variant(
-    target: Target, mode: str, tenants: Sequence[Tenant], reservations: Sequence[Reservation]
+    target: Target,
+    mode: str,
+    tenants: Sequence[Tenant],
+    reservations: Sequence[Reservation],
+    margins: Margins = NO_MARGIN,
+    solver: Solver = DEFAULT_SOLVER,
 ) -> ModePlan | None:
-    """The plan with a change applied, when it fits (and the changed inputs are valid)."""
+    """The plan with a change applied, when it fits (and the changed inputs are valid), under the
+    deployment's margins."""
     try:
-        changed = Problem(target, tenants, reservations)
+        changed = Problem(target, tenants, reservations, margins, solver)
         if not changed.fits_at_floors(mode):
             return None
         return changed.solve(mode)
@@ -97,6 +107,8 @@ def fits_alone_on(
     mode: str,
     retarget: Retarget | None,
     targets: Sequence[Target],
+    margins: Margins = NO_MARGIN,
+    solver: Solver = DEFAULT_SOLVER,
 ) -> tuple[str, ...]:
     """The other device targets on which this model alone (with the reservations) fits."""
     if retarget is None:
@@ -108,7 +120,7 @@ def fits_alone_on(
             moved = retarget(tenant, target)
         except (UserError, EstimateError):
             continue
-        if _variant(target, mode, [moved], reservations) is not None:
+        if _variant(target, mode, [moved], reservations, margins, solver) is not None:
             out.append(target.name)
     return tuple(out)
 
@@ -137,7 +149,10 @@ def suggestions(
                 moved = [retarget(t, other) for t in tenants]
             except (UserError, EstimateError):
                 continue
-            variant = _variant(other, mode, moved, reservations)
+            # per-device margins follow only onto a target of the same device count (overrides_for drops
+            # them otherwise); the deployment's margin always does
+            margins = problem.margins if other.num_devices == target.num_devices else Margins(problem.margins.default)
+            variant = _variant(other, mode, moved, reservations, margins, problem.solver)
             if variant is not None:
                 add(-len(targets) - 1 + i, Suggestion("device", "", target.name, other.name, Fraction(0), variant))
     for index, tenant in enumerate(tenants):
@@ -146,19 +161,53 @@ def suggestions(
         for suggestion in _tenant_changes(problem, mode, tenants, reservations, index, reshape):
             add(index, suggestion)
     n = len(tenants)
+    lowered = _smaller_margin(problem, mode, tenants, reservations)
+    if lowered is not None:
+        add(n + len(reservations) - 1, lowered)  # after the reservations, before dropping a model
     for index in range(len(reservations)):
         smaller = _smaller_reservation(problem, mode, tenants, reservations, index)
         if smaller is not None:
             add(n + index, smaller)
     if n > 1:
         for index, tenant in enumerate(tenants):
-            variant = _variant(target, mode, tenants[:index] + tenants[index + 1 :], reservations)
+            variant = _variant(
+                target, mode, tenants[:index] + tenants[index + 1 :], reservations, problem.margins, problem.solver
+            )
             if variant is not None:
                 add(
                     n + len(reservations) + index,
                     Suggestion("drop_model", tenant.name, None, None, Fraction(1), variant),
                 )
     return [s for _, _, s in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+def _smaller_margin(
+    problem: Problem, mode: str, tenants: list[Tenant], reservations: list[Reservation]
+) -> Suggestion | None:
+    """The largest deployment margin (whole MiB per chiplet) at which the plan fits, verified by
+    planning again: the room the lower bounds and the reservations leave on every chiplet of the
+    devices that take the deployment's margin (a device with its own margin keeps it)."""
+    target, margins = problem.target, problem.margins
+    old = margins.default.on(target.available_per_chiplet)
+    floors = problem.at_floors(mode, with_reserved=False)
+    if not old or floors is None:
+        return None
+    own = dict(margins.devices)
+    room = []
+    for k, (node, _) in enumerate(target.buckets()):
+        left = target.available_per_chiplet - problem.reserved[k] - floors[k]
+        if node in own:
+            if left < problem.margin[k]:
+                return None  # a device's own margin is in the way: lowering the deployment's does not help
+            continue
+        room.append(left)
+    if not room or min(room) < 0:
+        return None
+    new = min(min(room) // MiB * MiB, (old - 1) // MiB * MiB)
+    variant = _variant(target, mode, tenants, reservations, Margins(Margin(new), margins.devices), problem.solver)
+    if variant is None:
+        raise BuildError(f"planner: a margin of {new} bytes should fit and does not; a bug.")
+    return Suggestion("margin", "", old, new, Fraction(old - new, old), variant)
 
 
 def _smaller_reservation(
@@ -178,7 +227,10 @@ def _smaller_reservation(
     others = [0] * C
     for x in rest:
         others = [a + b for a, b in zip(others, x.per_chiplet(C), strict=True)]
-    room = [target.available_per_chiplet - f - others[c] for f, (_, c) in zip(floors, target.buckets(), strict=True)]
+    room = [
+        target.available_per_chiplet - f - others[c] - m
+        for f, (_, c), m in zip(floors, target.buckets(), problem.margin, strict=True)
+    ]
     if min(room) < 0:
         return None  # not even dropping it fits
     if r.chiplet is None:
@@ -188,11 +240,18 @@ def _smaller_reservation(
     k = min(largest // MiB, (r.nbytes - 1) // MiB)
     if k >= 1:
         nbytes = k * MiB
-        variant = _variant(target, mode, tenants, [*reservations[:index], replace(r, nbytes=nbytes), *rest[index:]])
+        variant = _variant(
+            target,
+            mode,
+            tenants,
+            [*reservations[:index], replace(r, nbytes=nbytes), *rest[index:]],
+            problem.margins,
+            problem.solver,
+        )
         if variant is None:
             raise BuildError(f"planner: reservation {r.name} at {nbytes} bytes should fit and does not; a bug.")
         return Suggestion("reservation", r.name, r.nbytes, nbytes, Fraction(r.nbytes - nbytes, r.nbytes), variant)
-    variant = _variant(target, mode, tenants, rest)
+    variant = _variant(target, mode, tenants, rest, problem.margins, problem.solver)
     if variant is None:
         return None
     return Suggestion("drop_reservation", r.name, r.nbytes, None, Fraction(1), variant)
@@ -212,7 +271,9 @@ def _tenant_changes(
 
     def first_fit(kind: str, old: object, candidates: Iterable[tuple[object, Tenant, Fraction, Also]]) -> None:
         for new, changed, given_up, also in candidates:
-            variant = _variant(problem.target, mode, _with(tenants, index, changed), reservations)
+            variant = _variant(
+                problem.target, mode, _with(tenants, index, changed), reservations, problem.margins, problem.solver
+            )
             if variant is not None:
                 out.append(Suggestion(kind, tenant.name, old, new, given_up, variant, also))
                 return

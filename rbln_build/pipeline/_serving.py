@@ -254,6 +254,9 @@ def command_for(
             argv += ["--" + name.replace("_", "-"), str(flags[name])]
     devices: Any = 0 if len(device_ids) == 1 else list(range(len(device_ids)))
     argv += ["--additional-config", json.dumps({"optimum_overrides": {"device": devices}}, sort_keys=True)]
-    env = {DEVICE_ENV: ",".join(str(i) for i in device_ids)}
+    # The optimum path, pinned: under VLLM_RBLN_USE_VLLM_MODEL=1 (or `--model-impl auto` for a model
+    # optimum-rbln does not run) vllm-rbln sizes the KV cache itself at start-up from
+    # gpu_memory_utilization x total - used, ignoring the planned count (docs/colocation.md, section 6).
+    env = {"VLLM_RBLN_USE_VLLM_MODEL": "0", DEVICE_ENV: ",".join(str(i) for i in device_ids)}
     line = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *(shlex.quote(a) for a in argv)])
     return {"env": env, "argv": argv, "shell": line}
