@@ -210,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             folder = verified_cell(Path(args.manifest), args.artifact)
         else:
             released_cell(folder)
+            if not folder.is_dir():  # a missing path, a file, or a path through a file (afile/x)
+                raise UserError(
+                    f"{folder}: not a cell folder; pass <build_dir>/artifacts/<cell id> or <release>/<cell id>."
+                )
         from .backends.torch._runtime import load_artifact
 
         artifact = load_artifact(folder)  # verifies the program first
