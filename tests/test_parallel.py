@@ -235,7 +235,6 @@ def test_ctrl_c_inside_a_finalizer_still_stops_quietly(tmp_path: Path, finalizer
     # worker while the garbage collector ran a finalizer in the regex module. The rbln-build process
     # itself is open to the same.
     marker = tmp_path / "cleaned-up"
-    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", INTERRUPTED_IN_A_FINALIZER, str(marker), finalizer, process],
         capture_output=True,
@@ -243,8 +242,9 @@ def test_ctrl_c_inside_a_finalizer_still_stops_quietly(tmp_path: Path, finalizer
         timeout=60,
     )
     assert (proc.returncode, proc.stderr) == (1 if process == "worker" else 130, ""), proc.stderr
+    # the job did not run on (its 20 s sleep would end in .ran-on); no wall-clock bound: a loaded
+    # machine takes seconds to start the interpreter
     assert marker.exists() and not Path(f"{marker}.ran-on").exists()
-    assert time.monotonic() - started < 15
 
 
 def test_a_broken_pool_hands_new_work_back_as_broken_for_the_scheduler_to_resubmit(tmp_path: Path) -> None:
