@@ -53,9 +53,39 @@ def one_line(text: str) -> str:
     return message
 
 
+KEPT_ERRORS = 20  # traceback files kept in the temporary folder (no build dir): the newest, per user
+
+
+def _temp_error_file(text: str) -> Path | None:
+    """Write ``text`` to ``<tmp>/rbln-build-errors-<uid>/internal-error-<ns>-<pid>.txt`` and keep only the
+    newest ``KEPT_ERRORS`` such files there (a fuzz run once left 271 loose files in the temp dir). The
+    folder is this user's alone (0700, not a link, owned by us); otherwise no file is written."""
+    import stat
+    import time
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"rbln-build-errors-{uid}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != uid):
+        return None
+    where = folder / f"internal-error-{time.time_ns():020d}-{os.getpid()}.txt"  # names sort by time
+    fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    kept = sorted(folder.glob("internal-error-*.txt"))
+    for old in kept[:-KEPT_ERRORS]:
+        old.unlink(missing_ok=True)
+    return where
+
+
 def report_internal(exc: BaseException, build_dir: Path | None) -> str:
-    """Write ``exc``'s traceback to ``<build_dir>/logs/`` (or the temporary folder when there is no
-    build directory yet) and return the one line to print."""
+    """Write ``exc``'s traceback to ``<build_dir>/logs/`` (or, when there is no build directory yet,
+    to this user's folder in the temporary folder, which keeps the newest ``KEPT_ERRORS``) and
+    return the one line to print."""
     text = "".join(traceback.format_exception(exc))
     where: Path | None = None
     try:
@@ -64,10 +94,7 @@ def report_internal(exc: BaseException, build_dir: Path | None) -> str:
             where.parent.mkdir(exist_ok=True)
             where.write_text(text, encoding="utf-8")
         else:
-            fd, name = tempfile.mkstemp(prefix="rbln-build-error-", suffix=".txt")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            where = Path(name)
+            where = _temp_error_file(text)
     except OSError:
         where = None
     detail = f"; the traceback is in {where}" if where is not None else ""
