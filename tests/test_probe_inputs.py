@@ -70,3 +70,25 @@ def test_report_on_a_manifest_with_a_count_no_build_writes(built: Path, tmp_path
     code, _, err = run_cli(["report", f"build_dir={build}"], tmp_path)
     line = one_line_error(code, err, "rbln-build report: ")
     assert f"cell {cid!r} has kvcache_num_blocks" in line
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        pytest.param("budgt=0.3", "budgt: no such key; did you mean budget?", id="root-key"),
+        pytest.param("matrix.budgts=[0.3]", "matrix.budgts: no such key; did you mean matrix.budgets?", id="matrix-key"),
+        pytest.param(
+            "device=rebel10",
+            "device=rebel10: no such option; did you mean device=rebel100? (the options: atom_max, atom_max_x4, rebel100)",
+            id="group-option",
+        ),
+        pytest.param("matrix=plan", "matrix=plan: no such option; did you mean matrix=plans?", id="matrix-option"),
+    ],
+)
+def test_a_misspelt_override_names_the_closest(tmp_path: Path, override: str, says: str) -> None:
+    """A new user's typo (issue 36): one line with the closest names, not Hydra's text (the config
+    search path, '+key=' advice)."""
+    code, _, err = run_cli([*PLANS, override, f"build_dir={tmp_path / 'b'}"], tmp_path)
+    line = one_line_error(code, err, "rbln-build: ")
+    assert says in line and "search path" not in line and "To append" not in line, line
+    assert not (tmp_path / "b").exists()
