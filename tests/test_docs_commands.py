@@ -157,9 +157,6 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "doit list --all": Elsewhere(
         "tests/test_cli.py", "runs from the repo root: test_doit_from_the_repo_root_sees_the_same_tasks"
     ),
-    "task=$(doit list --all | grep -o '^cells:qwen3_8b\\.RBLN-CR\\.x1\\.[0-9a-f]*')": Elsewhere(
-        "tests/test_cli.py", "the same doit test (the task's key prefix follows the code: it looks the name up)"
-    ),
     'doit info "$task"': Elsewhere("tests/test_cli.py", "the same doit test, on the task it looked up"),
     'doit forget "$task"': Elsewhere("tests/test_cli.py", "the same doit test, on the task it looked up"),
     "rbln-build matrix=release executor=ray executor.address=HEAD:6379 executor.auth_token_env=CLUSTER_TOKEN": Elsewhere(
