@@ -156,7 +156,9 @@ def _help_examples() -> list[str]:
     from rbln_build.commands._help import OVERRIDES as HELP
 
     block = HELP.split("Examples:\n", 1)[1].split("\n\n", 1)[0]
-    return [line.strip() for line in block.splitlines() if line.strip().startswith("rbln-build") and "--cfg" not in line]
+    return [
+        line.strip() for line in block.splitlines() if line.strip().startswith("rbln-build") and "--cfg" not in line
+    ]
 
 
 @pytest.mark.slow  # real builds of each example (10-50 s each)

@@ -94,9 +94,7 @@ def armed(root: Path) -> list[Path]:
     return sorted((root / "build" / ".noop").glob("*.json"))
 
 
-def noop_pair(
-    where: Path, *args: str, root: Path | None = None, env: dict[str, str] | None = None
-) -> tuple[Run, Run]:
+def noop_pair(where: Path, *args: str, root: Path | None = None, env: dict[str, str] | None = None) -> tuple[Run, Run]:
     """A full no-op (it records the stamp), then the short cut."""
     full = cli(where, "progress=false", *args, root=root, env=env)
     assert full.path == "full" and armed(where), full.stderr

@@ -76,7 +76,9 @@ def test_report_on_a_manifest_with_a_count_no_build_writes(built: Path, tmp_path
     ("override", "says"),
     [
         pytest.param("budgt=0.3", "budgt: no such key; did you mean budget?", id="root-key"),
-        pytest.param("matrix.budgts=[0.3]", "matrix.budgts: no such key; did you mean matrix.budgets?", id="matrix-key"),
+        pytest.param(
+            "matrix.budgts=[0.3]", "matrix.budgts: no such key; did you mean matrix.budgets?", id="matrix-key"
+        ),
         pytest.param(
             "device=rebel10",
             "device=rebel10: no such option; did you mean device=rebel100? (the options: atom_max, atom_max_x4, rebel100)",

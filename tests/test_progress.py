@@ -94,7 +94,8 @@ def test_without_a_terminal_the_log_is_plain_lines(tmp_path: Path) -> None:
     ]
     # the count line: rate-limited (every 10 s by default), and once when the last cell is done
     assert len(lines) == 5 and re.fullmatch(
-        r"\[progress 100%\] compiles 2/2 \| cells 3/3 \| 1 failed \| \d+s elapsed", lines[4]  # any second: load
+        r"\[progress 100%\] compiles 2/2 \| cells 3/3 \| 1 failed \| \d+s elapsed",
+        lines[4],  # any second: load
     ), lines
 
 

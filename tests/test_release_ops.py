@@ -31,7 +31,9 @@ def copy(plans: Path, tmp_path: Path) -> Path:
 
 def gc(work: Path, *extra: str) -> Any:
     # a narrower matrix than the build's: every cell but the 0.3 budget's is the release's alone
-    return rbln(["gc", "--json", "--dry-run", *PLANS, "matrix.budgets=[0.3]", f"build_dir={work / 'build'}", *extra], cwd=work)
+    return rbln(
+        ["gc", "--json", "--dry-run", *PLANS, "matrix.budgets=[0.3]", f"build_dir={work / 'build'}", *extra], cwd=work
+    )
 
 
 @pytest.mark.parametrize("given", ["release.json", "folder"])
@@ -43,8 +45,11 @@ def test_gc_keeps_everything_a_release_references(plans: Path, tmp_path: Path, g
     as_manifest = tmp_path / "records.json"  # the released cells' manifest records, as a manifest
     as_manifest.write_text(json.dumps({"cells": {c: e["record"] for c, e in body["cells"].items()}}))
     removed = {}
-    for name, extra in [("none", []), ("manifest", ["--keep", str(as_manifest)]), ("release", ["--keep", str(
-        released / "release.json" if given == "release.json" else released)])]:
+    for name, extra in [
+        ("none", []),
+        ("manifest", ["--keep", str(as_manifest)]),
+        ("release", ["--keep", str(released / "release.json" if given == "release.json" else released)]),
+    ]:
         proc = gc(work, *extra)
         check_ok(proc)
         removed[name] = {r["path"] for r in json.loads(proc.stdout)["removed"]}
@@ -96,7 +101,9 @@ def test_run_of_a_mistyped_cell_under_a_release_names_the_close_ones(plans: Path
     typo = work / "build" / "releases" / "v1" / CELL.replace("rebel100", "rebel10")
     proc = rbln_run([str(typo), "--prompt-ids", "1"], work)
     _one_line(proc, 2, f"{typo}: no such cell in the release")
-    assert f"did you mean {CELL}" in proc.stderr and "damaged" not in proc.stderr and "does not match" not in proc.stderr
+    assert (
+        f"did you mean {CELL}" in proc.stderr and "damaged" not in proc.stderr and "does not match" not in proc.stderr
+    )
 
 
 def test_run_of_a_path_through_a_file_is_a_one_line_usage_error(tmp_path: Path) -> None:
@@ -123,9 +130,7 @@ def test_releasing_again_over_a_damaged_release_says_it_is_damaged(plans: Path, 
     assert f"{CELL}/README.md: changed" in proc.stderr and "unchanged" not in proc.stdout
 
 
-@pytest.mark.parametrize(
-    "to", [pytest.param("/proc", id="proc"), pytest.param("/dev/null", id="a-device")]
-)
+@pytest.mark.parametrize("to", [pytest.param("/proc", id="proc"), pytest.param("/dev/null", id="a-device")])
 def test_a_destination_that_cannot_be_written_is_one_line(plans: Path, tmp_path: Path, to: str) -> None:
     work = copy(plans, tmp_path)
     proc = _release(work, "v2", "--to", to)

@@ -97,11 +97,15 @@ def _release_cells(path: Path, data: dict[str, Any]) -> dict[str, Any]:
 
     hint = "gc removes nothing on its word; check it with rbln-build verify or drop the --keep"
     if data.get("format") != FORMAT:
-        raise ConfigError(f"{path}: format {data.get('format')!r} is neither a manifest nor a release ({FORMAT}); {hint}.")
+        raise ConfigError(
+            f"{path}: format {data.get('format')!r} is neither a manifest nor a release ({FORMAT}); {hint}."
+        )
     if data.get(SELF_HASH_KEY) != self_hash(data):
         raise ConfigError(f"{path}: a damaged release (its {SELF_HASH_KEY} does not match its content); {hint}.")
     cells = data.get("cells")
-    records = {cid: e.get("record") for cid, e in cells.items() if isinstance(e, dict)} if isinstance(cells, dict) else None
+    records = (
+        {cid: e.get("record") for cid, e in cells.items() if isinstance(e, dict)} if isinstance(cells, dict) else None
+    )
     if records is None or len(records) != len(cells or {}) or not all(isinstance(r, dict) for r in records.values()):
         raise ConfigError(f"{path}: a release whose 'cells' are not records of manifest entries; {hint}.")
     return records

@@ -59,7 +59,9 @@ def one_line(text: str) -> str:
 
 
 _NO_KEY = re.compile(r"Could not override '([^']+)'\..*?Key '([^']+)' not in '(\w+)'")
-_NO_OPTION = re.compile(r"Could not find '([^'/]+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)\s*Config search path")
+_NO_OPTION = re.compile(
+    r"Could not find '([^'/]+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)\s*Config search path"
+)
 
 
 def _closest_names(message: str) -> str | None:

@@ -114,7 +114,7 @@ def _first_differing_key(old: Any, new: Any, path: str = "") -> str:
 def _compare(
     where: str, existing: bytes, new: bytes, old_sig: bytes | None, new_sig: bytes | None, location: str
 ) -> str:
-    """"unchanged" when ``location`` (``where``, credentials and all) already holds this release and
+    """ "unchanged" when ``location`` (``where``, credentials and all) already holds this release and
     it verifies; ReleaseConflict when it holds another; ReleaseDamaged when its files do not match."""
     if existing != new:
         raise ReleaseConflict(
@@ -219,8 +219,8 @@ STALE_UPLOAD_S = 6 * 3600  # an upload folder whose newest file is older than th
 def _modified(info: dict[str, Any]) -> float | None:
     """A listed file's modification time (seconds since the epoch): ``mtime`` on a local disk,
     ``LastModified`` on S3; None when the filesystem gives neither."""
-    value = info.get("mtime", info.get("LastModified"))
-    if hasattr(value, "timestamp"):
+    value: Any = info.get("mtime", info.get("LastModified"))
+    if value is not None and hasattr(value, "timestamp"):
         return float(value.timestamp())
     return float(value) if isinstance(value, (int, float)) else None
 

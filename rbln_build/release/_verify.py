@@ -25,7 +25,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import UserError
-from ._format import FORMAT, MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, render_release, self_hash
+from ._format import (
+    FORMAT,
+    MAX_RELEASE_JSON_BYTES,
+    RELEASE_FILE,
+    SELF_HASH_KEY,
+    SIGNATURE_FILE,
+    render_release,
+    self_hash,
+)
 
 __all__ = ["Verdict", "verify_cell", "verify_release", "open_release"]
 
