@@ -109,7 +109,7 @@ def test_run_of_a_mistyped_cell_under_a_release_names_the_close_ones(plans: Path
 def test_run_of_a_path_through_a_file_is_a_one_line_usage_error(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     proc = rbln_run([str(tmp_path / "afile" / "x"), "--prompt-ids", "1"], tmp_path)
-    _one_line(proc, 2, "afile/x: not a cell folder")
+    _one_line(proc, 2, "afile/x: not a cell folder (a part of it is a file)")
 
 
 def rbln_run(args: list[str], cwd: Path) -> Any:

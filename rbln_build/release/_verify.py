@@ -14,6 +14,7 @@ Files are read in 1 MiB chunks, opened without following links on a local disk.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -92,6 +93,10 @@ class LocalRelease:
             mode = path.lstat().st_mode
         except (FileNotFoundError, NotADirectoryError):  # afile/release.json: no release there
             return None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:  # a name no file system holds: no release there either
+                return None
+            raise
         if stat.S_ISLNK(mode):
             return "symlink"
         return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "special file"
@@ -216,7 +221,7 @@ def verify_cell(cell_dir: Path) -> Verdict | None:
     root = folder.parent
     if LocalRelease._kind(root / RELEASE_FILE) is None:
         return None
-    if not (folder.exists() or folder.is_symlink()):
+    if not os.path.lexists(folder):
         _no_such_cell(folder)
     return _verify(LocalRelease(root), None, only=folder.name)
 
