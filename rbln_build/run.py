@@ -210,6 +210,15 @@ def main(argv: list[str] | None = None) -> int:
             folder = verified_cell(Path(args.manifest), args.artifact)
         else:
             released_cell(folder)
+            try:
+                folder.stat()
+            except NotADirectoryError:  # a path through a file (afile/x); other errors the loader names
+                raise UserError(
+                    f"{folder}: not a cell folder (a part of it is a file); "
+                    "pass <build_dir>/artifacts/<cell id> or <release>/<cell id>."
+                ) from None
+            except OSError:
+                pass
         from .backends.torch._runtime import load_artifact
 
         artifact = load_artifact(folder)  # verifies the program first

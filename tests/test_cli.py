@@ -194,7 +194,7 @@ def test_infeasible_cell_fails_alone_with_the_exact_error(plans_build: Path, tmp
     [
         pytest.param("matrix.budgetz=[0.3]", "matrix.budgetz", id="misspelt-key"),
         pytest.param("matrix.batch_sizes=[a]", "matrix.batch_sizes[0]", id="wrong-type"),
-        pytest.param("device=atom", "device/atom", id="unknown-device"),
+        pytest.param("device=atom", "device=atom: no such option; did you mean device=atom_max", id="unknown-device"),
         pytest.param("matrix.models=[qwen3_8b,qwen3_9b]", "matrix.models[1]", id="unknown-model"),
         pytest.param("+matrix.budgetz=[1]", "matrix.budgetz", id="appended-unknown-key"),
         pytest.param("matrix.include=[{budgts:[1]}]", "matrix.include[0].budgts", id="include-misspelt-key"),

@@ -150,3 +150,29 @@ def test_the_entry_point_keeps_the_exit_status_hooks_output_and_waits_for_thread
         assert (tmp_path / "o.freed").exists() == (how == "thread")  # the teardown: skipped when alone
         for name in ("o.atexit", "o.thread", "o.freed"):
             (tmp_path / name).unlink(missing_ok=True)
+
+
+def _help_examples() -> list[str]:
+    from rbln_build.commands._help import OVERRIDES as HELP
+
+    block = HELP.split("Examples:\n", 1)[1].split("\n\n", 1)[0]
+    return [
+        line.strip() for line in block.splitlines() if line.strip().startswith("rbln-build") and "--cfg" not in line
+    ]
+
+
+@pytest.mark.slow  # real builds of each example (10-50 s each)
+@pytest.mark.parametrize("example", _help_examples())
+def test_every_example_of_the_help_builds_cleanly(example: str, tmp_path: Path) -> None:
+    """A new user's first commands (issue 36): the examples in ``rbln-build --help`` exit 0."""
+    import shlex
+
+    args = shlex.split(example)[1:]
+    proc = subprocess.run(
+        [sys.executable, "-m", "rbln_build.cli", *args, "progress=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, f"{example}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

@@ -550,3 +550,27 @@ def test_byte_budgets_match_the_reference_in_any_digits(digits: str, before: str
     assert ours == reference, text
     if ours is not None:
         assert format_budget(text).isascii()
+
+
+def test_internal_errors_outside_a_build_dir_keep_a_bounded_folder_of_tracebacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fuzz run left 271 traceback files loose in the temp dir (issue 36): they go to this user's
+    folder there, which keeps the newest KEPT_ERRORS; the error line names the newest."""
+    import tempfile
+
+    from rbln_build.commands import _guard
+    from rbln_build.inspection import _diff
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def broken(argv: list[str]) -> int:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(_diff, "main", broken)
+    lines = [one_line_error(*run_cli(["diff", "a", "b"], tmp_path)[::2], "rbln-build: internal", 3) for _ in range(25)]
+    folder = tmp_path / f"rbln-build-errors-{os.getuid()}"
+    files = sorted(folder.iterdir())
+    assert len(files) == _guard.KEPT_ERRORS and oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert f"the traceback is in {files[-1]}" in lines[-1] and "ZeroDivisionError: a bug" in files[-1].read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("rbln-build-error-")]  # nothing loose

@@ -46,7 +46,7 @@ class Run:
 ROOT: list[Path] = []  # the template project's root (its files aged past RACY_NS)
 
 
-def cli(where: Path, *args: str, root: Path | None = None) -> Run:
+def cli(where: Path, *args: str, root: Path | None = None, env: dict[str, str] | None = None) -> Run:
     """``rbln-build [status|report] ARGS`` for the build dir ``where/build`` of the project ``root``
     (the template's by default), run from the template's folder (aged: the folder a run starts in is
     an input, its listing read by every import)."""
@@ -60,7 +60,7 @@ def cli(where: Path, *args: str, root: Path | None = None) -> Run:
         capture_output=True,
         text=True,
         timeout=600,
-        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
     )
     return Run(proc, marker.read_text())
 
@@ -94,11 +94,11 @@ def armed(root: Path) -> list[Path]:
     return sorted((root / "build" / ".noop").glob("*.json"))
 
 
-def noop_pair(where: Path, *args: str, root: Path | None = None) -> tuple[Run, Run]:
+def noop_pair(where: Path, *args: str, root: Path | None = None, env: dict[str, str] | None = None) -> tuple[Run, Run]:
     """A full no-op (it records the stamp), then the short cut."""
-    full = cli(where, "progress=false", *args, root=root)
+    full = cli(where, "progress=false", *args, root=root, env=env)
     assert full.path == "full" and armed(where), full.stderr
-    short = cli(where, "progress=false", *args, root=root)
+    short = cli(where, "progress=false", *args, root=root, env=env)
     assert short.path == "short"
     return full, short
 
@@ -260,3 +260,19 @@ def test_a_stamp_folder_linked_out_of_the_build_dir_is_never_used(project: Path,
     second = cli(project, "progress=false")
     assert first.code == second.code == 0 and (first.path, second.path) == ("full", "full")
     assert list(outside.iterdir()) == []  # nothing written through the link
+
+
+def test_a_package_appearing_in_a_pythonpath_folder_under_tmpdir_takes_the_full_path(project: Path) -> None:
+    """The miss of issue 36: a PYTHONPATH folder that did not exist when the stamp was written, under
+    the system temp dir, then holding a package (a newer transformers, say). Nothing proves the run
+    unchanged, so it is not short-cut: no exemption by location."""
+    tmpdir = project / "tmp"
+    tmpdir.mkdir()
+    time.sleep(2.2)  # a folder this fresh is never stamped (RACY_NS): let it age
+    later = tmpdir / "site"  # not there yet
+    env = {"TMPDIR": str(tmpdir), "PYTHONPATH": os.pathsep.join([str(later), os.environ.get("PYTHONPATH", "")])}
+    noop_pair(project, env=env)
+    (later / "transformers").mkdir(parents=True)
+    (later / "transformers" / "__init__.py").write_text("__version__ = '99.0.0'\n")
+    after = cli(project, "progress=false", env=env)
+    assert after.path == "full" and after.code == 0, after.stderr

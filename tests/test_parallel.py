@@ -235,7 +235,6 @@ def test_ctrl_c_inside_a_finalizer_still_stops_quietly(tmp_path: Path, finalizer
     # worker while the garbage collector ran a finalizer in the regex module. The rbln-build process
     # itself is open to the same.
     marker = tmp_path / "cleaned-up"
-    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", INTERRUPTED_IN_A_FINALIZER, str(marker), finalizer, process],
         capture_output=True,
@@ -243,5 +242,30 @@ def test_ctrl_c_inside_a_finalizer_still_stops_quietly(tmp_path: Path, finalizer
         timeout=60,
     )
     assert (proc.returncode, proc.stderr) == (1 if process == "worker" else 130, ""), proc.stderr
+    # the job did not run on (its 20 s sleep would end in .ran-on); no wall-clock bound: a loaded
+    # machine takes seconds to start the interpreter
     assert marker.exists() and not Path(f"{marker}.ran-on").exists()
-    assert time.monotonic() - started < 15
+
+
+def test_a_broken_pool_hands_new_work_back_as_broken_for_the_scheduler_to_resubmit(tmp_path: Path) -> None:
+    """The probe's exit 3 (issue 36): a worker killed while the scheduler hands out a finished
+    compile's cells; the driver submitted to the broken pool and ``submit`` raised BrokenProcessPool
+    out of the run. Now the refused item is a future failed with it, which ``Parallel._resubmit``
+    restarts the pool for and submits again, as it does for the items the broken pool held."""
+    from concurrent.futures import wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    from rbln_build.execution import StoreRef
+    from rbln_build.execution._workers import LocalPool
+
+    pool = LocalPool(StoreRef(str(tmp_path / "cache")), 1)
+    try:
+        killed = pool._pool.submit(os._exit, 1)  # the worker dies as a killed one does: no reply
+        wait([killed], timeout=60)
+        assert isinstance(killed.exception(), BrokenProcessPool)
+        refused = pool.submit_compile("0" * 64, None, "torch")  # type: ignore[arg-type]
+        assert refused.done() and isinstance(refused.exception(), BrokenProcessPool)
+        pool.restart()
+        assert pool._pool.submit(os.getpid).result(timeout=60) > 0  # the fresh pool takes work again
+    finally:
+        pool.close(cancel=True)

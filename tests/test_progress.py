@@ -94,7 +94,8 @@ def test_without_a_terminal_the_log_is_plain_lines(tmp_path: Path) -> None:
     ]
     # the count line: rate-limited (every 10 s by default), and once when the last cell is done
     assert len(lines) == 5 and re.fullmatch(
-        r"\[progress 100%\] compiles 2/2 \| cells 3/3 \| 1 failed \| [23]s elapsed", lines[4]
+        r"\[progress 100%\] compiles 2/2 \| cells 3/3 \| 1 failed \| \d+s elapsed",
+        lines[4],  # any second: load
     ), lines
 
 
@@ -102,7 +103,7 @@ def test_under_a_pseudo_terminal_the_live_display_appears(tmp_path: Path) -> Non
     history = tmp_path / "history.json"
     first = run_events("live", history, tty=True)
     assert "\r\x1b[2K" in first  # the status line is redrawn in place
-    assert "[----------]   0% | compiles 0/2 | cells 0/3 | 0s elapsed" in first
+    assert re.search(r"\[----------\]   0% \| compiles 0/2 \| cells 0/3 \| \d+s elapsed", first)
     # counts, percentage and times first; the running compile: its number, its time, then its label
     # (which second each redraw lands on depends on the machine's load: any second counts)
     assert re.search(
@@ -117,7 +118,8 @@ def test_under_a_pseudo_terminal_the_live_display_appears(tmp_path: Path) -> Non
     recorded = json.loads(history.read_text())["compiles"]
     assert recorded == {LABEL: [1.3], "tiny_qwen3 for RBLN-CA x4 (torch)": [1.3]}
     second = run_events("live", history, tty=True)  # now the history gives an estimate from the start
-    assert "compiles 0/2 | cells 0/3 | 0s elapsed | ~2s left" in second
+    # (the first redraw's second, and so what is left, depend on the machine's load)
+    assert re.search(r"compiles 0/2 \| cells 0/3 \| \d+s elapsed \| ~\d+s left", second), second
 
 
 def test_progress_false_is_plain_even_on_a_terminal(tmp_path: Path) -> None:

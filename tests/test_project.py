@@ -151,3 +151,21 @@ def test_the_manifest_has_no_absolute_path(tmp_path: Path) -> None:
     )
     text = repr([entry_for(c, None) for c in cells])
     assert str(tmp_path) not in text and str(shipped_dir("recipes")) not in text
+
+
+def test_the_scaffolds_gitignore_keeps_private_keys_out_of_a_commit(tmp_path: Path) -> None:
+    """The signing walkthrough's key, had it been written into the project (issue 36), is not
+    committed by ``git add -A``: git itself reads the scaffold's .gitignore."""
+    import subprocess
+
+    root = tmp_path / "proj"
+    scaffold(root)
+    for name in ("release.key", "keys/ci.pem", "release.pub"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("-----BEGIN PRIVATE KEY-----\n")
+    git = ["git", "-c", "init.defaultBranch=main", "-C", str(root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    staged = subprocess.run([*git, "ls-files"], check=True, capture_output=True, text=True).stdout.split()
+    assert "release.key" not in staged and "keys/ci.pem" not in staged
+    assert "release.pub" in staged and "recipes/my_llama/recipe.yaml" in staged  # the public key is shared

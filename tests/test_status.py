@@ -287,3 +287,16 @@ def test_a_damaged_result_record_is_a_re_resolve_and_is_not_removed(project: Pat
     cell = status(project, code=1)["llama3_2_1b.rebel100.b0.3"]
     assert cell["state"] == "would re-resolve" and cell["reasons"] == ["no stored result for this cell key"]
     assert record.is_file()  # status reads the Store without changing it
+
+
+def test_status_and_gc_agree_on_a_cell_the_manifest_still_lists(project: Path) -> None:
+    """A new user's puzzle (issue 36): status called a cell outside the matrix 'removed ... gc removes
+    its link', and gc then removed nothing, since manifest.json still lists it. They now agree:
+    status says gc keeps it while the manifest lists it, and gc keeps it."""
+    cid = "llama3_2_1b.rebel100.b0.5"
+    out = check(rbln(["status", "matrix.budgets=[0.3,0.4]"], cwd=project), 1)
+    (line,) = [x for x in out.splitlines() if x.startswith(cid)]
+    assert "removed" in line and "`rbln-build gc` keeps it until a build of this matrix drops it" in line
+    dry = json.loads(check(rbln(["gc", "--json", "--dry-run", "matrix.budgets=[0.3,0.4]"], cwd=project)))
+    assert f"artifacts/{cid}" not in {r["path"] for r in dry["removed"]}
+    assert (project / "build" / "artifacts" / cid).is_symlink()

@@ -1,8 +1,8 @@
 """``rbln-build``: compose the matrix with Hydra, build it with doit, print the results.
 
     rbln-build                                   build the default matrix (conf/config.yaml)
-    rbln-build matrix=release device=atom_max_x4 budget=0.3
-    rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
+    rbln-build matrix=release device=rebel100 budget=0.3
+    rbln-build -m matrix=plans budget=0.5,0.9 device=atom_max_x4,rebel100
     rbln-build explain model=qwen3_8b device=rebel100
     rbln-build plan deployment=qwen3_8b_llama3_2_1b      (and serve-command, explain deployment=)
     rbln-build report [build_dir=build] [--open]

@@ -1,8 +1,8 @@
 """``rbln-build gc [overrides] [--keep MANIFEST ...] [--dry-run] [--json]``: remove what no build needs.
 (``rbln-build gc --remote ... MANIFEST...`` cleans the remote cache instead: ``_gc_remote``.)
 
-Kept: everything the current ``manifest.json`` references, everything a ``--keep`` manifest
-references (e.g. a released one), and everything the composed matrix's cells would use (so a build
+Kept: everything the current ``manifest.json`` references, everything a ``--keep`` manifest or
+release (its folder or its ``release.json``: the manifest records of its cells) references, and everything the composed matrix's cells would use (so a build
 half done for the current config is not thrown away). A manifest references, for each cell, its
 compile key (``cache/compile``, ``cache/failures``), its cell key (``cache/results``) and the
 artifact its result points at (``cache/artifacts``). A pack of records (``store._files``, record packs) is kept
@@ -74,15 +74,41 @@ def _size(path: Path) -> int:
 
 def _manifest_cells(path: Path) -> dict[str, Any]:
     """The cells of the manifest at ``path`` ({} when there is none); gc removes nothing on the word
-    of a manifest it cannot read, so anything else is an error naming the file."""
+    of a manifest it cannot read, so anything else is an error naming the file. A release (its folder
+    or its ``release.json``) is taken as what it is: the manifest records it carries for its cells."""
     hint = "gc removes nothing without it; rebuild it with rbln-build or drop the --keep"
+    if path.is_dir() and (path / "release.json").is_file():
+        path = path / "release.json"
     if absent(path, error=ConfigError, hint=hint):
         return {}
     data = load_json(path, error=ConfigError, hint=hint)
+    if isinstance(data, dict) and "format" in data:
+        return _release_cells(path, data)
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, dict) or not all(isinstance(e, dict) for e in cells.values()):
         raise ConfigError(f"{path}: not an rbln-build manifest (its 'cells' is not a mapping of entries); {hint}.")
     return cells
+
+
+def _release_cells(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A release's cells as manifest entries (each ``cells[id]["record"]``); a release that is not of
+    this format, or whose self-hash does not match, is refused: gc keeps nothing less than it says."""
+    from ..release._format import FORMAT, SELF_HASH_KEY, self_hash
+
+    hint = "gc removes nothing on its word; check it with rbln-build verify or drop the --keep"
+    if data.get("format") != FORMAT:
+        raise ConfigError(
+            f"{path}: format {data.get('format')!r} is neither a manifest nor a release ({FORMAT}); {hint}."
+        )
+    if data.get(SELF_HASH_KEY) != self_hash(data):
+        raise ConfigError(f"{path}: a damaged release (its {SELF_HASH_KEY} does not match its content); {hint}.")
+    cells = data.get("cells")
+    records = (
+        {cid: e.get("record") for cid, e in cells.items() if isinstance(e, dict)} if isinstance(cells, dict) else None
+    )
+    if records is None or len(records) != len(cells or {}) or not all(isinstance(r, dict) for r in records.values()):
+        raise ConfigError(f"{path}: a release whose 'cells' are not records of manifest entries; {hint}.")
+    return records
 
 
 def plan_gc(
@@ -94,9 +120,9 @@ def plan_gc(
     kept = Kept()
     for manifest in [build_dir / "manifest.json", *keep]:
         if manifest != build_dir / "manifest.json" and absent(
-            manifest, error=ConfigError, hint="give a manifest to --keep"
+            manifest, error=ConfigError, hint="give a manifest or a release to --keep"
         ):
-            raise ConfigError(f"--keep {manifest}: no such manifest.")
+            raise ConfigError(f"--keep {manifest}: no such manifest or release.")
         for cid, entry in _manifest_cells(manifest).items():
             kept.add_cell(store, cid, entry.get("compile_key"), entry.get("cell_key"))
     for cell in cells:

@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -48,14 +50,79 @@ def one_line(text: str) -> str:
         if line and not line.startswith(_NOISE):
             kept.append(line)
     message = " ".join(kept) or "invalid configuration"
+    closest = _closest_names(message)
+    if closest is not None:
+        return closest
     if "Traceback (most recent call last)" in text:
         message += " (Hydra could not compose the configuration with these overrides; check that each key exists)"
     return message
 
 
+_NO_KEY = re.compile(r"Could not override '([^']+)'\..*?Key '([^']+)' not in '(\w+)'")
+_NO_OPTION = re.compile(
+    r"Could not find '([^'/]+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)\s*Config search path"
+)
+
+
+def _closest_names(message: str) -> str | None:
+    """Hydra's text for a misspelt key (``budgt=0.3``, ``matrix.budgts=[...]``) or group option
+    (``device=rebel10``) as one line with the closest names; None for any other message."""
+    import difflib
+
+    found = _NO_KEY.search(message)
+    if found is not None:
+        override, key, schema = found.groups()
+        from ..config import _schema
+
+        cls = getattr(_schema, schema, None)
+        names = sorted(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else []
+        parent = override.rsplit(".", 1)[0] + "." if "." in override else ""
+        close = [parent + n for n in difflib.get_close_matches(key, names, n=3, cutoff=0.6)]
+        hint = f"did you mean {' or '.join(close)}?" if close else f"the keys there: {', '.join(names)}."
+        return f"{override}: no such key; {hint}"
+    found = _NO_OPTION.search(message)
+    if found is not None:
+        group, option, listed = found.groups()
+        options = listed.split()
+        close = difflib.get_close_matches(option, options, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(f'{group}={c}' for c in close)}? " if close else ""
+        return f"{group}={option}: no such option; {hint}(the options: {', '.join(options)})"
+    return None
+
+
+KEPT_ERRORS = 20  # traceback files kept in the temporary folder (no build dir): the newest, per user
+
+
+def _temp_error_file(text: str) -> Path | None:
+    """Write ``text`` to ``<tmp>/rbln-build-errors-<uid>/internal-error-<ns>-<pid>.txt`` and keep only the
+    newest ``KEPT_ERRORS`` such files there (a fuzz run once left 271 loose files in the temp dir). The
+    folder is this user's alone (0700, not a link, owned by us); otherwise no file is written."""
+    import stat
+    import time
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"rbln-build-errors-{uid}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != uid):
+        return None
+    where = folder / f"internal-error-{time.time_ns():020d}-{os.getpid()}.txt"  # names sort by time
+    fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    kept = sorted(folder.glob("internal-error-*.txt"))
+    for old in kept[:-KEPT_ERRORS]:
+        old.unlink(missing_ok=True)
+    return where
+
+
 def report_internal(exc: BaseException, build_dir: Path | None) -> str:
-    """Write ``exc``'s traceback to ``<build_dir>/logs/`` (or the temporary folder when there is no
-    build directory yet) and return the one line to print."""
+    """Write ``exc``'s traceback to ``<build_dir>/logs/`` (or, when there is no build directory yet,
+    to this user's folder in the temporary folder, which keeps the newest ``KEPT_ERRORS``) and
+    return the one line to print."""
     text = "".join(traceback.format_exception(exc))
     where: Path | None = None
     try:
@@ -64,10 +131,7 @@ def report_internal(exc: BaseException, build_dir: Path | None) -> str:
             where.parent.mkdir(exist_ok=True)
             where.write_text(text, encoding="utf-8")
         else:
-            fd, name = tempfile.mkstemp(prefix="rbln-build-error-", suffix=".txt")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            where = Path(name)
+            where = _temp_error_file(text)
     except OSError:
         where = None
     detail = f"; the traceback is in {where}" if where is not None else ""

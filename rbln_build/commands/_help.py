@@ -40,9 +40,9 @@ Overrides (Hydra syntax; a chosen model/device/budget replaces that axis of the 
 
 Examples:
   rbln-build
-  rbln-build matrix=release device=atom_max_x4 budget=0.3
-  rbln-build -m budget=0.3,0.5 device=atom_max,rebel100
-  rbln-build matrix=plans 'matrix.budgets=[0.2,0.25,0.3]'
+  rbln-build matrix=release device=rebel100 budget=0.3
+  rbln-build -m matrix=plans budget=0.5,0.9 device=atom_max_x4,rebel100
+  rbln-build matrix=plans 'matrix.budgets=[0.5,0.6,0.7]'
   rbln-build --cfg job                    print the composed config and exit
 
 Outputs under build_dir: manifest.json, summary.json, results.txt, artifacts/<cell id>/ (rbln-build.json, ...),

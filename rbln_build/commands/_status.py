@@ -207,7 +207,8 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path | str
         lines.append(f"{s.cell.ljust(width)}  {s.state.ljust(16)}  {'; '.join(s.reasons)}".rstrip())
     for cid in removed:
         lines.append(
-            f"{cid.ljust(width)}  {'removed'.ljust(16)}  no longer in the matrix (`rbln-build gc` removes its link)"
+            f"{cid.ljust(width)}  {'removed'.ljust(16)}  not in this matrix; manifest.json still lists it, so "
+            "`rbln-build gc` keeps it until a build of this matrix drops it from the manifest"
         )
     counts: dict[str, int] = {}
     for s in statuses:

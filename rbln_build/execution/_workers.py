@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -212,10 +213,22 @@ class LocalPool:
         return keys
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
-        return self._pool.submit(_tracked, f"compile:{key}", compile_job, self.ref, key, spec, backend)
+        return self._submit(_tracked, f"compile:{key}", compile_job, self.ref, key, spec, backend)
 
     def submit_cells(self, cells: list[Cell], line_of: Callable[..., str] | None = None) -> Future[list[CellDone]]:
-        return self._pool.submit(_tracked, batch_name(cells), cells_job, self.ref, cells, line_of)
+        return self._submit(_tracked, batch_name(cells), cells_job, self.ref, cells, line_of)
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """``fn(*args)`` on the pool. A pool that broke since the scheduler last looked (a worker
+        killed while a finished compile's cells are handed out) refuses new work: the item comes back
+        as a future failed with ``BrokenProcessPool``, so the scheduler restarts the pool and submits
+        it again (``Parallel._resubmit``), as it does for the items the broken pool held."""
+        try:
+            return self._pool.submit(fn, *args)
+        except BrokenProcessPool as exc:
+            refused: Future[Any] = Future()
+            refused.set_exception(exc)
+            return refused
 
     def dead_items(self) -> set[str]:
         """After the pool broke: the items ("compile:<key>", "cell:<id>", ``batch_name``) that workers killed by a

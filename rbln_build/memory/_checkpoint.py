@@ -61,6 +61,8 @@ def _header(path: Path) -> dict[str, Any]:
         raise RecipeError(f"{path}: cannot read it ({exc.strerror}).") from None
     except ValueError as exc:
         raise RecipeError(f"{path}: the safetensors header is not valid JSON ({exc}).") from None
+    except RecursionError:
+        raise RecipeError(f"{path}: the safetensors header is nested too deeply to be one; not safetensors.") from None
     if not isinstance(header, dict):
         raise RecipeError(f"{path}: the safetensors header is not a mapping.")
     end = _check_offsets(path, header)
@@ -132,6 +134,8 @@ def _weight_files(directory: Path) -> list[Path]:
             weight_map = parse_json(read_document(index, error=RecipeError), str(index), error=RecipeError)[
                 "weight_map"
             ]
+            if not all(isinstance(v, str) for v in weight_map.values()):
+                raise ValueError("a 'weight_map' value is not a file name")
             names = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RecipeError(f"{index}: not a valid safetensors index ({exc}); it needs a 'weight_map'.") from None

@@ -10,7 +10,8 @@ written) records a stamp, ``<build_dir>/.noop/<key>.json`` (``_record``):
   fingerprint (mode, size, mtime, ctime, inode): the project's and the shipped ``conf/`` and
   ``recipes/`` trees (backed by content digests: a file touched or checked out again with the
   same bytes still matches), the rbln_build package, every other module the run imported, each
-  ``sys.path`` folder's listing (an installed or upgraded package changes it), each local
+  ``sys.path`` folder's listing (an installed or upgraded package changes it; one that is not there
+  is stamped absent, as is every name the run looked for and did not find, wherever it lies), each local
   checkpoint's files, and every other file the run opened for reading (an audit hook);
 * ``outputs``: one digest over the fingerprints of the build directory itself (its listing: a killed
   run's leftovers, ``.publishing``), the manifest, ``summary.json``, ``results.txt``, doit's state

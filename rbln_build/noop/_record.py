@@ -166,15 +166,12 @@ class Recording:
                 digested.setdefault(top.rstrip(os.sep) or os.sep, with_digest)
             else:
                 _tree(top, digested, with_digest)
-        import tempfile
-
         stdlib = os.path.dirname(os.__file__) + os.sep
-        temp = os.path.join(os.path.realpath(tempfile.gettempdir()), "")
         # what a run reads in its build dir is in the outputs' digest (a report's reads: files stamped too)
         build = os.path.join(os.path.realpath(self.build_dir), "")
         report = self.name == f"report-{self.key}"
-        for folder in sys.path:
-            if folder and os.path.isdir(folder):
+        for folder in sys.path:  # one that is not there is stamped absent: a package may appear in it
+            if folder:
                 digested.setdefault(os.path.abspath(folder), True)
         files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
         for path in [f for f in files if isinstance(f, str)] + sorted(self.opened):
@@ -187,8 +184,7 @@ class Recording:
                 continue
             name = path.rstrip(os.sep) or os.sep
             if not os.path.lexists(name):  # gone: a temporary of the run's own, or a name it looked for
-                if not real.startswith(temp):
-                    digested.setdefault(name, False)  # stamped absent: its appearing is a change
+                digested.setdefault(name, False)  # stamped absent wherever it is: its appearing is a change
             elif path.endswith(os.sep):  # a folder the run listed
                 digested.setdefault(name, True)
             elif os.path.isdir(path):

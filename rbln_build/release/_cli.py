@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -70,6 +71,10 @@ def release_main(argv: list[str]) -> int:
     # the manifest and the selection are checked before anything is created (a usage error writes
     # nothing); stage_release reads the manifest again under the build directory's lock
     select_cells(read_manifest(build_dir)[1], selection, str(build_dir / "manifest.json"))
+    if args.sign:  # the key too: a bad one is refused before any folder is made
+        from ._sign import sign
+
+        sign(b"", Path(args.sign))
     if is_url(to):
         parent = Path(tempfile.mkdtemp(prefix="rbln-release-"))
         staging = parent / args.name
@@ -109,6 +114,10 @@ def release_main(argv: list[str]) -> int:
     except BuildError as exc:  # a cell that fails its check, an upload that failed: nothing published
         print(f"rbln-build release: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # the destination (read-only, a special file) or a file it reads: one line
+        line = _os_error(exc, args.name, to if is_url(to) else str(parent), args.to is not None)
+        print(f"rbln-build release: {line}", file=sys.stderr)
+        return 1
     finally:
         shutil.rmtree(parent if is_url(to) else staging, ignore_errors=True)
     size = sum(f["size"] for f in staged.files.values())
@@ -135,6 +144,22 @@ def release_main(argv: list[str]) -> int:
         print(f"  not released: {cid} ({status})")
     print(f"check it where it is used: rbln-build verify {redact(location)}")
     return 0
+
+
+def _os_error(exc: OSError, name: str, to: str, given: bool) -> str:
+    """An OSError of a release as one line: under the destination, a UserError (choose another
+    --to, exit 2); elsewhere (the build's files), the line to print (exit 1). Nothing was published."""
+    from ._format import redact
+
+    what = exc.strerror or type(exc).__name__
+    path = str(exc.filename) if exc.filename is not None else None
+    where = f"--to {redact(to)}" if given else f"{to} (the default --to, under the build directory)"
+    if path is None or os.path.abspath(path).startswith(os.path.abspath(to)):
+        raise UserError(
+            f"release {name}: cannot write under {where}: {path or ''}{': ' if path else ''}{what}; nothing was "
+            "published. Choose a writable folder with --to DIR."
+        ) from None
+    return f"release {name}: {path}: {what}; nothing was published."
 
 
 def _verify_parser() -> argparse.ArgumentParser:

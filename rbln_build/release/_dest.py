@@ -7,10 +7,12 @@ A release becomes visible all at once or not at all, as the remote cache publish
 * a URL: every file is uploaded under ``<to>/.tmp-release/<name>-<random>/``, then moved to
   ``<to>/<name>/``, the signature next and ``release.json`` last. Until ``release.json`` is there,
   ``verify`` (and any consumer) sees no release; an interrupted publish leaves files that the next
-  ``release`` of the same content completes.
+  ``release`` of the same content completes, and an upload folder a killed release left (its newest
+  file older than ``STALE_UPLOAD_S``, 6 hours) is removed by the next URL release to that destination.
 
 A release name is immutable. If ``<to>/<name>/release.json`` exists: the same bytes are a no-op
-("unchanged"); other bytes are a ``ReleaseConflict`` naming the first file that differs.
+("unchanged") once the release there verifies (else ``ReleaseDamaged``, exit 1); other bytes are a
+``ReleaseConflict`` naming the first file that differs.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ from ..errors import BuildError, UserError
 from ..store import REMOTE_TIMEOUTS
 from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, redact
 
-__all__ = ["ReleaseConflict", "filesystem", "is_url", "local_staging", "publish"]
+__all__ = ["ReleaseConflict", "ReleaseDamaged", "filesystem", "is_url", "local_staging", "publish"]
 
 
 class ReleaseConflict(UserError):
     """A release of other content already holds the name."""
+
+
+class ReleaseDamaged(BuildError):
+    """This release already holds the name, but its files do not match its release.json."""
 
 
 def is_url(to: str) -> bool:
@@ -105,7 +111,11 @@ def _first_differing_key(old: Any, new: Any, path: str = "") -> str:
     return path or "its top level"
 
 
-def _compare(where: str, existing: bytes, new: bytes, old_sig: bytes | None, new_sig: bytes | None) -> str:
+def _compare(
+    where: str, existing: bytes, new: bytes, old_sig: bytes | None, new_sig: bytes | None, location: str
+) -> str:
+    """ "unchanged" when ``location`` (``where``, credentials and all) already holds this release and
+    it verifies; ReleaseConflict when it holds another; ReleaseDamaged when its files do not match."""
     if existing != new:
         raise ReleaseConflict(
             f"{where} already holds a release with different content; first difference: "
@@ -116,6 +126,16 @@ def _compare(where: str, existing: bytes, new: bytes, old_sig: bytes | None, new
             f"{where} already holds this release, "
             + ("unsigned" if old_sig is None else "signed by another key")
             + f"; a release name is immutable: choose a new name to publish a signed {SIGNATURE_FILE}."
+        )
+    from ._verify import verify_release
+
+    verdict = verify_release(location)  # the same release.json says nothing of the files beside it
+    if not verdict.ok:
+        rel, problem = verdict.problems[0]
+        more = f" (and {len(verdict.problems) - 1} more problem(s))" if len(verdict.problems) > 1 else ""
+        raise ReleaseDamaged(
+            f"{where} already holds this release, but it is damaged: {rel}: {problem}{more}; nothing written. "
+            f"See rbln-build verify {where}; remove it yourself and release again, or choose a new name."
         )
     return "unchanged"
 
@@ -164,7 +184,7 @@ def _flush(root: Path) -> None:
 def _publish_local(staging: Path, dest: Path, data: bytes, signature: bytes | None) -> str:
     found = _existing_local(dest)
     if found is not None:
-        return _compare(str(dest), found[0], data, found[1], signature)
+        return _compare(str(dest), found[0], data, found[1], signature, str(dest))
     _flush(staging)
     try:
         os.rename(staging, dest)  # one step: the whole release or nothing
@@ -172,7 +192,7 @@ def _publish_local(staging: Path, dest: Path, data: bytes, signature: bytes | No
         found = _existing_local(dest)  # another release of the same name won the race
         if found is None:
             raise
-        return _compare(str(dest), found[0], data, found[1], signature)
+        return _compare(str(dest), found[0], data, found[1], signature, str(dest))
     return "published"
 
 
@@ -193,6 +213,42 @@ def _mv(fs: Any, src: str, dst: str) -> None:
     fs.mv(src, dst)
 
 
+STALE_UPLOAD_S = 6 * 3600  # an upload folder whose newest file is older than this was left by a killed release
+
+
+def _modified(info: dict[str, Any]) -> float | None:
+    """A listed file's modification time (seconds since the epoch): ``mtime`` on a local disk,
+    ``LastModified`` on S3; None when the filesystem gives neither."""
+    value: Any = info.get("mtime", info.get("LastModified"))
+    if value is not None and hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _remove_stale_uploads(fs: Any, uploads: str) -> None:
+    """Remove ``<to>/.tmp-release/<name>-<hex>/`` folders that a killed URL release left: those whose
+    newest file is older than ``STALE_UPLOAD_S`` (a release still uploading writes a file at least
+    that often). Only folders of our own naming; anything that cannot be listed or dated is left."""
+    import time
+
+    try:
+        entries = fs.ls(uploads, detail=False)
+    except Exception:  # no uploads folder (the usual case), or one we cannot list
+        return
+    now = time.time()
+    for entry in entries:
+        leaf = str(entry).rstrip("/").rsplit("/", 1)[-1]
+        prefix, _, token = leaf.rpartition("-")
+        if not prefix or len(token) != 32 or any(c not in "0123456789abcdef" for c in token):
+            continue
+        try:
+            times = [_modified(i) for i in fs.find(entry, detail=True).values()]
+            if times and None not in times and now - max(t for t in times if t is not None) > STALE_UPLOAD_S:
+                fs.rm(entry, recursive=True)
+        except Exception:
+            continue
+
+
 def _publish_url(
     staging: Path, to: str, name: str, data: bytes, signature: bytes | None, local_check: Path | None = None
 ) -> tuple[str, str]:
@@ -205,9 +261,10 @@ def _publish_url(
     existing = _cat_bounded(fs, f"{final}/{RELEASE_FILE}", MAX_RELEASE_JSON_BYTES)
     if existing is not None:
         old_sig = _cat_bounded(fs, f"{final}/{SIGNATURE_FILE}", 128)
-        return where, _compare(where, existing, data, old_sig, signature)
+        return where, _compare(where, existing, data, old_sig, signature, f"{to}/{name}")
     rels = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
     payload = [r for r in rels if r not in (RELEASE_FILE, SIGNATURE_FILE)]
+    _remove_stale_uploads(fs, f"{base}/.tmp-release")
     tmp = f"{base}/.tmp-release/{name}-{uuid.uuid4().hex}"
     try:
         for rel in [*payload, *([SIGNATURE_FILE] if signature is not None else []), RELEASE_FILE]:
@@ -234,7 +291,7 @@ def _publish_url(
         fs.invalidate_cache()
         raced = _cat_bounded(fs, f"{final}/{RELEASE_FILE}", MAX_RELEASE_JSON_BYTES)
         if raced is not None:  # another release of this name was published meanwhile
-            return where, _compare(where, raced, data, None, None)
+            return where, _compare(where, raced, data, None, None, f"{to}/{name}")
         _mv(fs, f"{tmp}/{RELEASE_FILE}", f"{final}/{RELEASE_FILE}")  # the release is visible from here on
     except UserError:
         raise

@@ -14,6 +14,7 @@ Files are read in 1 MiB chunks, opened without following links on a local disk.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -25,11 +26,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import UserError
-from ._format import FORMAT, MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, self_hash
+from ._format import (
+    FORMAT,
+    MAX_RELEASE_JSON_BYTES,
+    RELEASE_FILE,
+    SELF_HASH_KEY,
+    SIGNATURE_FILE,
+    render_release,
+    self_hash,
+)
 
 __all__ = ["Verdict", "verify_cell", "verify_release", "open_release"]
 
 _SHA = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # _bundle.check_name's rule (a cell's folder name)
 _TOP = {RELEASE_FILE, SIGNATURE_FILE}
 
 
@@ -81,8 +91,12 @@ class LocalRelease:
     def _kind(path: Path) -> str | None:
         try:
             mode = path.lstat().st_mode
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # afile/release.json: no release there
             return None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:  # a name no file system holds: no release there either
+                return None
+            raise
         if stat.S_ISLNK(mode):
             return "symlink"
         return "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "special file"
@@ -156,6 +170,9 @@ def _checked_files(body: dict[str, Any]) -> dict[str, tuple[str, int]]:
     files = body.get("files")
     if body.get("format") != FORMAT or not isinstance(cells, dict) or not isinstance(files, dict):
         raise ValueError(f"not an rbln-build release (format {body.get('format')!r}, expected {FORMAT!r})")
+    for cid in cells:
+        if not isinstance(cid, str) or not _NAME.fullmatch(cid) or ".." in cid:
+            raise ValueError(f"cell id {cid!r} is not a safe folder name (letters, digits and . _ + -)")
     out = {}
     for rel, digest in files.items():
         parts = PurePosixPath(rel).parts
@@ -204,7 +221,28 @@ def verify_cell(cell_dir: Path) -> Verdict | None:
     root = folder.parent
     if LocalRelease._kind(root / RELEASE_FILE) is None:
         return None
+    if not os.path.lexists(folder):
+        _no_such_cell(folder)
     return _verify(LocalRelease(root), None, only=folder.name)
+
+
+def _no_such_cell(folder: Path) -> None:
+    """A cell folder that is not there under a release: a mistyped name (UserError with the closest
+    names), not a damaged release; a release.json that does not read is left to ``_verify`` to name."""
+    import difflib
+
+    from .._documents import load_json
+
+    try:
+        body = load_json(folder.parent / RELEASE_FILE, limit=MAX_RELEASE_JSON_BYTES)
+    except UserError:
+        return
+    cells = sorted(c for c in (body.get("cells") if isinstance(body, dict) else None) or {} if isinstance(c, str))
+    if not cells or folder.name in cells:
+        return
+    close = difflib.get_close_matches(folder.name, cells, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else f"it has {len(cells)}, e.g. {', '.join(cells[:3])}."
+    raise UserError(f"{folder}: no such cell in the release {folder.parent}; {hint}")
 
 
 def _verify(release: LocalRelease | RemoteRelease, key: Path | None, only: str | None = None) -> Verdict:
@@ -226,6 +264,8 @@ def _verify(release: LocalRelease | RemoteRelease, key: Path | None, only: str |
             raise ValueError("not a JSON object")
         if body.get(SELF_HASH_KEY) != self_hash(body):
             raise ValueError(f"edited: its {SELF_HASH_KEY} does not match its content")
+        if render_release(body) != data:  # the hash covers the parsed body: the bytes must be its rendering
+            raise ValueError("edited: its bytes are not the rendering its content_sha256 covers (a duplicate key?)")
         listed = _checked_files(body)
     except (OSError, ValueError, RecursionError) as exc:  # nothing else can be checked against it
         problems.append((RELEASE_FILE, str(exc)))

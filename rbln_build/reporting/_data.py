@@ -229,7 +229,20 @@ def _check_entry(cid: str, entry: Any) -> dict[str, Any]:
     ]
     if missing:
         raise KeyError(f"cell {cid!r} lacks {', '.join(missing)}")
+    for name, bound in _COUNT_BOUNDS.items():  # NaN, a string, 10**18 blocks: not what a build writes
+        value = entry[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound):
+            raise TypeError(f"cell {cid!r} has {name} {str(value)[:40]!r}, not a count from 0 to {bound:,}")
     return entry
+
+
+# The largest values a build writes, with room: a pool of 2**31 blocks, 2**50 bytes of budget.
+_COUNT_BOUNDS = {
+    "kvcache_num_blocks": 2**31,
+    "num_full_blocks": 2**31,
+    "num_min_blocks": 2**31,
+    "budget_bytes": 2**50,
+}
 
 
 def _view(build_dir: Path, data: bytes, manifest: dict[str, Any]) -> BuildView:

@@ -111,6 +111,9 @@ build:                          # default build options (a model config or the m
 _GITIGNORE = """\
 # rbln-build outputs (manifest, artifacts, cache, doit state): rebuilt by `rbln-build`
 /build/
+# private signing keys (rbln-build release --sign): keep them outside the project; never commit one
+*.key
+*.pem
 """
 
 

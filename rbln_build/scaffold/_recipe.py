@@ -82,8 +82,13 @@ def add_recipe(
         )
     text: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
     positions = text.get("max_position_embeddings")
-    if isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
+    if positions is None:
         positions = _MAX_DEFAULT_SEQ
+    elif isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
+        raise RecipeError(
+            f"{config_file}: max_position_embeddings is {str(positions)[:40]!r}, not a positive whole number of "
+            "tokens; fix the checkpoint's config.json (or remove the key and give --max-seq-len)."
+        )
     seq = max_seq_len or min(positions, _MAX_DEFAULT_SEQ)
     project_root = recipes_dir.resolve().parent
     inside = source.is_relative_to(project_root)  # then the project can move as a whole
