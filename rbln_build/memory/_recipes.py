@@ -35,7 +35,7 @@ from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
 from ..estimator import count_problem, name_problem
 from ._companions import companion_names, parse_companions, parse_license
-from ._gguf import GgufWeights, parse_gguf_weights, resolve_gguf
+from ._gguf import GgufWeights, gguf_digest, locate_gguf, parse_gguf_weights
 from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "geometry_from_config", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
@@ -351,13 +351,13 @@ def _gguf_weights(
     hf_config: dict[str, Any],
     digest_cache: Path | None,
 ) -> tuple[Path | None, str | None, GgufWeights]:
-    """A GGUF recipe's (checkpoint folder, its digest, the GGUF): only a build (``digest_cache``
-    given) looks for the file and de-quantizes it; a plan (explain, estimate) needs neither."""
+    """A GGUF recipe's (checkpoint folder, weights digest, the GGUF located): the folder is where a
+    build de-quantizes it (``_gguf.materialize_gguf``, at the first compile that needs it); nothing
+    is read here. A plan (explain, estimate: no ``digest_cache``) locates nothing."""
     gguf = parse_gguf_weights(recipe_file, weights)
     if digest_cache is None:
         return None, None, gguf
-    from ._checkpoint import inspect_checkpoint, weights_digest
-
-    folder, source = resolve_gguf(gguf, directory, recipe_file, dtype, hf_config, digest_cache)
-    digest = weights_digest(inspect_checkpoint(folder, hf_config), digest_cache)
-    return folder, digest, replace(gguf, source=str(source))
+    source, problem = locate_gguf(gguf, directory, recipe_file)
+    folder = digest_cache.parent / "gguf" / f"{gguf.sha256}-{dtype}"
+    located = replace(gguf, source=str(source) if source else None, problem=problem)
+    return folder, gguf_digest(gguf, dtype), located
