@@ -34,7 +34,7 @@ MATRIX = (
 
 
 def cli(args: list[str], cwd: Path, module: str = "rbln_build.cli", code: int = 0) -> str:
-    env = dict(os.environ, **sdk_env(), HF_HUB_OFFLINE="1")
+    env = {**os.environ, **sdk_env(), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True)
     assert proc.returncode == code, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
