@@ -69,7 +69,7 @@ def dequantize(
         from transformers.utils import logging as hf_logging
 
         bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # the build prints its own progress, one line per event
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the build prints its own progress, one line per event
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 str(gguf.parent), gguf_file=gguf.name, config=config, dtype=torch_dtype
@@ -79,7 +79,7 @@ def dequantize(
             raise InputFailure(str(refusal), "gguf_unsupported") from None
         finally:
             if bars:
-                hf_logging.enable_progress_bar()
+                hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
         params = dict(model.named_parameters())  # tied parameters once
         state = {name: params[name].detach().to(torch_dtype).contiguous() for name in sorted(params)}
         out = work / "checkpoint"

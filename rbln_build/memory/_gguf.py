@@ -21,6 +21,7 @@ only to de-quantize.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..errors import RecipeError
 
@@ -123,11 +124,13 @@ def gguf_sha256(source: Path, member: str | None, cache_dir: Path | None) -> str
         except (OSError, ValueError):
             pass  # no cache yet, or a damaged one: re-hash
     h = hashlib.sha256()
-    with zipfile.ZipFile(source) if member else open(source, "rb") as opened:
-        f = opened.open(member) if isinstance(opened, zipfile.ZipFile) else opened
-        with f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+    with contextlib.ExitStack() as stack:
+        if member is not None:
+            f: IO[bytes] = stack.enter_context(stack.enter_context(zipfile.ZipFile(source)).open(member))
+        else:
+            f = stack.enter_context(open(source, "rb"))
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
     sha = h.hexdigest()
     if cache_file is not None:
         try:
