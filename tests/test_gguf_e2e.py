@@ -73,9 +73,9 @@ def reference(gguf: Path) -> str:
 def test_the_cut_and_the_full_pool_build_and_the_weights_were_de_quantized_once(project) -> None:
     root = project["root"]
     built = cells(root, "build")
-    assert sorted(built) == ["smol.atom_max.b1150MB", "smol.atom_max.bnone"]
-    assert all(e["status"] == "ok" for e in built.values()), built
-    cut, full = built["smol.atom_max.b1150MB"], built["smol.atom_max.bnone"]
+    assert len(built) == 2 and all(e["status"] == "ok" for e in built.values()), built
+    cut = next(e for c, e in built.items() if c.endswith(".b1150MB"))  # ids name the matrix's options too
+    full = next(e for c, e in built.items() if c.endswith(".bnone"))
     assert cut["kvcache_num_blocks"] < full["kvcache_num_blocks"] == 8
     folders = sorted((root / "build" / "cache" / "gguf").iterdir())
     assert len(folders) == 1 and folders[0].name.endswith("-float32")  # one de-quantized copy for both
