@@ -56,10 +56,14 @@ def _decode_rates(cell: Path, weights: Path, recipe: Path, tokens: int, repeat: 
     tok = AutoTokenizer.from_pretrained(str(cell))
     ids = tok(PROMPT)["input_ids"]
     artifact = load_artifact(cell)
+    from rbln_build.backends.torch._weights import load_weights
+
     config = AutoConfig.from_pretrained(str(recipe))
-    model = AutoModelForCausalLM.from_pretrained(
-        str(weights), config=config, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
+    config._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    load_weights(model, weights)  # the same de-quantized safetensors the cell was built from
+    model.tie_weights()
+    model.eval()
     prompt = torch.tensor([ids])
 
     def ours() -> list[int]:
