@@ -53,6 +53,7 @@ def test_recipe_add_records_the_gguf_and_writes_its_tokenizer(gguf_file: Path, t
     assert meta["license"] == {"id": "mit", "file": None}
     config = json.loads((folder / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (64, 2, 306)
+    assert config["architectures"] == ["LlamaForCausalLM"]  # optimum-rbln picks its model class by it
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
     assert (tokenizer_config["bos_token"], tokenizer_config["eos_token"]) == ("<s>", "</s>")  # the GGUF's ids
     assert "local_files_only" not in tokenizer_config and "is_local" not in tokenizer_config

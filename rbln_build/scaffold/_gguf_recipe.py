@@ -153,6 +153,12 @@ def _derive(gguf: Path, out: Path, where: str) -> None:
     except (ValueError, KeyError, RuntimeError, OSError, TypeError) as exc:
         raise gguf_error(where, exc) from None
     _special_tokens(gguf, tokenizer)
+    if not config.architectures:  # transformers' GGUF config names none; optimum-rbln picks its class by it
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        causal = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type)
+        if causal:
+            config.architectures = [causal]
     config.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     _drop_load_options(out / "tokenizer_config.json")
