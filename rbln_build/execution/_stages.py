@@ -96,12 +96,16 @@ def compile_once(store: Store, key: str, spec: CompileSpec, backend: str) -> Ent
         impl = get_backend(backend)
 
         def fill(files: Path) -> dict[str, Any]:
-            result = impl.compile(spec, files)
+            from ..quantization._stage import quantized_spec
+
+            compiled, stage = quantized_spec(store, spec)  # a variant of float weights: its checkpoint first
+            result = impl.compile(compiled, files)
             return {
                 "produced": result.produced,
                 "report": result.report.to_json(),
                 "spec": spec.key_fields(),
                 "backend": backend,
+                **({"quantized_checkpoint": stage} if stage is not None else {}),
             }
 
         return store.put("compile", key, fill)
