@@ -117,6 +117,18 @@ def _quantizations(where: str, values: Any) -> tuple[Quantization, ...] | None:
     return tuple(out)
 
 
+def _gate(where: str, value: Any, most: float = 1e6) -> float | None:
+    """A quality gate's limit: a fraction in [0, most] (None: no gate)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
+        raise ConfigError(
+            f"{where}: {value!r} is not a fraction between 0 and {most:g} (max_perplexity_increase 0.05: at most 5% "
+            "above the float weights' perplexity; min_greedy_agreement 0.9: 90% of greedy tokens equal)."
+        )
+    return float(value)
+
+
 def _reject_unknown_keys(cfg: Any) -> None:
     """Keys added with ``+key=value`` escape the schema's struct check; nothing reads them, so a
     typo there would be silently ignored. Reject them with the key's path."""
@@ -334,6 +346,8 @@ def _matrix(m: Any, axes: _Axes, overridden: bool = False) -> Matrix:
         attn_impl=_plain(m.attn_impl),
         kvcache_partition_len=check_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
         quantizations=_quantizations("matrix.quantizations", m.quantizations),
+        max_perplexity_increase=_gate("matrix.max_perplexity_increase", m.max_perplexity_increase),
+        min_greedy_agreement=_gate("matrix.min_greedy_agreement", m.min_greedy_agreement, 1.0),
         backend=_backend(str(m.backend)),
         expect_failure=tuple(
             ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))

@@ -72,6 +72,8 @@ class Cell:
     expected: ExpectedFailure | None
     toolchain: tuple[tuple[str, str], ...] = ()  # the backend's toolchain versions (in the compile key)
     quantization: Quantization | None = None  # the matrix.quantizations variant; None: the recipe's own
+    # matrix.max_perplexity_increase / min_greedy_agreement (those set), on a quantized variant's cell
+    quality_gate: tuple[tuple[str, float], ...] | None = None
 
     def option(self, key: str) -> Any:
         return dict(self.options).get(key)
@@ -109,6 +111,7 @@ class Cell:
             self.kvcache_num_blocks,
             self.toolchain,
             self.quantization,
+            self.quality_gate,
         )
 
     def inputs(self) -> dict[str, Any]:
@@ -131,6 +134,7 @@ class Cell:
             "toolchain": dict(self.toolchain),
             "code": key_code_versions(self.backend),
             **({} if self.quantization is None else {"quantization": self.quantization.to_json()}),
+            **({} if self.quality_gate is None else {"quality_gate": dict(self.quality_gate)}),
         }
 
 
@@ -217,7 +221,7 @@ def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
     cells: dict[str, Cell] = {}
     where: dict[str, str] = {}  # cell id -> the part that first defined it
     for part in parts:
-        for cell in _expand_part(part, recipes, npus, m.backend, toolchain, expected):
+        for cell in _expand_part(part, recipes, npus, m.backend, toolchain, expected, _gate(m)):
             first = cells.get(cell.id)
             if first is None:
                 cells[cell.id] = cell
@@ -246,6 +250,7 @@ def _expand_part(
     backend: str,
     toolchain: dict[str, str],
     expected: dict[str, ExpectedFailure],
+    gate: tuple[tuple[str, float], ...] | None = None,
 ) -> list[Cell]:
     cells: list[Cell] = []
     seen: dict[str, str] = {}
@@ -265,6 +270,9 @@ def _expand_part(
                 spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain, quant)
                 row = tuple(sorted(options.items()))
                 group = ckey or digest({"setup_error": setup_error})
+                quality_gate = gate if quant is not None and not quant.is_none else None
+                if quality_gate is not None:  # the gate decides the cell's outcome: in its key
+                    group = digest({"cells_of": group, "quality_gate": dict(quality_gate)})
                 for blocks in m.kvcache_num_blocks:
                     for budget in m.budgets:
                         cid = f"{model.name}.{device.name}{_suffix(m, batch, seq, quant)}.b{format_budget(budget)}" + (
@@ -303,9 +311,16 @@ def _expand_part(
                                 expected=expected.get(cid),
                                 toolchain=tools,
                                 quantization=quant,
+                                quality_gate=quality_gate,
                             )
                         )
     return cells
+
+
+def _gate(m: Any) -> tuple[tuple[str, float], ...] | None:
+    limits = (("max_perplexity_increase", m.max_perplexity_increase), ("min_greedy_agreement", m.min_greedy_agreement))
+    gate = tuple((k, v) for k, v in limits if v is not None)
+    return gate or None
 
 
 def _option_rows(m: SubMatrix) -> list[tuple[int | None, int | None, Quantization | None]]:

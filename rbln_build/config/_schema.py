@@ -100,6 +100,10 @@ class MatrixConf:
     kvcache_partition_len: Optional[int] = None  # null: each model's default
     # Quantized variants (quantization._formats): none, w8, w4, wfp8, w8a8, ...; null: each recipe's own
     quantizations: Optional[List[str]] = None
+    # A quantized cell whose perplexity exceeds its float weights' by more than this fraction
+    # (0.05: 5%) fails with its figures (kind quality_gate); null: no gate
+    max_perplexity_increase: Optional[float] = None
+    min_greedy_agreement: Optional[float] = None  # likewise, the share of greedy tokens equal to the float ones'
     backend: str = "torch"  # a registered name (torch, rbln) or a plug-in 'package.module:Class'
     expect_failure: List[ExpectedFailureConf] = field(default_factory=list)  # applies to every cell
     # Sub-matrices appended after the main product, in order. Each entry is checked against

@@ -74,6 +74,8 @@ class Matrix:
     include: tuple[SubMatrix, ...] = ()
     narrowed: bool = False  # model=, device=, budget= or a matrix.<key>= override changed it: expect_failure unchecked
     quantizations: tuple[Quantization, ...] | None = None
+    max_perplexity_increase: float | None = None  # the quality gate of quantized cells
+    min_greedy_agreement: float | None = None
 
     def parts(self) -> tuple[SubMatrix, ...]:
         """The main product, then each include entry, in expansion order."""

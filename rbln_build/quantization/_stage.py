@@ -64,10 +64,16 @@ def quantized_spec(store: Store, spec: CompileSpec) -> tuple[CompileSpec, dict[s
             recipe = spec.recipe
             if recipe.weights_path is not None:
                 return write_quantized(recipe.weights_path, files, spec.quantized)
+            from safetensors.torch import save_file
+
             from ..backends.torch._weights import build_model  # seeded weights: a float checkpoint first
 
+            model = build_model(recipe)
+            state = {n: t.contiguous() for n, t in model.state_dict().items()}
+            if model.config.tie_word_embeddings:
+                state.pop("lm_head.weight", None)  # one tensor, saved under the embedding's name
             with tempfile.TemporaryDirectory(prefix="rbln-build-float-") as tmp:
-                build_model(recipe).save_pretrained(tmp)
+                save_file(state, str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
                 return write_quantized(Path(tmp), files, spec.quantized)
 
         entry = store.put(KIND, key, fill)
@@ -75,3 +81,37 @@ def quantized_spec(store: Store, spec: CompileSpec) -> tuple[CompileSpec, dict[s
     assert quantized is not None, entry.files
     recipe = replace(spec.recipe, weights_path=entry.files, seed=None, quantized=quantized)
     return replace(spec, recipe=recipe), {"stage_key": key, **entry.meta}
+
+
+def measure_variant(spec: CompileSpec, compiled: CompileSpec, files: Path, produced: str) -> dict[str, Any] | None:
+    """The quality figures (``_quality``) of a ``matrix.quantizations`` variant's compile, or None for a
+    float one (and for a plan: no weights). ``spec``: the float spec; ``compiled``: what was compiled."""
+    q = spec.quantization
+    if q is None or q.is_none or not spec.recipe.has_weights or produced == "plan":
+        return None
+    from ._quality import measure, unmeasured
+
+    if spec.recipe.quantized is not None:
+        return unmeasured("the recipe's checkpoint is already quantized: no float weights to measure it against")
+    import torch
+
+    from ..backends.torch import _paged as paged
+    from ..backends.torch._export import PROGRAM_FILE
+    from ..backends.torch._weights import build_model
+
+    block = spec.attention.kvcache_block_size
+    reference = paged.PagedCausalLM(build_model(spec.recipe), block)
+    if produced == "program":  # the cell's CPU program itself
+        variant = torch.export.load(str(files / PROGRAM_FILE)).module()
+    else:  # an NPU program: the same quantized checkpoint, de-quantized, in the same paged wrapper
+        variant = paged.PagedCausalLM(build_model(compiled.recipe), block)
+    return measure(
+        variant,
+        reference,
+        lambda n: paged.empty_pools(reference, n),
+        recipe_dir=spec.recipe.directory,
+        tokenizer_files=spec.recipe.tokenizer_files,
+        max_seq_len=spec.attention.max_seq_len,
+        block_size=block,
+        batch_size=spec.attention.batch_size,
+    )
