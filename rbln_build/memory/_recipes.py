@@ -304,7 +304,7 @@ def load_recipe(
             checkpoint = inspect_checkpoint(weights_path, hf_config)
             weights_hash = weights_digest(checkpoint, digest_cache)
             quantized = checkpoint.quantized
-            if quantized is not None and (bits == 16 or (bits == 4) == (quantized.storage == "fp8")):
+            if quantized is not None and (bits == 16 or (bits == 4 and quantized.storage == "fp8")):
                 want = "8" if quantized.storage == "fp8" else "8 (or 4 when its values are int4)"
                 raise RecipeError(
                     f"{recipe_file}: quantization.weight_bits is {bits}, but weights.path {weights['path']!r} is "
