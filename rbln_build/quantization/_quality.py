@@ -43,7 +43,7 @@ def unmeasured(reason: str) -> dict[str, Any]:
 
 
 def _tokenizer(recipe_dir: Path, files: Sequence[str] | None) -> Any:
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # type: ignore[import-untyped]
 
     if not files or "tokenizer.json" not in files:
         return None

@@ -70,7 +70,7 @@ def quantized_spec(store: Store, spec: CompileSpec) -> tuple[CompileSpec, dict[s
 
             model = build_model(recipe)
             state = {n: t.contiguous() for n, t in model.state_dict().items()}
-            if model.config.tie_word_embeddings:
+            if getattr(model.config, "tie_word_embeddings", False):
                 state.pop("lm_head.weight", None)  # one tensor, saved under the embedding's name
             with tempfile.TemporaryDirectory(prefix="rbln-build-float-") as tmp:
                 save_file(state, str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
@@ -101,6 +101,7 @@ def measure_variant(spec: CompileSpec, compiled: CompileSpec, files: Path, produ
 
     block = spec.attention.kvcache_block_size
     reference = paged.PagedCausalLM(build_model(spec.recipe), block)
+    variant: torch.nn.Module
     if produced == "program":  # the cell's CPU program itself
         variant = torch.export.load(str(files / PROGRAM_FILE)).module()
     else:  # an NPU program: the same quantized checkpoint, de-quantized, in the same paged wrapper
