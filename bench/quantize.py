@@ -34,9 +34,9 @@ from rbln_build.scaffold._recipe import add_recipe  # noqa: E402
 from rbln_build.store import Store  # noqa: E402
 
 
-def _timed(fn):  # type: ignore[no-untyped-def]
+def _timed(fn, *args):  # type: ignore[no-untyped-def]
     start = time.perf_counter()
-    out = fn()
+    out = fn(*args)
     return time.perf_counter() - start, out
 
 
@@ -67,22 +67,29 @@ def main() -> int:
 
         backend.compile(float_spec, out_dir())  # warm-up: imports, first export
         for _ in range(args.rounds):
-            t, _r = _timed(lambda: backend.compile(float_spec, out_dir()))
+            t, _r = _timed(backend.compile, float_spec, out_dir())
             best["float compile"] = min(best.get("float compile", t), t)
             for q in variants:
                 spec = replace(float_spec, recipe=replace(recipe, weight_bits=q.weight_bits), quantization=q)
                 store = Store(root / f"store{n}")  # a fresh store: the stage runs (no cache hit)
-                t_stage, (compiled, _record) = _timed(lambda: quantized_spec(store, spec))
+                t_stage, (compiled, _record) = _timed(quantized_spec, store, spec)
                 files = out_dir()
-                t_compile, result = _timed(lambda: backend.compile(compiled, files))
-                t_quality, figures = _timed(lambda: measure_variant(spec, compiled, files, result.produced))
-                t_hit, _ = _timed(lambda: quantized_spec(store, spec))  # the stage again: a cache hit
-                for what, t in (("stage", t_stage), ("compile", t_compile), ("quality", t_quality), ("stage hit", t_hit)):
+                t_compile, result = _timed(backend.compile, compiled, files)
+                t_quality, figures = _timed(measure_variant, spec, compiled, files, result.produced)
+                t_hit, _ = _timed(quantized_spec, store, spec)  # the stage again: a cache hit
+                for what, t in (
+                    ("stage", t_stage),
+                    ("compile", t_compile),
+                    ("quality", t_quality),
+                    ("stage hit", t_hit),
+                ):
                     key = f"{q.name} {what}"
                     best[key] = min(best.get(key, t), t)
                 quality[q.name] = figures or {}
         base = best["float compile"]
-        print(f"{args.arch} tiny checkpoint, torch backend, best of {args.rounds} rounds (seconds, ratio to the float compile)")
+        print(
+            f"{args.arch} tiny checkpoint, torch backend, best of {args.rounds} rounds (seconds, ratio to the float compile)"
+        )
         print(f"{'float compile':<18} {base:8.3f}s  1.00")
         for q in variants:
             for what in ("stage", "compile", "quality", "stage hit"):

@@ -203,7 +203,9 @@ def test_rbln_quantization_is_refused_for_float_weights_and_passed_as_rbln_confi
     save_file(tensors, str(stray / "model.safetensors"))
     with pytest.raises(RecipeError, match=r"integer or fp8 weights, but holds float ones: .*up_proj.weight \(F32\)"):
         inspect_checkpoint(stray)
-    with pytest.raises(RecipeError, match=r"a scale \(weight_scale / scales / w_scale / scale\) for .*k_proj.weight_scale"):
+    with pytest.raises(
+        RecipeError, match=r"a scale \(weight_scale / scales / w_scale / scale\) for .*k_proj.weight_scale"
+    ):
         add_recipe("stray", stray, tmp_path / "recipes", None, max_seq_len=256)
     # a checkpoint quantized in optimum-rbln's format (int8 weights with *.weight_scale tensors)
     for bits, weights in ((8, "int8"), (4, "int4")):
