@@ -21,6 +21,7 @@ from _torch_cells import spec_for
 
 from rbln_build.backends import get_backend
 from rbln_build.errors import InputFailure, RecipeError, UserError
+from rbln_build.memory import inspect_checkpoint
 from rbln_build.memory._recipes import load_recipe
 from rbln_build.scaffold._recipe import add_recipe
 from rbln_build.scaffold._recipe import main as recipe_main
@@ -127,12 +128,10 @@ def test_torch_cells_carry_the_files_byte_for_byte_and_record_them(checkpoints, 
     assert "tokenizer.json: sha256" in capsys.readouterr().err
 
 
-def test_the_torch_backend_refuses_quantization_naming_the_recipe_key(checkpoints, tmp_path) -> None:
+def test_the_torch_backend_never_runs_float_weights_as_a_quantized_variant(checkpoints, tmp_path) -> None:
     spec = spec_for(replace(recipe_of(checkpoints["llama"], tmp_path / "recipes"), weight_bits=8))
     (tmp_path / "base").mkdir()
-    with pytest.raises(
-        InputFailure, match=r"recipe.yaml: quantization.weight_bits is 8, but the torch backend"
-    ) as info:
+    with pytest.raises(InputFailure, match=r"recipe.yaml: variant w8, but its weights are float") as info:
         get_backend("torch").compile(spec, tmp_path / "base")
     assert info.value.kind == "quantization_unsupported"
 
@@ -185,25 +184,42 @@ def test_rbln_quantization_is_refused_for_float_weights_and_passed_as_rbln_confi
     from safetensors.torch import load_file, save_file
 
     from rbln_build.backends._rbln import _compile_options
+    from rbln_build.quantization import Quantization
+    from rbln_build.quantization._rtn import write_quantized
 
     rebel, _ = sdk
     recipe = replace(recipe_of(checkpoints["qwen3"], tmp_path / "recipes"), weight_bits=8)
     first = len(rebel.COMPILES)
     (tmp_path / "base").mkdir()
-    with pytest.raises(InputFailure, match=r"quantization.weight_bits is 8, but optimum-rbln 0.12.0 compiles int8"):
+    with pytest.raises(InputFailure, match=r"variant w8 \(int8 weights\), but weights.path .* holds unquantized"):
         get_backend("rbln").compile(spec_for(recipe), tmp_path / "base")
     assert len(rebel.COMPILES) == first  # refused before anything compiled
-    # a checkpoint quantized in optimum-rbln's format (int8 weights with *.weight_scale tensors)
-    quantized = tmp_path / "quantized"
-    shutil.copytree(checkpoints["qwen3"], quantized)
-    tensors = load_file(str(quantized / "model.safetensors"))
+    # a float checkpoint with ONE stray scale is refused when read, naming the tensors it lacks
+    stray = tmp_path / "stray"
+    shutil.copytree(checkpoints["qwen3"], stray)
+    tensors = load_file(str(stray / "model.safetensors"))
     name = "model.layers.0.mlp.up_proj.weight"
     tensors[name + "_scale"] = tensors[name].abs().amax(dim=1, keepdim=True) / 127
-    save_file(tensors, str(quantized / "model.safetensors"))
+    save_file(tensors, str(stray / "model.safetensors"))
+    with pytest.raises(RecipeError, match=r"integer or fp8 weights, but holds float ones: .*up_proj.weight \(F32\)"):
+        inspect_checkpoint(stray)
+    with pytest.raises(
+        RecipeError, match=r"a scale \(weight_scale / scales / w_scale / scale\) for .*k_proj.weight_scale"
+    ):
+        add_recipe("stray", stray, tmp_path / "recipes", None, max_seq_len=256)
+    # a checkpoint quantized in optimum-rbln's format (int8 weights with *.weight_scale tensors)
     for bits, weights in ((8, "int8"), (4, "int4")):
+        quantized = tmp_path / f"quantized{bits}"
+        shutil.copytree(checkpoints["qwen3"], quantized)
+        write_quantized(checkpoints["qwen3"], quantized, Quantization(weights=weights))
         spec = spec_for(replace(recipe, weights_path=quantized, weight_bits=bits))
         options = _compile_options(spec)
-        assert options["quantization"] == {"format": "rbln", "weights": weights, "activations": "fp16"}
+        assert options["quantization"] == {
+            "format": "rbln",
+            "weights": weights,
+            "activations": "fp16",
+            "kv_caches": "fp16",
+        }
         config = RBLNQwen3ForCausalLMConfig(**{k: v for k, v in options.items() if k != "create_runtimes"})
         assert config.quantization.nbits_per_param == bits  # optimum-rbln's own config takes it as is
 

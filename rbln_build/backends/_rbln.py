@@ -37,11 +37,13 @@ optimum-rbln saves them), and the recipe's generation config replaces the one op
 (a checkpoint's file, not a re-serialization, is what the cell must carry). A recipe without a tokenizer gets none: optimum-rbln's step can make
 one up from the config alone (a Qwen3 config gives a one-token tokenizer), and that is removed.
 
-``quantization.weight_bits`` 8 or 4 becomes optimum-rbln's ``rbln_config["quantization"]``
-(``{"format": "rbln", "weights": "int8" | "int4", "activations": "fp16"}``, RBLNQuantizationConfig). optimum-rbln
-0.12.0 loads such a model from a checkpoint that is already quantized in its format (integer weights with
-``*.weight_scale`` tensors); it casts float weights into integer parameters without scales, so a float
-checkpoint is refused (``InputFailure``, kind ``quantization_unsupported``) rather than compiled wrong.
+A quantized spec (a ``matrix.quantizations`` variant, or the recipe's ``quantization.weight_bits`` 8 or 4)
+becomes optimum-rbln's ``rbln_config["quantization"]`` (``{"format": "rbln", "weights", "activations",
+"kv_caches"}``, RBLNQuantizationConfig). optimum-rbln 0.12.0 loads such a model from a checkpoint already
+quantized in its format (integer or fp8 weights with per-channel scales, ``memory._quantized``); it casts
+float weights into integer parameters without scales, so the weights compiled are checked: a float
+checkpoint is refused (``InputFailure``, kind ``quantization_unsupported``) rather than compiled wrong. A
+variant of float weights reaches this backend already quantized by the build's stage (``quantization._stage``).
 
 Recipes without weights resolve a plan from the memory model, as with the ``torch`` backend.
 """
@@ -169,32 +171,37 @@ def report_from_compiled(compiled: dict[str, Any], rbln_config: Any) -> Allocati
     )
 
 
-_QUANTIZED_WEIGHTS = {8: "int8", 4: "int4"}
-
-
 def quantization_option(spec: CompileSpec) -> dict[str, str] | None:
-    """optimum-rbln 0.12.0's ``rbln_config["quantization"]`` for the recipe's ``quantization.weight_bits``
-    (None at 16 bits), or InputFailure when its weights are not quantized in optimum-rbln's format."""
-    recipe = spec.recipe
-    bits = recipe.weight_bits
-    if bits == 16:
+    """optimum-rbln 0.12.0's ``rbln_config["quantization"]`` for the spec's format (None: not
+    quantized), or InputFailure when the weights it would compile are not quantized in optimum-rbln's
+    format as that format needs (``memory._quantized``): a float checkpoint never compiles as quantized."""
+    q = spec.quantized
+    if q.is_none:
         return None
-    where = f"{recipe.directory / 'recipe.yaml'}: quantization.weight_bits is {bits}"
-    scales: list[str] = []
+    recipe = spec.recipe
+    where = f"{recipe.directory / 'recipe.yaml'}: variant {q.name} ({q.weights} weights)"
+    layout = None
     if recipe.weights_path is not None:
         from ..memory import inspect_checkpoint
 
-        scales = [n for n in inspect_checkpoint(recipe.weights_path).tensors if n.endswith("weight_scale")]
-    if not scales:
+        layout = inspect_checkpoint(recipe.weights_path).quantized
+    problem = None
+    if layout is None:
         held = f"weights.path {recipe.weights_path} holds" if recipe.weights_path is not None else "seeded weights are"
-        raise InputFailure(
-            f"{where}, but optimum-rbln 0.12.0 compiles {_QUANTIZED_WEIGHTS[bits]} weights only from a checkpoint "
-            f"already quantized in its 'rbln' format ({_QUANTIZED_WEIGHTS[bits]} linear weights with *.weight_scale "
-            f"tensors), and {held} unquantized {recipe.dtype} (no weight_scale tensor); it would cast them without "
-            "scales. Point weights.path at a quantized checkpoint, or set quantization.weight_bits: 16.",
-            "quantization_unsupported",
+        problem = (
+            f"{held} unquantized {recipe.dtype} (no integer weights with scales); optimum-rbln would cast them "
+            "without scales. rbln-build quantizes float weights itself when the variant comes from "
+            "matrix.quantizations; point weights.path at a quantized checkpoint, or set quantization.weight_bits: 16"
         )
-    return {"format": "rbln", "weights": _QUANTIZED_WEIGHTS[bits], "activations": "fp16"}
+    elif (q.weights == "fp8") != (layout.storage == "fp8"):
+        problem = f"the checkpoint holds {layout.storage} weights"
+    elif q.activations != "fp16" and not layout.input_scales:
+        problem = f"{q.activations} activations need input_scale tensors (calibration), and the checkpoint has none"
+    elif q.kv_caches != "fp16" and not layout.kv_scales:
+        problem = f"an {q.kv_caches} KV cache needs k_scale/v_scale tensors (calibration), and the checkpoint has none"
+    if problem is not None:
+        raise InputFailure(f"{where}, but {problem}.", "quantization_unsupported")
+    return q.rbln_option()
 
 
 def _compile_options(spec: CompileSpec) -> dict[str, Any]:

@@ -12,7 +12,7 @@ any folder holding one for a compiled model). The same optimum-rbln key names, a
      "kvcache_num_blocks": N, "batch_size": ..., "max_seq_len": ..., "attn_impl": ...,
      "kvcache_partition_len": ..., "kvcache_block_size": ..., "prefill_chunk_size": ..., "num_devices": ...,
      "programs": {"<file>": "<sha256 hex>", ...},  # every file that is code; {} for a plan
-     "quantization": {"weight_bits": 16 | 8 | 4},  # the recipe's (a backend that cannot honour it refuses)
+     "quantization": {"weight_bits": 16 | 8 | 4, "format": {...}},  # the cell's; format when quantized
      "tokenizer": null | {"files": [...]},        # the checkpoint's tokenizer files in the cell (memory._companions)
      "generation_config": null | "generation_config.json",
      "data_files": {"<file>": "<sha256 hex>"},    # the tokenizer files and generation config, checked before use
@@ -115,7 +115,10 @@ def record_for(
         "dtype": spec.recipe.dtype,
         "recipe": spec.recipe.name,
         "programs": dict(sorted(programs.items())),
-        "quantization": {"weight_bits": spec.recipe.weight_bits},
+        "quantization": {
+            "weight_bits": spec.recipe.weight_bits,
+            **({} if spec.quantized.is_none else {"format": spec.quantized.to_json()}),  # what the weights are
+        },
         **(
             companions_record(directory)
             if directory is not None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["FULL_TABLE_MAX", "TABLE_FILE", "full_table", "summary_table"]
+__all__ = ["FULL_TABLE_MAX", "TABLE_FILE", "full_table", "quality_columns", "summary_table"]
 
 FULL_TABLE_MAX = 100  # cells; above it the terminal gets summary_table
 TABLE_FILE = "results.txt"  # <build_dir>/results.txt: the full table of the last run
@@ -21,9 +21,26 @@ def _budget(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
+def quality_columns(entry: dict[str, Any]) -> tuple[str, str]:
+    """A quantized cell's figures as the table shows them: perplexity change against the float
+    weights, greedy agreement (``-``: none; ``n/a``: not measured)."""
+    q = entry.get("quality")
+    if not isinstance(q, dict):
+        return "-", "-"
+    if not q.get("measured"):
+        return "n/a", "n/a"
+    return f"{float(q['perplexity_increase']):+.2%}", f"{float(q['greedy_agreement']):.0%}"
+
+
 def full_table(entries: Sequence[dict[str, Any]], redone: set[str]) -> str:
-    """One row per cell, then one line per failed (or expected-to-fail) cell with its message."""
-    rows = [("cell", "status", "blocks", "full", "floor", "budget", "budget bytes", "produced", "this run")]
+    """One row per cell, then one line per failed (or expected-to-fail) cell with its message. A
+    matrix with quantized variants gets two more columns beside the blocks (``quality_columns``)."""
+    quality = any("quality" in e for e in entries)
+    rows = [
+        ("cell", "status", "blocks", "full", "floor")
+        + (("ppl vs float", "greedy agree") if quality else ())
+        + ("budget", "budget bytes", "produced", "this run")
+    ]
     for e in entries:
         rows.append(
             (
@@ -32,6 +49,7 @@ def full_table(entries: Sequence[dict[str, Any]], redone: set[str]) -> str:
                 "-" if e["kvcache_num_blocks"] is None else str(e["kvcache_num_blocks"]),
                 "-" if e["num_full_blocks"] is None else str(e["num_full_blocks"]),
                 "-" if e["num_min_blocks"] is None else str(e["num_min_blocks"]),
+                *(quality_columns(e) if quality else ()),
                 _budget(e["memory_budget"]),
                 "-" if e["budget_bytes"] is None else f"{e['budget_bytes']:,}",
                 e["produced"] or "-",

@@ -1,6 +1,6 @@
 """Matrix expansion: BuildSettings -> cells, in a stable order, with stable readable ids.
 
-Order: models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks x budgets, each axis in
+Order: models x devices x batch_sizes x max_seq_lens x quantizations x kvcache_num_blocks x budgets, each axis in
 the order the config lists it (budgets vary fastest); then the same product of each
 ``matrix.include`` entry, in the order listed. A cell that an include entry repeats (same id: same
 model, device, explicit options and budget, hence the same inputs) is kept once, where it first
@@ -14,6 +14,12 @@ which other cells are in the matrix (a narrowed run or a multirun job gives the 
     qwen3_8b.rebel100.bnone         budget null (all available DRAM)
     qwen3_8b.rebel100.b50pct        budget "50%";  b10GB: budget "10GB"
     qwen3_8b.atom_max_x4.bs1.s8192.b0.5.n12   matrix batch_sizes/max_seq_lens set; explicit 12 blocks
+    qwen3_8b.rebel100.w8.b0.5       matrix.quantizations set: the variant's name (none, w8, w4, ...)
+
+A quantized variant's cell compiles its recipe with ``weight_bits`` of the variant (the memory model's
+accounting) and the variant in its compile key; what a recipe cannot give (a variant other than its
+checkpoint's own quantization, activations or KV cache without calibration scales, a non weight-only
+variant on the torch backend) makes that cell fail with kind ``quantization_unsupported``.
 
 Attention options are resolved here (cheaply, no torch) because they are part of the compile key.
 An invalid combination (e.g. a max_seq_len that is not a multiple of the partition) makes that cell
@@ -22,7 +28,7 @@ fail with the estimator's exact error; the other cells still build.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, EstimateError
@@ -36,6 +42,7 @@ from ..estimator import (
     resolve_npu,
 )
 from ..memory import CompileSpec, Recipe, load_recipe
+from ..quantization import Quantization, from_weight_bits, weight_only
 from ..store import cell_key, compile_key, digest, key_code_versions
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 
@@ -64,6 +71,9 @@ class Cell:
     setup_error: tuple[str, str] | None  # (message, kind) when the cell cannot even be compiled
     expected: ExpectedFailure | None
     toolchain: tuple[tuple[str, str], ...] = ()  # the backend's toolchain versions (in the compile key)
+    quantization: Quantization | None = None  # the matrix.quantizations variant; None: the recipe's own
+    # matrix.max_perplexity_increase / min_greedy_agreement (those set), on a quantized variant's cell
+    quality_gate: tuple[tuple[str, float], ...] | None = None
 
     def option(self, key: str) -> Any:
         return dict(self.options).get(key)
@@ -100,6 +110,8 @@ class Cell:
             attention,
             self.kvcache_num_blocks,
             self.toolchain,
+            self.quantization,
+            self.quality_gate,
         )
 
     def inputs(self) -> dict[str, Any]:
@@ -121,6 +133,8 @@ class Cell:
             # What else the keys hash, so that `rbln-build status` can name the input that changed.
             "toolchain": dict(self.toolchain),
             "code": key_code_versions(self.backend),
+            **({} if self.quantization is None else {"quantization": self.quantization.to_json()}),
+            **({} if self.quality_gate is None else {"quality_gate": dict(self.quality_gate)}),
         }
 
 
@@ -142,7 +156,7 @@ def _options(model: Model, recipe: Recipe, m: SubMatrix, batch: int | None, seq:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _suffix(m: SubMatrix, batch: int | None, seq: int | None) -> str:
+def _suffix(m: SubMatrix, batch: int | None, seq: int | None, quant: Quantization | None = None) -> str:
     parts = []
     if batch is not None:
         parts.append(f"bs{batch}")
@@ -152,7 +166,36 @@ def _suffix(m: SubMatrix, batch: int | None, seq: int | None) -> str:
         parts.append(m.attn_impl)
     if m.kvcache_partition_len is not None:
         parts.append(f"p{m.kvcache_partition_len}")
+    if quant is not None:
+        parts.append(quant.name)
     return "".join("." + p for p in parts)
+
+
+def variant_problem(recipe: Recipe, quant: Quantization | None, backend: str) -> str | None:
+    """Why ``recipe`` cannot give the variant ``quant`` (None: the recipe's own), or None."""
+    layout = recipe.quantized
+    own = from_weight_bits(recipe.weight_bits)
+    if layout is not None and layout.storage == "fp8":
+        own = Quantization(weights="fp8")
+    q = own if quant is None else quant
+    if layout is not None and q.weights != own.weights:
+        return (
+            f"variant {q.name}: recipe {recipe.name}'s checkpoint is already quantized ({own.weights} weights), so it "
+            "gives that format only; point weights.path at the float checkpoint to make the other variants"
+        )
+    if recipe.has_weights and layout is None and not weight_only(q):
+        return (
+            f"variant {q.name}: quantized activations or KV caches need calibration scales (input_scale, k_scale, "
+            f"v_scale) and rbln-build's round-to-nearest stage makes weight-only variants; recipe {recipe.name} "
+            "needs a checkpoint already quantized with those scales"
+        )
+    if layout is not None and q.activations != "fp16" and not layout.input_scales:
+        return f"variant {q.name}: recipe {recipe.name}'s checkpoint has no input_scale tensors for {q.activations} activations"
+    if layout is not None and q.kv_caches != "fp16" and not layout.kv_scales:
+        return f"variant {q.name}: recipe {recipe.name}'s checkpoint has no k_scale/v_scale tensors for an fp8 KV cache"
+    if backend == "torch" and recipe.has_weights and not weight_only(q):
+        return f"variant {q.name}: the torch backend runs weight-only variants; build it with matrix.backend=rbln"
+    return None
 
 
 def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
@@ -178,7 +221,7 @@ def expand(settings: BuildSettings, toolchain: dict[str, str]) -> list[Cell]:
     cells: dict[str, Cell] = {}
     where: dict[str, str] = {}  # cell id -> the part that first defined it
     for part in parts:
-        for cell in _expand_part(part, recipes, npus, m.backend, toolchain, expected):
+        for cell in _expand_part(part, recipes, npus, m.backend, toolchain, expected, _gate(m)):
             first = cells.get(cell.id)
             if first is None:
                 cells[cell.id] = cell
@@ -207,6 +250,7 @@ def _expand_part(
     backend: str,
     toolchain: dict[str, str],
     expected: dict[str, ExpectedFailure],
+    gate: tuple[tuple[str, float], ...] | None = None,
 ) -> list[Cell]:
     cells: list[Cell] = []
     seen: dict[str, str] = {}
@@ -215,66 +259,96 @@ def _expand_part(
         recipe = recipes[model.recipe]
         for device in m.devices:
             npu = npus[device.name]
-            for batch in m.batch_sizes or (None,):
-                for seq in m.max_seq_lens or (None,):
-                    options = _options(model, recipe, m, batch, seq)
-                    if "max_seq_len" not in options:  # set nowhere: a configuration gap, not a cell's failure
-                        raise ConfigError(
-                            f"{m.where}: model {model.name}: max_seq_len is set nowhere; set it in "
-                            f"{recipe.directory / 'recipe.yaml'} (build: {{max_seq_len: N}}), in conf/model/"
-                            f"{model.name}.yaml, or with matrix.max_seq_lens=[N]."
+            for batch, seq, quant in _option_rows(m):
+                options = _options(model, recipe, m, batch, seq)
+                if "max_seq_len" not in options:  # set nowhere: a configuration gap, not a cell's failure
+                    raise ConfigError(
+                        f"{m.where}: model {model.name}: max_seq_len is set nowhere; set it in "
+                        f"{recipe.directory / 'recipe.yaml'} (build: {{max_seq_len: N}}), in conf/model/"
+                        f"{model.name}.yaml, or with matrix.max_seq_lens=[N]."
+                    )
+                spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain, quant)
+                row = tuple(sorted(options.items()))
+                group = ckey or digest({"setup_error": setup_error})
+                quality_gate = gate if quant is not None and not quant.is_none else None
+                if quality_gate is not None:  # the gate decides the cell's outcome: in its key
+                    group = digest({"cells_of": group, "quality_gate": dict(quality_gate)})
+                for blocks in m.kvcache_num_blocks:
+                    for budget in m.budgets:
+                        cid = f"{model.name}.{device.name}{_suffix(m, batch, seq, quant)}.b{format_budget(budget)}" + (
+                            f".n{blocks}" if blocks else ""
                         )
-                    spec, ckey, setup_error = _compile_of(recipe, npu, device, options, backend, toolchain)
-                    row = tuple(sorted(options.items()))
-                    group = ckey or digest({"setup_error": setup_error})
-                    for blocks in m.kvcache_num_blocks:
-                        for budget in m.budgets:
-                            cid = f"{model.name}.{device.name}{_suffix(m, batch, seq)}.b{format_budget(budget)}" + (
-                                f".n{blocks}" if blocks else ""
+                        problem = cell_id_problem(cid)
+                        if problem is not None:
+                            raise ConfigError(f"{m.where}: {problem}.")
+                        if cid in seen:
+                            raise ConfigError(
+                                f"{m.where}: two cells have the id {cid!r} (budgets {seen[cid]} and {budget!r}); "
+                                "list each value once."
                             )
-                            problem = cell_id_problem(cid)
-                            if problem is not None:
-                                raise ConfigError(f"{m.where}: {problem}.")
-                            if cid in seen:
-                                raise ConfigError(
-                                    f"{m.where}: two cells have the id {cid!r} (budgets {seen[cid]} and {budget!r}); "
-                                    "list each value once."
-                                )
-                            seen[cid] = repr(budget)
-                            try:
-                                key = cell_key(group, npu.name, budget, blocks)
-                            except ValueError as exc:
-                                raise ConfigError(
-                                    f"{m.where}.budgets: {exc}; use null, a fraction, bytes or a string."
-                                ) from None
-                            cells.append(
-                                Cell(
-                                    id=cid,
-                                    model=model.name,
-                                    device=device,
-                                    recipe=recipe,
-                                    npu=npu,
-                                    options=row,
-                                    memory_budget=budget,
-                                    kvcache_num_blocks=blocks,
-                                    backend=backend,
-                                    spec=spec,
-                                    compile_key=ckey,
-                                    cell_key=key,
-                                    setup_error=setup_error,
-                                    expected=expected.get(cid),
-                                    toolchain=tools,
-                                )
+                        seen[cid] = repr(budget)
+                        try:
+                            key = cell_key(group, npu.name, budget, blocks)
+                        except ValueError as exc:
+                            raise ConfigError(
+                                f"{m.where}.budgets: {exc}; use null, a fraction, bytes or a string."
+                            ) from None
+                        cells.append(
+                            Cell(
+                                id=cid,
+                                model=model.name,
+                                device=device,
+                                recipe=recipe,
+                                npu=npu,
+                                options=row,
+                                memory_budget=budget,
+                                kvcache_num_blocks=blocks,
+                                backend=backend,
+                                spec=spec,
+                                compile_key=ckey,
+                                cell_key=key,
+                                setup_error=setup_error,
+                                expected=expected.get(cid),
+                                toolchain=tools,
+                                quantization=quant,
+                                quality_gate=quality_gate,
                             )
+                        )
     return cells
 
 
+def _gate(m: Any) -> tuple[tuple[str, float], ...] | None:
+    limits = (("max_perplexity_increase", m.max_perplexity_increase), ("min_greedy_agreement", m.min_greedy_agreement))
+    gate = tuple((k, v) for k, v in limits if v is not None)
+    return gate or None
+
+
+def _option_rows(m: SubMatrix) -> list[tuple[int | None, int | None, Quantization | None]]:
+    return [
+        (batch, seq, quant)
+        for batch in m.batch_sizes or (None,)
+        for seq in m.max_seq_lens or (None,)
+        for quant in m.quantizations or (None,)
+    ]
+
+
 def _compile_of(
-    recipe: Recipe, npu: NpuTarget, device: Device, options: dict[str, Any], backend: str, toolchain: dict[str, str]
+    recipe: Recipe,
+    npu: NpuTarget,
+    device: Device,
+    options: dict[str, Any],
+    backend: str,
+    toolchain: dict[str, str],
+    quant: Quantization | None = None,
 ) -> tuple[CompileSpec | None, str | None, tuple[str, str] | None]:
+    problem = variant_problem(recipe, quant, backend)
+    if problem is not None:
+        return None, None, (problem, "quantization_unsupported")
     try:
         attention = resolve_attention(npu, **attention_options(options))
     except EstimateError as exc:
         return None, None, (str(exc), exc.kind)
-    spec = CompileSpec(recipe=recipe, npu=npu, num_devices=device.num_devices, attention=attention)
+    if quant is not None and recipe.quantized is None:  # the memory model accounts the variant's weights
+        recipe = replace(recipe, weight_bits=quant.weight_bits)
+    spec = CompileSpec(recipe=recipe, npu=npu, num_devices=device.num_devices, attention=attention, quantization=quant)
     return spec, compile_key(spec.key_fields(), backend, toolchain), None

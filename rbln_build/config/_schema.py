@@ -82,12 +82,13 @@ class MatrixIncludeConf:
     kvcache_num_blocks: List[int] = MISSING
     attn_impl: Optional[AttnImpl] = MISSING
     kvcache_partition_len: Optional[int] = MISSING
+    quantizations: Optional[List[str]] = MISSING
 
 
 @dataclass
 class MatrixConf:
-    """The matrix: the product models x devices x batch_sizes x max_seq_lens x kvcache_num_blocks
-    x budgets, in that order (budgets vary fastest), then the cells of each ``include`` entry."""
+    """The matrix: the product models x devices x batch_sizes x max_seq_lens x quantizations x
+    kvcache_num_blocks x budgets, in that order (budgets vary fastest), then the cells of each ``include`` entry."""
 
     models: List[str] = MISSING  # conf/model/<name>.yaml
     devices: List[str] = MISSING  # conf/device/<name>.yaml
@@ -97,6 +98,12 @@ class MatrixConf:
     kvcache_num_blocks: List[int] = field(default_factory=lambda: [0])  # 0 = resolve from the budget
     attn_impl: Optional[AttnImpl] = None  # null: each model's default
     kvcache_partition_len: Optional[int] = None  # null: each model's default
+    # Quantized variants (quantization._formats): none, w8, w4, wfp8, w8a8, ...; null: each recipe's own
+    quantizations: Optional[List[str]] = None
+    # A quantized cell whose perplexity exceeds its float weights' by more than this fraction
+    # (0.05: 5%) fails with its figures (kind quality_gate); null: no gate
+    max_perplexity_increase: Optional[float] = None
+    min_greedy_agreement: Optional[float] = None  # likewise, the share of greedy tokens equal to the float ones'
     backend: str = "torch"  # a registered name (torch, rbln) or a plug-in 'package.module:Class'
     expect_failure: List[ExpectedFailureConf] = field(default_factory=list)  # applies to every cell
     # Sub-matrices appended after the main product, in order. Each entry is checked against

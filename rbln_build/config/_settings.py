@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..quantization import Quantization
 from ._scale import Scale
 
 __all__ = ["Device", "Model", "ExpectedFailure", "SubMatrix", "Matrix", "BuildSettings"]
@@ -55,6 +56,7 @@ class SubMatrix:
     kvcache_num_blocks: tuple[int, ...]
     attn_impl: str | None
     kvcache_partition_len: int | None
+    quantizations: tuple[Quantization, ...] | None = None  # matrix.quantizations; None: each recipe's own
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ class Matrix:
     expect_failure: tuple[ExpectedFailure, ...]
     include: tuple[SubMatrix, ...] = ()
     narrowed: bool = False  # model=, device=, budget= or a matrix.<key>= override changed it: expect_failure unchecked
+    quantizations: tuple[Quantization, ...] | None = None
+    max_perplexity_increase: float | None = None  # the quality gate of quantized cells
+    min_greedy_agreement: float | None = None
 
     def parts(self) -> tuple[SubMatrix, ...]:
         """The main product, then each include entry, in expansion order."""
@@ -84,6 +89,7 @@ class Matrix:
             kvcache_num_blocks=self.kvcache_num_blocks,
             attn_impl=self.attn_impl,
             kvcache_partition_len=self.kvcache_partition_len,
+            quantizations=self.quantizations,
         )
         return (main, *self.include)
 

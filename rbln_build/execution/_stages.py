@@ -96,12 +96,18 @@ def compile_once(store: Store, key: str, spec: CompileSpec, backend: str) -> Ent
         impl = get_backend(backend)
 
         def fill(files: Path) -> dict[str, Any]:
-            result = impl.compile(spec, files)
+            from ..quantization._stage import measure_variant, quantized_spec
+
+            compiled, stage = quantized_spec(store, spec)  # a variant of float weights: its checkpoint first
+            result = impl.compile(compiled, files)
+            quality = measure_variant(spec, compiled, files, result.produced)  # against the float weights
             return {
                 "produced": result.produced,
                 "report": result.report.to_json(),
                 "spec": spec.key_fields(),
                 "backend": backend,
+                **({"quantized_checkpoint": stage} if stage is not None else {}),
+                **({"quality": quality} if quality is not None else {}),
             }
 
         return store.put("compile", key, fill)
@@ -199,7 +205,8 @@ def resolve(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
     report = _report(compiled)
     res = estimate(cell.request(report.current_blocks), report)
     bd = res.breakdown
-    return CellResult(  # made whole (``dataclasses.replace`` of ``base`` costs a sweep's worker 8 us a cell)
+    quality = compiled.meta.get("quality")
+    result = CellResult(  # made whole (``dataclasses.replace`` of ``base`` costs a sweep's worker 8 us a cell)
         cell_key=cell.cell_key,
         compile_key=cell.compile_key,
         produced=compiled.meta["produced"],
@@ -213,7 +220,15 @@ def resolve(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
         error=res.error,
         error_kind=res.error_kind,
         retry=False,  # the estimator's answer depends on the inputs alone
+        quality=quality if isinstance(quality, dict) else None,
     )
+    if result.ok and cell.quality_gate is not None:
+        from ..quantization._quality import gate_problem
+
+        problem = gate_problem(result.quality, cell.quality_gate)
+        if problem is not None:
+            return result.failed(problem, "quality_gate", retry=False)
+    return result
 
 
 def artifact_key(cell: Cell, num_blocks: int) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from .._documents import parse_json, read_document
 from ..errors import RecipeError
+from ._quantized import QuantizedLayout, quantized_layout
 
 __all__ = ["Checkpoint", "inspect_checkpoint", "weights_digest", "INDEX_FILE", "DTYPES"]
 
@@ -40,6 +41,7 @@ class Checkpoint:
     files: tuple[Path, ...]  # the weight files (and the index, if sharded), sorted
     tensors: dict[str, tuple[str, tuple[int, ...], str]]  # name -> (dtype, shape, file name)
     dtype: str  # the recipe dtype of the floating-point tensors (bfloat16, float16, float32)
+    quantized: QuantizedLayout | None = None  # already quantized in optimum-rbln's format (_quantized)
 
 
 def _header(path: Path) -> dict[str, Any]:
@@ -74,7 +76,7 @@ def _header(path: Path) -> dict[str, Any]:
     return header
 
 
-_ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}  # the dtypes a checkpoint may hold (DTYPES)
+_ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I8": 1, "F8_E4M3": 1}  # DTYPES, and _quantized's
 
 
 def _check_offsets(path: Path, header: dict[str, Any]) -> int:
@@ -172,17 +174,20 @@ def inspect_checkpoint(directory: Path, config: dict[str, Any] | None = None) ->
         for name, file in sorted(weight_map.items()):
             if name not in tensors or tensors[name][2] != file:
                 raise RecipeError(f"{directory / file}: {INDEX_FILE} says it holds {name!r}, but it does not.")
-    floats = sorted({DTYPES[d] for d, _s, _f in tensors.values() if d in DTYPES})
-    others = sorted({d for d, _s, _f in tensors.values() if d not in DTYPES})
+    layout = quantized_layout(directory, tensors)  # integer weights and scales: checked there, as a whole
+    plain = [t for n, t in tensors.items() if layout is None or n not in layout.quantized_tensors]
+    floats = sorted({DTYPES[d] for d, _s, _f in plain if d in DTYPES})
+    others = sorted({d for d, _s, _f in plain if d not in DTYPES})
     if len(floats) != 1 or others:
         raise RecipeError(
             f"{directory}: weights in {', '.join(floats + others) or 'no dtype'}; rbln-build reads "
-            "checkpoints in one of bfloat16, float16 or float32."
+            "checkpoints in one of bfloat16, float16 or float32 (the linear layers may be quantized in "
+            "optimum-rbln's format: int8 or float8_e4m3fn weights with scales)."
         )
     if config is not None:
         _check_against(directory, tensors, config)
     extra = [index] if index.is_file() else []
-    return Checkpoint(directory, tuple(sorted(files + extra)), tensors, floats[0])
+    return Checkpoint(directory, tuple(sorted(files + extra)), tensors, floats[0], layout)
 
 
 def _check_against(

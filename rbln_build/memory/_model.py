@@ -35,6 +35,8 @@ KV cache (``kv_tensors``, measured at ``current_blocks = 1``)
     reported resizable for eager attention too: the estimator applies the eager rule (full pool).
   * Sliding-window layer: ``batch_size`` blocks of ``sliding_window`` tokens, fixed size, not
     resizable (``SlidingWindowAttentionKVCacheMeta``: one window per batch item).
+  * The dtype is the recipe's, or 1 byte for a quantization with ``kv_caches: fp8`` (optimum-rbln's
+    ``float8_e4m3fn`` cache, for every layer's cache_meta).
 
 Workspace and runtime buffers (per graph, on every chiplet that runs layers)
   * ``workspace``: activations of one decoder layer for the tokens in flight, times
@@ -116,6 +118,7 @@ class ModelFacts:
     max_seq_len: int
     block_size: int
     prefill_chunk_size: int
+    kv_dtype_bytes: int | None = None  # an fp8 KV cache (a quantization's kv_caches): 1; None: dtype_bytes
 
 
 def _module_name(entry: TensorEntry) -> str:
@@ -191,6 +194,7 @@ def model_facts(spec: Any) -> ModelFacts:
         max_seq_len=att.max_seq_len,
         block_size=att.kvcache_block_size,
         prefill_chunk_size=att.prefill_chunk_size,
+        kv_dtype_bytes=1 if getattr(getattr(spec, "quantized", None), "kv_caches", None) == "fp8" else None,
     )
 
 
@@ -272,10 +276,10 @@ def build_report(
     head_dim = align(m.head_dim, HEAD_DIM_ALIGNMENT)
     for layer, kind in enumerate(m.layer_types):
         if kind == "sliding_attention" and m.sliding_window is not None:
-            nbytes = m.batch_size * heads * m.sliding_window * head_dim * m.dtype_bytes
+            nbytes = m.batch_size * heads * m.sliding_window * head_dim * (m.kv_dtype_bytes or m.dtype_bytes)
             resizable = False
         else:
-            nbytes = heads * m.block_size * head_dim * m.dtype_bytes
+            nbytes = heads * m.block_size * head_dim * (m.kv_dtype_bytes or m.dtype_bytes)
             resizable = True
         row = [0] * chiplets
         row[placement[layer]] = nbytes

@@ -36,6 +36,7 @@ from ..errors import RecipeError
 from ..estimator import count_problem, name_problem
 from ._companions import companion_names, parse_companions, parse_license
 from ._gguf import GgufWeights, gguf_digest, locate_gguf, parse_gguf_weights
+from ._quantized import QuantizedLayout
 from ._shipped import shipped_dir
 
 __all__ = ["Recipe", "Geometry", "geometry_from_config", "load_recipe", "list_recipes", "DEFAULT_RECIPES_DIR"]
@@ -94,6 +95,7 @@ class Recipe:
     license_id: str | None = None  # a Hub licence identifier (apache-2.0, mit, llama3.2, other, ...); None: unknown
     license_file: str | None = None  # the licence's text, a file in the recipe's folder; None: none
     gguf: GgufWeights | None = None  # weights: {gguf: ...}; weights_path is then its de-quantized cache folder
+    quantized: QuantizedLayout | None = None  # the checkpoint is already quantized in optimum-rbln's format
 
     @property
     def has_weights(self) -> bool:
@@ -284,6 +286,7 @@ def load_recipe(
     weights_path: Path | None = None
     weights_hash: str | None = None
     seed: int | None = None
+    quantized: QuantizedLayout | None = None
     gguf: GgufWeights | None = None
     if isinstance(weights, dict) and "gguf" in weights:
         weights_path, weights_hash, gguf = _gguf_weights(
@@ -309,6 +312,13 @@ def load_recipe(
 
             checkpoint = inspect_checkpoint(weights_path, hf_config)
             weights_hash = weights_digest(checkpoint, digest_cache)
+            quantized = checkpoint.quantized
+            if quantized is not None and (bits == 16 or (bits == 4 and quantized.storage == "fp8")):
+                want = "8" if quantized.storage == "fp8" else "8 (or 4 when its values are int4)"
+                raise RecipeError(
+                    f"{recipe_file}: quantization.weight_bits is {bits}, but weights.path {weights['path']!r} is "
+                    f"quantized in optimum-rbln's format ({quantized.storage} weights); set quantization.weight_bits: {want}."
+                )
     build = meta.get("build") or {}
     if not isinstance(build, dict):
         raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
@@ -338,6 +348,7 @@ def load_recipe(
         license_id=license_id,
         license_file=license_file,
         gguf=gguf,
+        quantized=quantized,
     )
     _ = recipe.geometry  # validate config.json now, not in the middle of a build
     return recipe

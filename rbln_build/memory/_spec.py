@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..estimator import AttentionConfig, NpuTarget, attention_options, resolve_attention
+from ..quantization import Quantization, from_weight_bits
 from ._recipes import Recipe
 
 __all__ = ["CompileSpec"]
@@ -21,6 +22,12 @@ class CompileSpec:
     npu: NpuTarget
     num_devices: int
     attention: AttentionConfig
+    quantization: Quantization | None = None  # a matrix.quantizations variant; None: the recipe's own
+
+    @property
+    def quantized(self) -> Quantization:
+        """The format its weights compile in: the variant's, else the recipe's ``weight_bits``."""
+        return self.quantization if self.quantization is not None else from_weight_bits(self.recipe.weight_bits)
 
     @classmethod
     def for_recipe(cls, recipe: Recipe, npu: NpuTarget, num_devices: int = 1, **options: Any) -> CompileSpec:
@@ -41,4 +48,9 @@ class CompileSpec:
         }
         if self.recipe.weights_hash is not None:  # a local checkpoint: its content is an input
             fields["weights_hash"] = self.recipe.weights_hash
+        if self.quantization is not None and not self.quantization.is_none:  # a variant: keys of others unchanged
+            from ..quantization._rtn import METHOD  # how its weights are made and measured: versioned here
+            from ..quantization._text import TEXT_VERSION
+
+            fields["quantization"] = {**self.quantization.to_json(), "method": METHOD, "quality": TEXT_VERSION}
         return fields

@@ -107,6 +107,7 @@ def entry_for(cell: Cell, result: CellResult | None, inputs: Any = None) -> dict
         else {"kind": cell.expected.kind, "message": cell.expected.message},
         "warnings": list(r.warnings),
         "serving": serving_for(cell, result) if artifact is not None else None,
+        **({} if r.quality is None else {"quality": r.quality}),  # a quantized variant's figures
     }
 
 

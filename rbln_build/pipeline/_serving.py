@@ -30,6 +30,10 @@ cell's budget as the fraction, which the estimator resolves to the same count fr
 A recipe without a hub model id (a local checkpoint) has nothing vllm-rbln could compile at start-up:
 its torch and plan cells are refused (``refused``: the reason), never ``vllm serve None``.
 
+A quantized cell's record carries ``quantization`` (its format, ``exact`` and ``reason``). An rbln cell is
+served from its own compiled, quantized weights; a torch or plan cell of a variant is never exact: what
+vllm-rbln compiles at start-up is the hub model's float weights (``reason`` says so).
+
 ``--tokenizer`` is the cell itself when it carries the checkpoint's tokenizer files (rbln-build.json
 ``"tokenizer"``), else the source model's hub id; a cell with neither is refused with the reason.
 """
@@ -127,6 +131,10 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         else:
             exact = False
             notes.append(f"no memory_budget fraction of {cell.npu.name} gives this cell's {budget} bytes per device")
+    variant = _variant(cell, precompiled, model_id)
+    if variant is not None and not variant["exact"]:
+        exact = False
+        notes.append(str(variant["reason"]))
     # The tokenizer: the cell's own (the checkpoint's files it carries), else the source model's.
     tokenizer = f"{CELL_PREFIX}{cell.id}" if cell.recipe.tokenizer_files else model_id
     if tokenizer is None and refused is None:
@@ -147,7 +155,26 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         "refused": refused,  # why no command can serve this cell, or None
         "flags": flags,
         "notes": notes,
+        **({} if variant is None else {"quantization": variant}),
     }
+
+
+def _variant(cell: Cell, precompiled: bool, model_id: str | None) -> dict[str, Any] | None:
+    """A quantized cell's format, and whether the command serves its quantized weights (None: float).
+    A compiled rbln cell is served from its own quantized weights; anything vllm-rbln compiles at
+    start-up comes from the hub model's float weights, so it is never this cell's variant."""
+    assert cell.spec is not None
+    q = cell.spec.quantized
+    if q.is_none:
+        return None
+    reason = None
+    if not precompiled:
+        reason = (
+            f"variant {q.name} ({q.weights} weights): vllm-rbln would compile {model_id or 'the hub model'}'s float "
+            "weights at start-up, not this cell's quantized ones (another model, another block count); serve an "
+            "rbln-backend cell of this variant, a compiled model of its quantized checkpoint"
+        )
+    return {**q.to_json(), "exact": reason is None, "reason": reason}
 
 
 def check_serving(serving: Any, where: str) -> dict[str, Any]:
@@ -210,6 +237,7 @@ def with_budget(serving: dict[str, Any], budget: int | None, npu: Any) -> dict[s
         return {**serving, "exact": False, "notes": notes}
     chiplets = npu.num_chiplets
     exact = int(npu.available_bytes * fraction) // chiplets == budget // chiplets and not serving.get("refused")
+    exact = exact and (serving.get("quantization") or {}).get("exact") is not False  # never the float command
     notes.append(
         f"the explicit count {count} is what memory_budget {budget} bytes per device resolves to (the smallest "
         "such budget, from the built report): --gpu-memory-utilization passes it"

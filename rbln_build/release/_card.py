@@ -84,7 +84,23 @@ def _quantization(meta: dict[str, Any]) -> str:
     q = meta.get("quantization")
     if not isinstance(q, dict) or not q:
         return "none recorded"
-    return ", ".join(f"{k} {v}" for k, v in sorted(q.items()))
+    return ", ".join(f"{k} {v.get('name') if isinstance(v, dict) else v}" for k, v in sorted(q.items()))
+
+
+def quality_lines(record: dict[str, Any]) -> list[str]:
+    """A quantized variant's quality figures (``quantization._quality``), as the card shows them."""
+    q = record.get("quality")
+    if not isinstance(q, dict):
+        return []
+    if not q.get("measured"):
+        return [f"Quality of this quantized variant: not measured ({q.get('reason')}).", ""]
+    return [
+        f"Quality of this quantized variant, measured on CPU against the float weights ({q.get('text')}, "
+        f"{_n(q.get('text_tokens'))} tokens in rows of {_n(q.get('window'))}): perplexity {q.get('perplexity')} "
+        f"against {q.get('float_perplexity')} ({float(q.get('perplexity_increase') or 0):+.2%}); greedy agreement "
+        f"{float(q.get('greedy_agreement') or 0):.2%} of {_n(q.get('greedy_tokens'))} tokens.",
+        "",
+    ]
 
 
 def _budget(value: Any) -> str:
@@ -128,6 +144,7 @@ def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
         "",
         _tokenizer_line(meta, serving),
         "",
+        *quality_lines(record),
         "## Serve with vllm-rbln",
         "",
     ]

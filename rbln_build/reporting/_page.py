@@ -195,6 +195,9 @@ def _groups(view: BuildView, figures: FigureCache | None = None) -> str:
 
 
 def _cells(view: BuildView) -> str:
+    from ..commands._table import quality_columns  # one rendering of a variant's figures
+
+    quality = any("quality" in e for e in view.entries)  # quantized variants: their figures beside the blocks
     rows = []
     for e in view.entries:
         floor, full = e.get("budget_for_floor") or {}, e.get("budget_for_full_pool") or {}
@@ -209,6 +212,7 @@ def _cells(view: BuildView) -> str:
                     f'<td class="num">{num(e[k])}</td>'
                     for k in ("kvcache_num_blocks", "num_full_blocks", "num_min_blocks")
                 ),
+                *(f'<td class="num">{escape(c)}</td>' for c in (quality_columns(e) if quality else ())),
                 f'<td class="num">{num(floor.get("bytes"))}</td>',
                 f'<td class="num">{num(full.get("bytes"))}</td>',
                 escape(e.get("produced") or "-"),
@@ -226,6 +230,7 @@ def _cells(view: BuildView) -> str:
             "blocks",
             "full",
             "floor",
+            *(("ppl vs float", "greedy agree") if quality else ()),
             "floor needs (B)",
             "full pool needs (B)",
             "produced",

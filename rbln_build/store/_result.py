@@ -59,6 +59,7 @@ class CellResult:
     error: str | None = None
     error_kind: str | None = None
     retry: bool = False  # a failure the next run tries again (see the module docstring)
+    quality: dict[str, Any] | None = None  # a quantized variant's figures (quantization._quality); absent: none
 
     @property
     def ok(self) -> bool:
@@ -78,6 +79,8 @@ class CellResult:
         # Field by field rather than ``asdict`` (a deep copy through every value: most of a sweep's
         # per-cell cost); the two nested answers are flat dicts, copied so the caller owns them.
         out = {name: getattr(self, name) for name in _CELL_FIELDS}
+        if out["quality"] is None:
+            del out["quality"]  # only a variant's record has it: every other record keeps its shape
         out["warnings"] = list(self.warnings)
         for name in ("budget_for_floor", "budget_for_full_pool"):
             if out[name] is not None:
@@ -93,6 +96,7 @@ class CellResult:
 
 _CELL_FIELDS = tuple(f.name for f in fields(CellResult))
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
+_OPTIONAL = frozenset({"quality"})  # a CellResult field a record may omit (None)
 
 
 def _checked(cls: type, data: Any) -> dict[str, Any]:
@@ -100,6 +104,6 @@ def _checked(cls: type, data: Any) -> dict[str, Any]:
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
-    if not isinstance(data, dict) or data.keys() != names:
+    if not isinstance(data, dict) or (data.keys() != names and data.keys() | _OPTIONAL != names):
         raise ValueError(f"not a {cls.__name__}: expected the keys {sorted(names)}")
     return dict(data)

@@ -61,11 +61,18 @@ class TorchExportBackend(Backend):
         recipe, att = spec.recipe, spec.attention
         if not recipe.has_weights:
             return compile_plan(spec, out_dir, format=FORMAT, exports=0)
-        if recipe.weight_bits != 16:
+        quantized = spec.quantized
+        if quantized.activations != "fp16" or quantized.kv_caches != "fp16":
             raise InputFailure(
-                f"{recipe.directory / 'recipe.yaml'}: quantization.weight_bits is {recipe.weight_bits}, but the torch "
-                "backend exports unquantized CPU programs and never quantizes silently; set quantization.weight_bits: "
-                "16 for a CPU program, or build this recipe with matrix.backend=rbln (optimum-rbln quantizes on the NPU).",
+                f"{recipe.directory / 'recipe.yaml'}: variant {quantized.name} quantizes activations or the KV cache; "
+                "the torch backend runs weight-only variants (de-quantized weights) and never approximates the others; "
+                "build it with matrix.backend=rbln, or use a weight-only variant (w8, w4, wfp8).",
+                "quantization_unsupported",
+            )
+        if not quantized.is_none and recipe.quantized is None:
+            raise InputFailure(  # the build's quantization stage gives it quantized weights; never silently float
+                f"{recipe.directory / 'recipe.yaml'}: variant {quantized.name}, but its weights are float; "
+                "rbln-build quantizes them in the build (matrix.quantizations) before the compile.",
                 "quantization_unsupported",
             )
 

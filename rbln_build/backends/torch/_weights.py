@@ -69,6 +69,10 @@ def load_weights(model: torch.nn.Module, directory: Path) -> None:
     for f in checkpoint.files:
         if f.name != INDEX_FILE:
             state.update(load_file(str(f)))
+    if checkpoint.quantized is not None:  # optimum-rbln's format: run the quantized weights, de-quantized
+        from ...quantization._rtn import dequantized
+
+        state = dequantized(state, next(model.parameters()).dtype)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # a shape mismatch: name the tensor and the file it came from

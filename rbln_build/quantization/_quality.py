@@ -1,0 +1,191 @@
+"""A quantized variant's quality, measured on CPU against its float weights.
+
+Two figures, both computed through the paged program interface of the torch backend
+(``logits = program(input_ids, cache_position, block_table, *kv_pools)``):
+
+* **perplexity** on the shipped text (``_text.TEXT``, tokenized with the recipe's own
+  ``tokenizer.json``): the text's tokens cut into rows of ``window`` tokens (the cell's
+  ``max_seq_len``, at most ``MAX_WINDOW``; the text's first ``MAX_TOKENS``), each row fed one token at a time from position 0
+  (teacher forcing), ``exp`` of the mean negative log-likelihood of every next token. Once for the
+  variant, once for the float weights: ``perplexity_increase`` is their ratio minus 1.
+* **greedy agreement** on the fixed prompts (``_text.PROMPTS``): ``GREEDY_TOKENS`` greedy tokens per
+  prompt from each; the share of tokens the variant produces identical to the float ones before its
+  first difference (1.0: every prompt's continuation is the same).
+
+The variant's side is the cell's CPU program (the exported ``program.pt2`` of a torch cell); the float
+side is the float model in the same paged wrapper the float cell's program is exported from. Every
+pool is this module's own, zeroed, so the figure depends on the weights alone (not on a cell's budget).
+A recipe without a tokenizer has no figure (``measured: false`` and the reason).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._text import PROMPTS, TEXT, TEXT_VERSION
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["measure", "unmeasured", "GREEDY_TOKENS", "MAX_WINDOW", "gate_problem"]
+
+GREEDY_TOKENS = 16
+MAX_WINDOW = 512
+MAX_TOKENS = 2048  # of the text: a few thousand tokens at most, one program call per token and row
+Step = Callable[..., "torch.Tensor"]  # the paged program: (ids, positions, block table, *pools) -> logits
+
+
+def unmeasured(reason: str) -> dict[str, Any]:
+    return {"measured": False, "reason": reason}
+
+
+def _tokenizer(recipe_dir: Path, files: Sequence[str] | None) -> Any:
+    from tokenizers import Tokenizer  # type: ignore[import-untyped]
+
+    if not files or "tokenizer.json" not in files:
+        return None
+    return Tokenizer.from_file(str(recipe_dir / "tokenizer.json"))
+
+
+class _Runner:
+    """Feeds rows of tokens through ``step`` over fresh pools, one position at a time."""
+
+    def __init__(self, step: Step, pools: Callable[[int], list[torch.Tensor]], block_size: int, width: int) -> None:
+        self.step, self.pools, self.block_size, self.width = step, pools, block_size, width
+
+    def run(self, rows: list[list[int]], feed: Callable[[int, int, torch.Tensor], int | None]) -> None:
+        """Position by position: row r's token at t is ``rows[r][t]`` if known, else what ``feed``
+        returned for it (``feed(r, t, logits_row)`` sees the logits after position t)."""
+        import torch
+
+        per_row = -(-self.width // self.block_size)
+        pools = self.pools(per_row * len(rows))
+        table = torch.tensor([[r * per_row + i for i in range(per_row)] for r in range(len(rows))], dtype=torch.long)
+        tokens = [list(r) for r in rows]
+        with torch.no_grad():
+            for t in range(self.width - 1):
+                live = [r for r in range(len(rows)) if t < len(tokens[r])]
+                if not live:
+                    return
+                logits = self.step(
+                    torch.tensor([[tokens[r][t]] for r in live], dtype=torch.long),
+                    torch.tensor([[t] for _ in live], dtype=torch.long),
+                    table[live],
+                    *pools,
+                )
+                for i, r in enumerate(live):
+                    nxt = feed(r, t, logits[i])
+                    if nxt is not None and len(tokens[r]) == t + 1:
+                        tokens[r].append(nxt)
+
+
+def _perplexity(runner: _Runner, rows: list[list[int]]) -> float:
+    import torch
+
+    total, count = 0.0, 0
+
+    def feed(r: int, t: int, logits: torch.Tensor) -> None:
+        nonlocal total, count
+        if t + 1 < len(rows[r]):
+            total -= float(torch.log_softmax(logits.to(torch.float64), -1)[rows[r][t + 1]])
+            count += 1
+
+    runner.run(rows, feed)
+    return math.exp(total / count)
+
+
+def _greedy(runner: _Runner, prompts: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = [[] for _ in prompts]
+
+    def feed(r: int, t: int, logits: Any) -> int | None:
+        if t + 1 >= len(prompts[r]) and len(out[r]) < GREEDY_TOKENS:
+            out[r].append(int(logits.argmax()))
+            return out[r][-1]
+        return None
+
+    runner.run(prompts, feed)
+    return out
+
+
+def measure(
+    variant: Step,
+    reference: Step,
+    pools: Callable[[int], list[torch.Tensor]],
+    *,
+    recipe_dir: Path,
+    tokenizer_files: Sequence[str] | None,
+    max_seq_len: int,
+    block_size: int,
+    batch_size: int,
+) -> dict[str, Any]:
+    """The figures of ``variant`` against ``reference`` (both paged programs of one geometry)."""
+    tokenizer = _tokenizer(recipe_dir, tokenizer_files)
+    if tokenizer is None:
+        return unmeasured("the recipe has no tokenizer.json: the shipped text cannot be tokenized")
+    window = min(max_seq_len, MAX_WINDOW)
+    ids = tokenizer.encode(TEXT).ids[:MAX_TOKENS]
+    rows = [ids[i : i + window] for i in range(0, len(ids), window)]
+    rows = [r for r in rows if len(r) > 1]
+    prompts = [tokenizer.encode(p).ids[: window - GREEDY_TOKENS] for p in PROMPTS]
+    figures: dict[str, float] = {}
+    greedy: dict[str, list[list[int]]] = {}
+    for name, step in (("variant", variant), ("float", reference)):
+        runner = _Runner(step, pools, block_size, window)
+        total = 0.0
+        scored = 0
+        for i in range(0, len(rows), batch_size):  # at most batch_size rows at once, as the program allows
+            group = rows[i : i + batch_size]
+            n = sum(len(r) - 1 for r in group)
+            total += math.log(_perplexity(runner, group)) * n
+            scored += n
+        figures[name] = math.exp(total / scored)
+        greedy[name] = [
+            t for i in range(0, len(prompts), batch_size) for t in _greedy(runner, prompts[i : i + batch_size])
+        ]
+    same = 0
+    for a, b in zip(greedy["variant"], greedy["float"], strict=True):
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            same += 1
+    produced = sum(len(b) for b in greedy["float"])
+    return {
+        "measured": True,
+        "text": TEXT_VERSION,
+        "text_tokens": len(ids),
+        "window": window,
+        "perplexity": round(figures["variant"], 6),
+        "float_perplexity": round(figures["float"], 6),
+        "perplexity_increase": round(figures["variant"] / figures["float"] - 1.0, 6),
+        "greedy_agreement": round(same / produced, 6),
+        "greedy_tokens": produced,
+    }
+
+
+def gate_problem(quality: dict[str, Any] | None, gate: Sequence[tuple[str, float]] | None) -> str | None:
+    """Why a cell fails its quality gate (``matrix.max_perplexity_increase``, ``matrix.min_greedy_agreement``),
+    or None. A figure that could not be measured fails a gate too: a gate is a promise about the cell."""
+    if not gate:
+        return None
+    limits = dict(gate)
+    if not quality or not quality.get("measured"):
+        why = (quality or {}).get("reason", "no figure")
+        return f"quality gate {limits}: the cell's quality could not be measured ({why})"
+    figures = (
+        f"perplexity {quality['perplexity']} against the float weights' {quality['float_perplexity']} "
+        f"({float(quality['perplexity_increase']):+.2%}), greedy agreement {float(quality['greedy_agreement']):.2%} "
+        f"of {quality['greedy_tokens']} tokens"
+    )
+    over = []
+    most = limits.get("max_perplexity_increase")
+    if most is not None and float(quality["perplexity_increase"]) > most:
+        over.append(f"perplexity increase over matrix.max_perplexity_increase {most:.2%}")
+    least = limits.get("min_greedy_agreement")
+    if least is not None and float(quality["greedy_agreement"]) < least:
+        over.append(f"greedy agreement under matrix.min_greedy_agreement {least:.2%}")
+    if not over:
+        return None
+    return f"quality gate: {figures}: {' and '.join(over)}; use a finer variant or relax the gate"
