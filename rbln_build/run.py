@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -62,12 +63,14 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m rbln_build.run",
-        description=(
+        description=textwrap.fill(
             "Load a cell artifact built by the 'torch' backend (a folder with program.pt2, "
             "rbln-build.json and config.json; a built or a released cell), verify it, and print greedy tokens "
             "(or, with --prompt, text through the cell's own tokenizer; with --chat, the answer to a question "
             "put through the cell's chat template) for a batch of prompts. "
-            "The KV-cache pool has exactly the artifact's kvcache_num_blocks blocks, shared by the batch."
+            "The KV-cache pool has exactly the artifact's kvcache_num_blocks blocks, shared by the batch. "
+            "The tokens are transformers' greedy generate on the same weights, in the cell's dtype.",
+            width=100,
         ),
         epilog="examples: python -m rbln_build.run build/artifacts/tiny_llama.atom_max.b0.3 "
         "--prompt-ids 1,2,3 --prompt-ids 4,5 --max-new-tokens 8\n"

@@ -13,6 +13,9 @@ a block taken when a sequence first writes into it, all of a sequence's blocks r
 is done. A pool smaller than the full pool therefore serves a batch whose sequences are short.
 A request that could run out of blocks is refused before any compute with
 ``RuntimeLimitError``, instead of failing half-way or overwriting another sequence's cache.
+The program is called as transformers' ``generate`` runs one prompt (the whole prompt in one call,
+then one token per call, one sequence at a time, over exactly its keys), so the tokens are its
+greedy tokens in bfloat16 too (docs/backends.md, "Exactness").
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ class Artifact:
     def _step(self, ids: list[int], start: int, table: torch.Tensor) -> torch.Tensor:
         """One forward of one sequence: ``ids`` at positions ``start ..``, over keys ``0 .. start + len(ids) - 1``."""
         end = start + len(ids)
-        return self.program(  # type: ignore[no-any-return]
+        return self.program(
             torch.tensor([ids], dtype=torch.long),
             torch.arange(start, end, dtype=torch.long)[None, :],
             table,
