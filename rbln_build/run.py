@@ -3,13 +3,19 @@
     python -m rbln_build.run ARTIFACT --prompt-ids 1,2,3 [--prompt-ids 4,5] --max-new-tokens 8
     python -m rbln_build.run --manifest build/manifest.json CELL_ID --prompt-ids 1,2,3
     python -m rbln_build.run ARTIFACT --prompt "some text" --max-new-tokens 8
+    python -m rbln_build.run ARTIFACT --chat "What is the capital of France?" --max-new-tokens 64
 
 Prints one line per prompt: ``prompt <i>: <comma-separated new token ids>``. With ``--prompt`` the
 text is encoded with the cell's own tokenizer (the checkpoint's files it carries; rbln-build.json
 ``"tokenizer"``), generation stops at any end-of-sequence id of the cell's ``generation_config.json``
 (unless ``--eos-token-id`` says otherwise), and the decoded new text is printed, one prompt after the
 other, each followed by a newline (special tokens skipped, as ``tokenizer.decode(...,
-skip_special_tokens=True)`` gives it). A cell without a tokenizer is refused with the reason. Artifacts are code, so
+skip_special_tokens=True)`` gives it). ``--chat`` does the same with the question put through the
+cell's chat template first (one user message, with the generation prompt, as
+``tokenizer.apply_chat_template(..., add_generation_prompt=True)`` gives it); a cell whose tokenizer
+has no chat template is refused, pointing to ``--prompt``. The tokens are transformers' greedy
+``generate`` on the same weights in the cell's dtype (docs/backends.md says how, and what was
+measured). A cell without a tokenizer is refused with the reason. Artifacts are code, so
 nothing is loaded before it is verified: the program's sha256 against the cell's rbln-build.json
 and its archive against the pickle allowlist (``backends.torch._archive``); with ``--manifest``,
 first the whole cell folder against the manifest's ``artifact.content_hash``, so rewriting
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -56,15 +63,20 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m rbln_build.run",
-        description=(
+        description=textwrap.fill(
             "Load a cell artifact built by the 'torch' backend (a folder with program.pt2, "
             "rbln-build.json and config.json; a built or a released cell), verify it, and print greedy tokens "
-            "(or, with --prompt, text through the cell's own tokenizer) for a batch of prompts. "
-            "The KV-cache pool has exactly the artifact's kvcache_num_blocks blocks, shared by the batch."
+            "(or, with --prompt, text through the cell's own tokenizer; with --chat, the answer to a question "
+            "put through the cell's chat template) for a batch of prompts. "
+            "The KV-cache pool has exactly the artifact's kvcache_num_blocks blocks, shared by the batch. "
+            "The tokens are transformers' greedy generate on the same weights, in the cell's dtype.",
+            width=100,
         ),
         epilog="examples: python -m rbln_build.run build/artifacts/tiny_llama.atom_max.b0.3 "
         "--prompt-ids 1,2,3 --prompt-ids 4,5 --max-new-tokens 8\n"
-        "          python -m rbln_build.run --manifest build/manifest.json tiny_llama.atom_max.b0.3 --prompt-ids 1,2,3",
+        "          python -m rbln_build.run --manifest build/manifest.json tiny_llama.atom_max.b0.3 --prompt-ids 1,2,3\n"
+        '          python -m rbln_build.run CELL --chat "What is the capital of France?" --max-new-tokens 64',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "artifact", metavar="ARTIFACT", help="cell artifact folder; with --manifest, the cell id in that manifest"
@@ -87,7 +99,14 @@ def _parser() -> argparse.ArgumentParser:
         "--prompt",
         action="append",
         metavar="TEXT",
-        help="a text prompt, encoded with the cell's tokenizer; prints the decoded text (repeat for a batch)",
+        help="a text prompt, encoded as it is with the cell's tokenizer; prints the decoded text (repeat for a batch)",
+    )
+    given.add_argument(
+        "--chat",
+        action="append",
+        metavar="QUESTION",
+        help="a question, put through the cell's chat template (one user message and the generation prompt); "
+        "prints the decoded answer (repeat for one answer per question)",
     )
     p.add_argument(
         "--max-new-tokens", type=int, default=8, metavar="N", help="tokens to generate per prompt (default 8)"
@@ -97,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="ID",
-        help="stop a prompt early when it generates this id (default: with --prompt, the eos ids of the cell's "
+        help="stop a prompt early when it generates this id (default: with --prompt or --chat, the eos ids of the cell's "
         "generation_config.json; with --prompt-ids, never stop early)",
     )
     return p
@@ -190,6 +209,29 @@ def _text_side(folder: Path) -> tuple[Any, list[int]]:
     return tokenizer, eos
 
 
+def _chat_prompts(tokenizer: Any, questions: list[str], folder: Path) -> list[list[int]]:
+    """Each question as one user message through the cell's chat template, with the generation prompt."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise UserError(
+            f"{folder}: this cell's tokenizer has no chat template (no chat_template in tokenizer_config.json, "
+            "no chat_template.jinja); --chat needs one. Pass the text as it is with --prompt."
+        )
+    prompts = []
+    for question in questions:
+        try:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+            )
+        except Exception as exc:  # jinja's TemplateError and what a template raises itself
+            raise UserError(
+                f"{folder}: the cell's chat template fails on this question ({type(exc).__name__}: {exc}); "
+                "pass the text with --prompt instead."
+            ) from None
+        # The template writes the special tokens itself (as transformers' apply_chat_template(tokenize=True)).
+        prompts.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return prompts
+
+
 def _read_generation_eos(path: Path) -> Any:
     try:
         value = load_json(path).get("eos_token_id")
@@ -222,9 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         from .backends.torch._runtime import load_artifact
 
         artifact = load_artifact(folder)  # verifies the program first
-        if args.prompt is not None:
+        if args.prompt is not None or args.chat is not None:
             tokenizer, eos = _text_side(folder)
-            prompts = [list(tokenizer(text)["input_ids"]) for text in args.prompt]
+            if args.chat is not None:
+                prompts = _chat_prompts(tokenizer, args.chat, folder)
+            else:
+                prompts = [list(tokenizer(text)["input_ids"]) for text in args.prompt]
             stop = eos if args.eos_token_id is None else args.eos_token_id
             tokens = artifact.generate(prompts, args.max_new_tokens, eos_token_id=stop)
             for ids in tokens:

@@ -115,8 +115,14 @@ def make_tokenizer(vocab_size: int = 320) -> Any:
     return fast
 
 
-def make_checkpoint(directory: Path, arch: str = "llama", seed: int = 0, dtype: str = "float32") -> Path:
-    """A tiny ``arch`` checkpoint in ``directory`` (created): weights, config, tokenizer, generation config."""
+def make_checkpoint(
+    directory: Path, arch: str = "llama", seed: int = 0, dtype: str = "float32", near_ties: bool = False
+) -> Path:
+    """A tiny ``arch`` checkpoint in ``directory`` (created): weights, config, tokenizer, generation config.
+
+    ``near_ties``: transformers' own initialization (normal, ``initializer_range``) from ``seed`` instead
+    of the seeded wide-margin weights: the top logits are close, so greedy tokens change with any
+    difference in rounding -- what a test of bit-exact computation needs."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
@@ -130,12 +136,14 @@ def make_checkpoint(directory: Path, arch: str = "llama", seed: int = 0, dtype: 
     fields.pop("architectures")
     config = AutoConfig.for_model(model_type, **fields)
     torch_dtype = getattr(torch, dtype)
-    with torch.device("cpu"):
+    with torch.random.fork_rng(), torch.device("cpu"):  # transformers' init draws from the global generator
+        torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
-    with torch.no_grad():
-        params = dict(model.named_parameters())
-        for name, value in seeded_state_dict(model, seed).items():
-            params[name].copy_(value.to(torch_dtype))
+    if not near_ties:
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            for name, value in seeded_state_dict(model, seed).items():
+                params[name].copy_(value.to(torch_dtype))
     model.generation_config = GenerationConfig(
         bos_token_id=1, eos_token_id=list(EOS_IDS), pad_token_id=4, **GENERATION_DEFAULTS
     )

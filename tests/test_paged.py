@@ -21,7 +21,8 @@ def hf_greedy(model, prompt: list[int], new: int) -> list[int]:
 
 
 def paged_greedy(fn, prompts, new, *, block_size, num_blocks, chunk, pools, order=None) -> list[list[int]]:
-    """Drive a paged program by hand: prefill per prompt in chunks, then batched decode.
+    """Drive a paged program by hand: prefill per prompt in chunks, then batched decode (what the
+    program allows beyond the runtime's one-sequence-at-a-time calls).
 
     Physical blocks are handed out from ``order`` (default: the pool reversed), so logical
     and physical block numbers differ and the tables are scattered.
@@ -43,7 +44,8 @@ def paged_greedy(fn, prompts, new, *, block_size, num_blocks, chunk, pools, orde
             for s in range(0, len(p), chunk):
                 ids = p[s : s + chunk]
                 ensure(row, s + len(ids) - 1)
-                logits = fn(torch.tensor([ids]), torch.arange(s, s + len(ids))[None], table([row]), *pools)
+                end = s + len(ids)
+                logits = fn(torch.tensor([ids]), torch.arange(s, end)[None], table([row]), torch.arange(end), *pools)
             out.append([int(logits.argmax(-1)[0])])
         lengths = [len(p) for p in prompts]
         rows = list(range(len(prompts)))
@@ -54,6 +56,7 @@ def paged_greedy(fn, prompts, new, *, block_size, num_blocks, chunk, pools, orde
                 torch.tensor([[out[r][-1]] for r in rows]),
                 torch.tensor([[lengths[r]] for r in rows]),
                 table(rows),
+                torch.arange(max(lengths) + 1),  # the longest row's keys; shorter rows mask the rest
                 *pools,
             )
             for r in rows:

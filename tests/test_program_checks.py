@@ -256,6 +256,11 @@ def _edit(cell: Path, change: dict[str, Any]) -> None:
         pytest.param({"prefill_chunk_size": 1.5}, "prefill_chunk_size is 1.5", id="chunk-float"),
         pytest.param({"recipe": "../x"}, "recipe:", id="recipe-name"),
         pytest.param({"max_seq_len": -1}, "max_seq_len is -1", id="seq-negative"),
+        pytest.param(
+            {"max_seq_len": 8192},
+            "max_seq_len (a whole prompt in one call) is 8192, more than the 4096",
+            id="seq-beyond-program",
+        ),
     ],
 )
 def test_run_refuses_an_edited_record_with_one_line(cell: Path, capsys, change: dict[str, Any], message: str) -> None:

@@ -12,7 +12,8 @@ belongs) must not reach ``torch.zeros`` or the program. Before anything is alloc
 * the record agrees with the program it names (its graph, already checked as data by ``_graph``):
   two pool inputs per layer, each ``[num_blocks, kv_heads, block_size, head_dim]`` of the pool's
   dtype, ``kvcache_num_blocks`` inside the range the program was exported for, and the batch,
-  prefill chunk and block-table width inside the program's own dynamic ranges.
+  prompt length and key count (up to ``max_seq_len``: a whole prompt is one call) and block-table
+  width inside the program's own dynamic ranges.
 
 The first mismatch raises ``IntegrityError`` (one line naming the file, the key, the value and what
 was expected). What this cannot catch -- a record rewritten consistently within the program's ranges
@@ -123,10 +124,10 @@ def _check_program(counts: dict[str, int], pool_dtype: str, graph: dict[str, Any
     except (KeyError, TypeError) as exc:
         raise _Bad(f"the program's graph does not describe its inputs ({type(exc).__name__}: {exc})") from None
     layers = counts["num_layers"]
-    if len(metas) != 3 + 2 * layers:
-        raise _Bad(f"kv_pool.num_layers is {layers}, but the program takes {len(metas) - 3} pools, not {2 * layers}")
+    if len(metas) != 4 + 2 * layers:
+        raise _Bad(f"kv_pool.num_layers is {layers}, but the program takes {len(metas) - 4} pools, not {2 * layers}")
     try:
-        for i, meta in enumerate(metas[3:]):
+        for i, meta in enumerate(metas[4:]):
             shape = [_dim(meta, d, ranges) for d in range(len(meta["sizes"]))]
             want = [(counts["kv_heads"],) * 2, (counts["kvcache_block_size"],) * 2, (counts["head_dim"],) * 2]
             if len(shape) != 4 or shape[1:] != want or meta.get("dtype") != DTYPES[pool_dtype]:
@@ -141,10 +142,11 @@ def _check_program(counts: dict[str, int], pool_dtype: str, graph: dict[str, Any
                     f"kvcache_num_blocks is {counts['kvcache_num_blocks']}, outside the {low}..{high} blocks the "
                     "program was exported for"
                 )
-        ids, table = metas[0], metas[2]
+        ids, table, keys = metas[0], metas[2], metas[3]
         for what, have, (_low, high) in (
             ("batch_size", counts["batch_size"], _dim(ids, 0, ranges)),
-            ("prefill_chunk_size", counts["prefill_chunk_size"], _dim(ids, 1, ranges)),
+            ("max_seq_len (a whole prompt in one call)", counts["max_seq_len"], _dim(ids, 1, ranges)),
+            ("max_seq_len (keys read)", counts["max_seq_len"], _dim(keys, 0, ranges)),
             (
                 "max_seq_len // kvcache_block_size",
                 counts["max_seq_len"] // counts["kvcache_block_size"],

@@ -47,7 +47,7 @@ __all__ = ["TorchExportBackend", "PROGRAM_FILE"]
 
 PROGRAM_FILE = "program.pt2"
 BASELINE_FILE = "baseline.json"
-FORMAT = "rbln-build/torch-export/1"
+FORMAT = "rbln-build/torch-export/2"  # 2: key_positions input, whole-prompt prefill
 
 
 class TorchExportBackend(Backend):
@@ -88,7 +88,7 @@ class TorchExportBackend(Backend):
         program = paged.export_paged(
             wrapper,
             max_batch=att.batch_size,
-            max_tokens=att.prefill_chunk_size,
+            max_tokens=att.max_seq_len,  # a whole prompt in one call, as transformers' generate runs it
             max_table_blocks=att.blocks_per_sequence,
             max_num_blocks=att.num_full_blocks,
         )

@@ -2,13 +2,14 @@
 
 The wrapper reuses the HF model's embeddings, norms, RoPE, projections and MLP unchanged and
 swaps only the attention function, through transformers' attention-function registry
-(``AttentionInterface``, name ``"rbln_paged"``). It never calls HF's mask helpers: they do not
+(``AttentionInterface``, name ``"rbln_paged"``); that function calls
+``scaled_dot_product_attention`` as transformers' default ``sdpa`` attention does. It never calls HF's mask helpers: they do not
 know a custom attention name and can return no mask at all, so the masks are built here, one
 per layer type (a sliding-window layer gets a causal mask limited to its window).
 
 One program serves prefill and decode:
 
-    logits = program(input_ids [B, T], cache_position [B, T], block_table [B, W], *kv_pools)
+    logits = program(input_ids [B, T], cache_position [B, T], block_table [B, W], key_positions [K], *kv_pools)
 
 * ``kv_pools``: per layer a K pool and a V pool, each ``[num_blocks, kv_heads, block_size,
   head_dim]``, in the order k0, v0, k1, v1, ... The program writes the new tokens' K/V into
@@ -16,11 +17,16 @@ One program serves prefill and decode:
 * ``block_table[b, i]`` is the pool block that holds positions ``i*block_size ..`` of row b;
   entries past a row's last used block may be any valid block (they are masked out).
 * ``cache_position[b, t]`` is the absolute position of token t of row b (also the RoPE position).
+* ``key_positions`` is ``arange(K)``: the keys read are positions ``0 .. K-1`` of each row (at most
+  ``W * block_size``), masked per query. The runtime gives exactly the positions a sequence has:
+  the attention kernel rounds differently with more keys, even masked ones.
 * ``logits``: ``[B, vocab]`` for the last token of each row.
 
-Prefill is called with ``B = 1`` and up to ``prefill_chunk_size`` tokens per chunk (no padding);
-decode with ``B = batch`` and ``T = 1``. ``num_blocks``, ``B``, ``T`` and ``W`` are dynamic
-dimensions of the export, so one export serves every pool size (every budget) of a compile key.
+The runtime calls it as transformers' ``generate`` runs one prompt, so bf16 tokens are the same:
+the whole prompt in one call (``B = 1``, ``T`` up to ``max_seq_len``), then ``B = 1``, ``T = 1`` per
+token (chunks and batches work too, but round differently). ``num_blocks``, ``B``, ``T``, ``W`` and
+``K`` are dynamic dimensions of the export, so one export serves every pool size (every budget) of
+a compile key.
 
 Sliding-window layers keep their K/V in the same pool as full-attention layers and apply their
 window through the mask: numerically what HF computes, but without optimum-rbln's separate,
@@ -67,6 +73,7 @@ class _PagedStep:
     write_blocks: torch.Tensor  # [B*T] pool block of each new token
     write_offsets: torch.Tensor  # [B*T] offset inside that block
     block_table: torch.Tensor  # [B, W]
+    key_positions: torch.Tensor  # [K] positions 0 .. K-1: the keys each row reads
 
 
 def _paged_attention(
@@ -88,18 +95,23 @@ def _paged_attention(
     k_pool[step.write_blocks, :, step.write_offsets] = key.transpose(1, 2).reshape(batch * tokens, kv_heads, head_dim)
     v_pool[step.write_blocks, :, step.write_offsets] = value.transpose(1, 2).reshape(batch * tokens, kv_heads, head_dim)
     # Read each row's history through its block table: [B, W, H, bs, D] -> [B, H, W*bs, D].
-    width = step.block_table.shape[1]
+    # Read positions key_positions (0 .. K-1) of each row through its block table: [B, K, H, D] ->
+    # [B, H, K, D]. Exactly these, not whole blocks: transformers attends over exactly the positions a
+    # sequence has, and the attention kernel rounds differently with more keys, even masked ones.
     block_size = k_pool.shape[2]
-    keys = k_pool[step.block_table].permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, width * block_size, head_dim)
-    values = v_pool[step.block_table].permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, width * block_size, head_dim)
+    blocks = step.block_table[:, torch.div(step.key_positions, block_size, rounding_mode="floor")]  # [B, K]
+    offsets = torch.remainder(step.key_positions, block_size)[None, :].expand_as(blocks)
+    keys = k_pool[blocks, :, offsets].permute(0, 2, 1, 3).contiguous()
+    values = v_pool[blocks, :, offsets].permute(0, 2, 1, 3).contiguous()
     groups = query.shape[1] // kv_heads
     if groups > 1:
         keys = keys.repeat_interleave(groups, dim=1)
         values = values.repeat_interleave(groups, dim=1)
-    scale = scaling if scaling is not None else head_dim**-0.5
-    scores = torch.matmul(query, keys.transpose(2, 3)) * scale + attention_mask
-    probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    out = torch.matmul(probs, values)  # [B, Hq, T, D]
+    # transformers' own "sdpa" attention (its default): the same kernel on the same K keys. With an
+    # all-zero mask (no padding) the result equals its unmasked or is_causal call to the bit.
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, keys, values, attn_mask=attention_mask, scale=scaling
+    )  # [B, Hq, T, D]
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -159,8 +171,10 @@ class PagedCausalLM(nn.Module):
         self.vocab_size = int(config.vocab_size)
         self.dtype = next(model.parameters()).dtype
 
-    def _masks(self, cache_position: torch.Tensor, key_len: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        key_pos = torch.arange(key_len, device=cache_position.device)[None, None, :]
+    def _masks(
+        self, cache_position: torch.Tensor, key_positions: torch.Tensor, dtype: torch.dtype
+    ) -> dict[str, torch.Tensor]:
+        key_pos = key_positions[None, None, :]
         query_pos = cache_position[:, :, None]
         allowed = {"full_attention": key_pos <= query_pos}
         if self.sliding_window is not None:
@@ -174,6 +188,7 @@ class PagedCausalLM(nn.Module):
         input_ids: torch.Tensor,
         cache_position: torch.Tensor,
         block_table: torch.Tensor,
+        key_positions: torch.Tensor,
         *kv_pools: torch.Tensor,
     ) -> torch.Tensor:
         batch, tokens = input_ids.shape
@@ -183,10 +198,11 @@ class PagedCausalLM(nn.Module):
             write_blocks=torch.gather(block_table, 1, logical_block).reshape(batch * tokens),
             write_offsets=torch.remainder(cache_position, self.block_size).reshape(batch * tokens),
             block_table=block_table,
+            key_positions=key_positions,
         )
         hidden = self.body.embed_tokens(input_ids)
         position_embeddings = self.body.rotary_emb(hidden, position_ids=cache_position)
-        masks = self._masks(cache_position, block_table.shape[1] * self.block_size, hidden.dtype)
+        masks = self._masks(cache_position, key_positions, hidden.dtype)
         for index, layer in enumerate(self.body.layers[: self.num_layers]):
             hidden = layer(
                 hidden,
@@ -228,29 +244,35 @@ def strip_source_paths(program: torch.export.ExportedProgram) -> None:
 def export_paged(
     paged: PagedCausalLM, *, max_batch: int, max_tokens: int, max_table_blocks: int, max_num_blocks: int
 ) -> torch.export.ExportedProgram:
-    """Export ``paged`` once with batch, token count, block-table width and pool size dynamic."""
+    """Export ``paged`` once with batch, token count, block-table width, key count and pool size dynamic."""
     global _EXPORTS
     from torch.export import Dim
 
     # Distinct example sizes (all >= 2) so no two dynamic dims are unified by their example values.
-    ex_batch, ex_tokens, ex_width, ex_blocks = 2, 3, 2, 5
+    ex_batch, ex_tokens, ex_width, ex_blocks, ex_keys = 2, 3, 2, 5, 4
     batch = Dim("batch", min=1, max=max(max_batch, ex_batch))
     tokens = Dim("tokens", min=1, max=max(max_tokens, ex_tokens))
     width = Dim("table_blocks", min=1, max=max(max_table_blocks, ex_width))
     num_blocks = Dim("num_blocks", min=1, max=max(max_num_blocks, ex_blocks))
+    keys = Dim("keys", min=1, max=max(max_table_blocks * paged.block_size, ex_keys))
     input_ids = torch.zeros(ex_batch, ex_tokens, dtype=torch.long)
-    cache_position = torch.arange(ex_tokens).repeat(ex_batch, 1)
+    cache_position = torch.arange(1, 1 + ex_tokens).repeat(ex_batch, 1)
     block_table = torch.tensor([[0, 1], [2, 3]], dtype=torch.long)
+    key_positions = torch.arange(ex_keys)
     pools = empty_pools(paged, ex_blocks)
     dynamic_shapes = (
         {0: batch, 1: tokens},
         {0: batch, 1: tokens},
         {0: batch, 1: width},
+        {0: keys},
         tuple({0: num_blocks} for _ in pools),  # the *kv_pools varargs, as one group
     )
     with _export_lock, torch.no_grad():
         program = torch.export.export(
-            paged, (input_ids, cache_position, block_table, *pools), dynamic_shapes=dynamic_shapes, strict=False
+            paged,
+            (input_ids, cache_position, block_table, key_positions, *pools),
+            dynamic_shapes=dynamic_shapes,
+            strict=False,
         )
         _EXPORTS += 1
     return program

@@ -13,6 +13,9 @@ a block taken when a sequence first writes into it, all of a sequence's blocks r
 is done. A pool smaller than the full pool therefore serves a batch whose sequences are short.
 A request that could run out of blocks is refused before any compute with
 ``RuntimeLimitError``, instead of failing half-way or overwriting another sequence's cache.
+The program is called as transformers' ``generate`` runs one prompt (the whole prompt in one call,
+then one token per call, one sequence at a time, over exactly its keys), so the tokens are its
+greedy tokens in bfloat16 too (docs/backends.md, "Exactness").
 """
 
 from __future__ import annotations
@@ -130,6 +133,17 @@ class Artifact:
                 "or rebuild the cell with a larger memory budget."
             )
 
+    def _step(self, ids: list[int], start: int, table: torch.Tensor) -> torch.Tensor:
+        """One forward of one sequence: ``ids`` at positions ``start ..``, over keys ``0 .. start + len(ids) - 1``."""
+        end = start + len(ids)
+        return self.program(
+            torch.tensor([ids], dtype=torch.long),
+            torch.arange(start, end, dtype=torch.long)[None, :],
+            table,
+            torch.arange(end, dtype=torch.long),
+            *self.pools,
+        )
+
     @torch.no_grad()
     def generate(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | Sequence[int] | None = None
@@ -141,38 +155,22 @@ class Artifact:
             set() if eos_token_id is None else {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
         )
         pages = PageTable(self.num_blocks, self.block_size, len(prompts))
-        chunk = int(self.config["prefill_chunk_size"])
         out: list[list[int]] = [[] for _ in prompts]
-        lengths = [len(p) for p in prompts]
-        for row, prompt in enumerate(prompts):  # prefill, one sequence at a time, in chunks
-            for start in range(0, len(prompt), chunk):
-                ids = list(prompt[start : start + chunk])
-                pages.ensure(row, start + len(ids) - 1)
-                logits = self.program(
-                    torch.tensor([ids], dtype=torch.long),
-                    torch.arange(start, start + len(ids), dtype=torch.long)[None, :],
-                    pages.tensor([row]),
-                    *self.pools,
-                )
+        # transformers' greedy generate, one prompt at a time: the whole prompt in one forward, then one
+        # token per forward, each over exactly the keys the sequence has. The same calls here give the
+        # same tokens in bf16 too: a CPU matmul's rounding depends on its row count (a batch of rows, a
+        # chunk of a prompt) and attention's on its key count, so neither is batched nor padded.
+        for row, prompt in enumerate(prompts):
+            pages.ensure(row, len(prompt) - 1)
+            logits = self._step(list(prompt), 0, pages.tensor([row]))
             out[row].append(int(logits.argmax(-1)[0]))
-        active = [r for r in range(len(prompts)) if out[r][-1] not in stops]
-        for _ in range(max_new_tokens - 1):  # decode the active rows together
-            if not active:
-                break
-            for r in active:
-                pages.ensure(r, lengths[r])
-            logits = self.program(
-                torch.tensor([[out[r][-1]] for r in active], dtype=torch.long),
-                torch.tensor([[lengths[r]] for r in active], dtype=torch.long),
-                pages.tensor(active),
-                *self.pools,
-            )
-            for i, r in enumerate(active):
-                lengths[r] += 1
-                out[r].append(int(logits[i].argmax()))
-            for r in [r for r in active if out[r][-1] in stops]:
-                pages.release(r)
-            active = [r for r in active if out[r][-1] not in stops]
+            length = len(prompt)
+            while len(out[row]) < max_new_tokens and out[row][-1] not in stops:
+                pages.ensure(row, length)
+                logits = self._step([out[row][-1]], length, pages.tensor([row]))
+                length += 1
+                out[row].append(int(logits.argmax(-1)[0]))
+            pages.release(row)
         return out
 
 
