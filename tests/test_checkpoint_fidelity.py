@@ -279,10 +279,15 @@ def test_serve_command_takes_a_built_or_a_released_cell_folder(checkpoints, tmp_
     (tmp_path / "release" / "release.json").write_text(
         json.dumps({"cells": {cell.id: {"dir": cell.id, "record": entry}}})
     )
-    for folder in (built, released):
-        assert deploy_main(["serve-command", str(folder), "--json"]) == 0
-        argv = json.loads(capsys.readouterr().out)["argv"]
-        assert argv[:7] == ["vllm", "serve", str(folder), "--port", "8000", "--tokenizer", str(folder)]
+    assert deploy_main(["serve-command", str(built), "--json"]) == 0
+    argv = json.loads(capsys.readouterr().out)["argv"]
+    assert argv[:7] == ["vllm", "serve", str(built), "--port", "8000", "--tokenizer", str(built)]
+    # a release.json written by hand (no self-hash) is refused, as run refuses it; a real release's cell
+    # is served after its check (tests/test_release_ops.py)
+    from rbln_build.errors import IntegrityError
+
+    with pytest.raises(IntegrityError, match="does not match its content"):
+        deploy_main(["serve-command", str(released), "--json"])
     alone = tmp_path / "alone" / cell.id
     shutil.copytree(built, alone)
     assert deploy_main(["serve-command", str(alone)]) == 2
@@ -297,8 +302,8 @@ def test_serve_command_takes_a_built_or_a_released_cell_folder(checkpoints, tmp_
     assert f"it is a build directory, not a cell: pass {tmp_path / 'build' / 'artifacts'}/<cell id>" in (
         capsys.readouterr().err
     )
-    with pytest.MonkeyPatch.context() as mp:  # '.' inside a released cell names that cell
-        mp.chdir(released)
+    with pytest.MonkeyPatch.context() as mp:  # '.' inside a cell folder names that cell
+        mp.chdir(built)
         assert deploy_main(["serve-command", ".", "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["cell"] == cell.id

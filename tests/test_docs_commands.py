@@ -80,6 +80,13 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build matrix.batch_sizes=[a]": Run(exit=2),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b [--json]": Run(),
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.margin=512MB": Run(),
+    "python bench/deploy_solver.py": Elsewhere(
+        "tests/test_deploy_solver.py", "a benchmark (minutes of CPU); the test checks the same plans on generated deployments"
+    ),
+    "python bench/deploy_solver.py --set small-llms --models 4,8,12,16,20": Elsewhere(
+        "tests/test_deploy_solver.py", "a benchmark (minutes of CPU); the test checks the same plans on generated deployments"
+    ),
     "rbln-build deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build explain deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build serve-command deployment=qwen3_8b_llama3_2_1b": Run(),
@@ -400,7 +407,9 @@ def test_every_readme_command_composes_in_an_init_project(tmp_path: Path) -> Non
     from rbln_build.colocation import expand_all
     from rbln_build.commands import _build as build_command
 
-    def expand_only(jobs: list[object], sweep: object, state: dict[str, object], full_table: bool = False) -> int:
+    def expand_only(
+        jobs: list[object], sweep: object, state: dict[str, object], full_table: bool = False, outputs: object = None
+    ) -> int:
         expand_all(jobs)
         return 0
 

@@ -129,7 +129,9 @@ argvs = st.tuples(st.booleans(), st.lists(overrides, min_size=1, max_size=4)).ma
 )
 
 
-def _expand_only(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False) -> int:
+def _expand_only(
+    jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool = False, outputs: Any = None
+) -> int:
     """The build replaced by what precedes its first write: every job expanded into cells."""
     from rbln_build.colocation import expand_all
 
