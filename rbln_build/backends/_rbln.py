@@ -26,8 +26,11 @@ count must be at least ``num_min_blocks``, and a baseline with no resizable cach
 ``InputFailure`` (``kv_cache_not_resizable``), never a cell whose buffers disagree with its config.
 Resizable buffers are rescaled with ``exp_rescale_buffer_size({name: (target, current)})``, the
 models saved, and ``rbln_config.json`` written by optimum-rbln's own config class (so it holds
-exactly what optimum-rbln writes). rbln-build's record (target NPU, programs' sha256, ``"artifact":
-"rbln"``) goes to ``rbln-build.json``.
+exactly what optimum-rbln writes), except one thing its CLI loses: the compile's target NPU and
+device count, which optimum-rbln records only in ``_compile_cfgs`` and which its config class reads
+back as null, stay as compiled (vllm-rbln 0.12.0 serves a compiled model on the count that file gives,
+else on 1 device). rbln-build's record (target NPU, programs' sha256, ``"artifact": "rbln"``) goes
+to ``rbln-build.json``.
 
 A checkpoint's tokenizer and ``generation_config.json`` (the recipe's companion files,
 ``memory._companions``) are linked into the folder optimum-rbln compiles from, so its model and its
@@ -320,9 +323,36 @@ class RblnBackend(Backend):
             else:
                 shutil.copyfile(item, out_dir / item.name)
         config.kvcache_num_blocks = num_blocks
+        _keep_compiled_placement(config, baseline_dir)
         config.save(str(out_dir))  # optimum-rbln's own writer: exactly what it writes, nothing it rejects
         programs = {f"{name}.rbln": sha256_file(out_dir / f"{name}.rbln") for name in compiled}
         write_record(out_dir, record_for(spec, num_blocks, "rbln", programs, directory=out_dir))
+
+
+def _keep_compiled_placement(config: Any, baseline_dir: Path) -> None:
+    """Put back the target NPU and device count the compile recorded in ``_compile_cfgs``.
+
+    optimum-rbln 0.12.0 records them only there (``npu`` and ``num_devices`` are not saved at the top
+    level), and reading its own file back (``from_pretrained``, as its CLI's ``--set-kvcache-num-blocks``
+    does) sets every entry's ``npu`` and ``num_devices`` to null. vllm-rbln 0.12.0 takes a compiled
+    model's device count from ``rbln_config.json`` alone (``_resolve_num_devices``: the top level, then
+    the first ``_compile_cfgs`` entry that has one, else 1), whatever ``--rbln-num-devices-per-local-rank``
+    says: a 4-device cell written as the CLI writes it would be served on 1 device."""
+    try:
+        saved = json.loads((baseline_dir / "rbln_config.json").read_text(encoding="utf-8"))
+        compiled = {c["compiled_model_name"]: c for c in saved["_compile_cfgs"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BuildError(
+            f"{baseline_dir / 'rbln_config.json'}: no readable _compile_cfgs ({exc}); recompile this key."
+        ) from None
+    for cfg in config.compile_cfgs:
+        recorded = compiled.get(cfg.compiled_model_name)
+        if recorded is None:
+            raise BuildError(
+                f"{baseline_dir / 'rbln_config.json'}: no _compile_cfgs entry for {cfg.compiled_model_name!r}; "
+                "recompile this key."
+            )
+        cfg.npu, cfg.num_devices = recorded.get("npu"), recorded.get("num_devices")
 
 
 def _check_count(spec: CompileSpec, config: Any, num_blocks: int, current: int) -> None:

@@ -90,7 +90,7 @@ def _port(text: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from ..pipeline import check_serving, command_for
+    from ..pipeline import check_compiled_devices, check_serving, command_for
 
     parser = UsageParser(
         prog="rbln-build serve-command",
@@ -109,6 +109,8 @@ def main(argv: list[str]) -> int:
         status = entry.get("status") if isinstance(entry, dict) else None
         raise UserError(f"{opts.cell}: cell {cid} has no serving record (status {str(status)[:80]!r}).")
     serving = check_serving(serving, f"{opts.cell}: cell {cid}")
+    if serving["precompiled"]:  # what vllm-rbln reads from the compiled model, not the flags
+        check_compiled_devices(serving, _load(opts.cell / "rbln_config.json"), str(opts.cell / "rbln_config.json"))
     count = serving["flags"].get("rbln_num_devices_per_local_rank", 1)
     devices = opts.devices if opts.devices is not None else tuple(range(count))
     if len(devices) != count:
