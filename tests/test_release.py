@@ -73,7 +73,7 @@ def test_a_release_holds_real_files_cards_and_verifies(plans: Path, tmp_path: Pa
     for cid, cell in body["cells"].items():
         assert cell["record"] == manifest["cells"][cid]
         names = sorted(p.name for p in (out / cid).iterdir())
-        assert names == ["README.md", "config.json", "rbln-build.json"]
+        assert names == ["README.md", "config.json", "rbln-build-files.json", "rbln-build.json"]
         assert (out / cid / "config.json").read_bytes() == (
             work / "build" / "artifacts" / cid / "config.json"
         ).read_bytes()
@@ -648,3 +648,44 @@ def _run_cell(cell: Path, prompt: list[str]) -> str:
     check_ok(proc)  # type: ignore[arg-type]
     assert proc.stdout.startswith("prompt 0: ")
     return proc.stdout
+
+
+def test_a_hub_layout_cell_has_hub_front_matter_and_verifies_alone(plans: Path, tmp_path: Path) -> None:
+    # --layout hub: each cell folder is a model repo. Its card's front matter is what huggingface_hub
+    # reads; a cell copied alone (as `huggingface-cli download --local-dir` leaves it, with the client's
+    # .cache/huggingface/ and the Hub's .gitattributes) verifies against its own rbln-build-files.json,
+    # and a changed byte is named.
+    from huggingface_hub import ModelCard
+
+    work = copy(plans, tmp_path)
+    proc = release(work, "h1", "--layout", "hub", "--hub-org", "my-org")
+    check_ok(proc)
+    cid = "qwen3_8b.rebel100.b0.3"
+    out = work / "build" / "releases" / "h1"
+    assert f"huggingface-cli upload my-org/{cid} {out}/{cid} ." in proc.stdout
+    card = ModelCard.load(out / cid / "README.md")
+    data = card.data.to_dict()
+    assert data == {
+        "base_model": "Qwen/Qwen3-8B",
+        "pipeline_tag": "text-generation",
+        "license": "unknown",
+        "tags": ["rbln-build", "rebellions", "RBLN-CR03", "rbln-build-plan"],
+    }  # a plan: no library loads it
+    assert f"huggingface-cli download my-org/{cid} --local-dir {cid}" in card.text
+    alone = tmp_path / "download" / cid
+    shutil.copytree(out / cid, alone)
+    (alone / ".gitattributes").write_text("*.rbln filter=lfs\n")
+    (alone / ".cache" / "huggingface").mkdir(parents=True)
+    (alone / ".cache" / "huggingface" / ".gitignore").write_text("*\n")
+    proc = verify(work, alone)
+    check_ok(proc)
+    size = sum((alone / n).stat().st_size for n in ("README.md", "config.json", "rbln-build.json"))
+    assert proc.stdout.strip() == f"cell {cid} (release h1): 3 files ({size:,} bytes) match rbln-build-files.json."
+    with open(alone / "config.json", "ab") as f:
+        f.write(b" ")
+    (alone / "notes.txt").write_text("hi\n")
+    proc = verify(work, alone)
+    check_ok(proc, 1)
+    assert f"{alone}/config.json: changed: " in proc.stderr and "rbln-build-files.json says" in proc.stderr
+    assert f"{alone}/notes.txt: an extra file, not in rbln-build-files.json" in proc.stderr
+    check_ok(release(work, "h2", "--hub-org", "my-org"), 2)  # --hub-org needs --layout hub

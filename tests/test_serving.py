@@ -10,9 +10,9 @@ import pytest
 
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
+from rbln_build.errors import UserError
 from rbln_build.estimator import fraction_for_bytes, resolve_budget
 from rbln_build.pipeline._manifest import entry_for
-from rbln_build.errors import UserError
 from rbln_build.pipeline._serving import (
     check_compiled_devices,
     command_for,

@@ -92,6 +92,16 @@ class Recipe:
     license_file: str | None = None  # the licence's text, a file in the recipe's folder; None: none
 
     @property
+    def hub_model_id(self) -> str | None:
+        """``source.model_id`` when it names a model on the Hub: None without one, and None for a
+        synthetic recipe (seeded weights: its id, such as ``rbln-build/tiny-llama``, names no hub
+        model). Serve commands and model cards use this, never an id made up."""
+        model_id = self.source.get("model_id")
+        if self.seed is not None or not isinstance(model_id, str) or not model_id:
+            return None
+        return model_id
+
+    @property
     def has_weights(self) -> bool:
         return self.weights_path is not None or self.seed is not None
 

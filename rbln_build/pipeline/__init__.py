@@ -23,7 +23,7 @@ from ._dodo import dodo_namespace
 from ._doit import doit_config
 from ._links import ours
 from ._manifest import entry_for
-from ._serving import check_compiled_devices, check_serving, command_for, compiled_num_devices, hub_model_id, with_budget
+from ._serving import check_compiled_devices, check_serving, command_for, compiled_num_devices, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun
 
@@ -41,7 +41,6 @@ __all__ = [
     "doit_config",
     "entry_for",
     "entry_state",
-    "hub_model_id",
     "failure_summary",
     "ours",
     "read_record",

@@ -35,7 +35,7 @@ have vllm-rbln compile the same configuration at start-up (from the recipe's sou
 cell's budget as the fraction, which the estimator resolves to the same count from the same report.
 A recipe without a hub model id (a local checkpoint) has nothing vllm-rbln could compile at start-up,
 and neither has a synthetic one (seeded weights: ``rbln-build/tiny-llama`` names no hub model,
-``hub_model_id``): their torch and plan cells are refused (``refused``: the reason), never ``vllm serve
+``Recipe.hub_model_id``): their torch and plan cells are refused (``refused``: the reason), never ``vllm serve
 None`` or a made-up id.
 
 ``--tokenizer`` is the cell itself when it carries the checkpoint's tokenizer files (rbln-build.json
@@ -62,7 +62,6 @@ __all__ = [
     "check_compiled_devices",
     "check_serving",
     "compiled_num_devices",
-    "hub_model_id",
     "serve_fraction",
     "FLAG_ORDER",
 ]
@@ -114,7 +113,7 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
     notes: list[str] = []
     exact = True
     refused: str | None = None
-    model_id = hub_model_id(cell.recipe)
+    model_id = cell.recipe.hub_model_id
     no_hub = (
         f"{cell.recipe.name} is a synthetic recipe (seeded weights): its source.model_id "
         f"{cell.recipe.source.get('model_id')!r} names no hub model"
@@ -171,16 +170,6 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         "flags": flags,
         "notes": notes,
     }
-
-
-def hub_model_id(recipe: Any) -> str | None:
-    """The recipe's ``source.model_id`` when it names a model on the Hub; None for a recipe without
-    one and for a synthetic recipe (seeded weights: its id, such as ``rbln-build/tiny-llama``, names
-    no hub model). Never an id made up here."""
-    model_id = (recipe.source or {}).get("model_id")
-    if recipe.seed is not None or not isinstance(model_id, str) or not model_id:
-        return None
-    return model_id
 
 
 def compiled_num_devices(rbln_config: Any) -> int:

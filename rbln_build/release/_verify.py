@@ -9,6 +9,11 @@ Checked, each problem naming its file:
 * nothing else is there (an extra file or link), besides ``release.json`` and its signature;
 * every listed path is relative, inside the release, in a released cell's folder.
 
+A cell folder that travels alone (no ``release.json`` beside it: a Hub repo downloaded with
+``--local-dir``, a copied folder) is checked against its own ``rbln-build-files.json`` the same way
+(``verify_lone_cell``): its self-hash, every file it lists, nothing else in the folder but the Hub's
+bookkeeping (``.gitattributes``, ``.cache/huggingface/``), which is never loaded.
+
 Files are read in 1 MiB chunks, opened without following links on a local disk.
 """
 
@@ -25,9 +30,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import UserError
-from ._format import FORMAT, MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, self_hash
+from ._format import (
+    CELL_FILES,
+    CELL_FORMAT,
+    FORMAT,
+    HUB_BOOKKEEPING,
+    MAX_RELEASE_JSON_BYTES,
+    RELEASE_FILE,
+    SELF_HASH_KEY,
+    SIGNATURE_FILE,
+    self_hash,
+)
 
-__all__ = ["Verdict", "verify_cell", "verify_release", "open_release"]
+__all__ = ["Verdict", "verify_cell", "verify_lone_cell", "verify_release", "open_release"]
 
 _SHA = re.compile(r"[0-9a-f]{64}")
 _TOP = {RELEASE_FILE, SIGNATURE_FILE}
@@ -41,6 +56,7 @@ class Verdict:
     files: int = 0
     total_bytes: int = 0
     signature: str = "absent"  # "absent" | "ok" | "unchecked" | "bad"
+    checked_against: str = RELEASE_FILE  # or CELL_FILES: a lone cell checked against its own file
     problems: list[tuple[str, str]] = field(default_factory=list)  # (relative path, what is wrong)
 
     @property
@@ -177,8 +193,16 @@ def _checked_files(body: dict[str, Any]) -> dict[str, tuple[str, int]]:
 
 
 def verify_release(location: str, key: Path | None = None) -> Verdict:
-    """Check the release at ``location``; ``key``: an Ed25519 public key (PEM) its signature must match."""
+    """Check the release at ``location``; ``key``: an Ed25519 public key (PEM) its signature must match.
+    A local folder holding a cell's own ``rbln-build-files.json`` and no ``release.json`` is a lone cell."""
     release = open_release(location)
+    if isinstance(release, LocalRelease) and _is_lone_cell(release.root):
+        if key is not None:
+            raise UserError(
+                f"{location}: a lone cell (its own {CELL_FILES}, no {RELEASE_FILE}) has no signature to check; "
+                f"verify the release it came from with --key, or drop --key."
+            )
+        return verify_lone_cell(release.root)
     try:
         return _verify(release, key)
     except UserError:
@@ -203,8 +227,87 @@ def verify_cell(cell_dir: Path) -> Verdict | None:
     folder = Path(os.path.abspath(cell_dir))
     root = folder.parent
     if LocalRelease._kind(root / RELEASE_FILE) is None:
-        return None
+        return verify_lone_cell(folder) if _is_lone_cell(folder) else None
     return _verify(LocalRelease(root), None, only=folder.name)
+
+
+def _is_lone_cell(folder: Path) -> bool:
+    return LocalRelease._kind(folder / RELEASE_FILE) is None and LocalRelease._kind(folder / CELL_FILES) is not None
+
+
+def _hub_bookkeeping(rel: str) -> bool:
+    return any(rel == b or (b.endswith("/") and rel.startswith(b)) for b in HUB_BOOKKEEPING)
+
+
+def verify_lone_cell(folder: Path) -> Verdict:
+    """Check a cell folder against its own ``rbln-build-files.json`` (no ``release.json`` needed)."""
+    cell = LocalRelease(folder)
+    verdict = Verdict(str(folder), cells=1, checked_against=CELL_FILES)
+    problems = verdict.problems
+    present = {rel: kind for rel, kind in cell.listing().items() if not _hub_bookkeeping(rel)}
+    kind = present.pop(CELL_FILES, None)
+    if kind != "file":
+        problems.append((CELL_FILES, "missing" if kind is None else f"a {kind}"))
+        return verdict
+    try:
+        body = json.loads(_read_bounded(cell, CELL_FILES, MAX_RELEASE_JSON_BYTES))
+        if not isinstance(body, dict) or body.get("format") != CELL_FORMAT or not isinstance(body.get("files"), dict):
+            raise ValueError(f"not an rbln-build cell's integrity file (format {CELL_FORMAT!r})")
+        if body.get(SELF_HASH_KEY) != self_hash(body):
+            raise ValueError(f"edited: its {SELF_HASH_KEY} does not match its content")
+        # the same path and digest checks as release.json's, with the cell's folder as the one cell
+        listed = {
+            rel.split("/", 1)[1]: v
+            for rel, v in _checked_files(
+                {"format": FORMAT, "cells": {"cell": {}}, "files": {f"cell/{r}": d for r, d in body["files"].items()}}
+            ).items()
+        }
+    except (OSError, ValueError, RecursionError, AttributeError) as exc:
+        problems.append((CELL_FILES, str(exc)))
+        return verdict
+    verdict.name = body.get("release") if isinstance(body.get("release"), str) else None
+    _check_listed(cell, present, listed, verdict, CELL_FILES)
+    return verdict
+
+
+def _check_listed(
+    release: LocalRelease | RemoteRelease,
+    present: dict[str, str],
+    listed: dict[str, tuple[str, int]],
+    verdict: Verdict,
+    against: str = RELEASE_FILE,
+) -> None:
+    """Every listed file there, a regular file of its size and sha256; nothing else but ``_TOP``."""
+    problems = verdict.problems
+    for rel in sorted(set(present) - set(listed) - _TOP):
+        extra = present[rel]
+        problems.append(
+            (rel, f"an extra file, not in {against}" if extra == "file" else f"a {extra}, not in {against}")
+        )
+    for rel, (sha, size) in sorted(listed.items()):
+        what = present.get(rel)
+        if what is None:
+            problems.append((rel, "missing"))
+            continue
+        if what != "file":
+            problems.append((rel, f"a {what} where {against} lists a file"))
+            continue
+        h = hashlib.sha256()
+        got = 0
+        try:
+            for chunk in release.chunks(rel):
+                h.update(chunk)
+                got += len(chunk)
+        except OSError as exc:
+            problems.append((rel, f"unreadable ({exc})"))
+            continue
+        if got != size:
+            problems.append((rel, f"changed: {got:,} bytes, {against} says {size:,}"))
+        elif h.hexdigest() != sha:
+            problems.append((rel, f"changed: sha256 {h.hexdigest()}, {against} says {sha}"))
+        verdict.files += 1
+        verdict.total_bytes += got
+    problems.sort()
 
 
 def _verify(release: LocalRelease | RemoteRelease, key: Path | None, only: str | None = None) -> Verdict:
@@ -240,35 +343,7 @@ def _verify(release: LocalRelease | RemoteRelease, key: Path | None, only: str |
         verdict.cells = 1
     else:
         _check_signature(release, present, data, key, verdict)
-    for rel in sorted(set(present) - set(listed) - _TOP):
-        extra = present[rel]
-        problems.append(
-            (rel, "an extra file, not in release.json" if extra == "file" else f"a {extra}, not in release.json")
-        )
-    for rel, (sha, size) in sorted(listed.items()):
-        what = present.get(rel)
-        if what is None:
-            problems.append((rel, "missing"))
-            continue
-        if what != "file":
-            problems.append((rel, f"a {what} where release.json lists a file"))
-            continue
-        h = hashlib.sha256()
-        got = 0
-        try:
-            for chunk in release.chunks(rel):
-                h.update(chunk)
-                got += len(chunk)
-        except OSError as exc:
-            problems.append((rel, f"unreadable ({exc})"))
-            continue
-        if got != size:
-            problems.append((rel, f"changed: {got:,} bytes, release.json says {size:,}"))
-        elif h.hexdigest() != sha:
-            problems.append((rel, f"changed: sha256 {h.hexdigest()}, release.json says {sha}"))
-        verdict.files += 1
-        verdict.total_bytes += got
-    problems.sort()
+    _check_listed(release, present, listed, verdict)
     return verdict
 
 
