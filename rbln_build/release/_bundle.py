@@ -229,7 +229,7 @@ def stage_release(
                 f"{build_dir / 'artifacts' / cid / CELL_FILES}: cell {cid!r} already holds a {CELL_FILES}; "
                 "the release's integrity file would replace it. Remove it from the recipe's files."
             )
-        cell_files = {"format": CELL_FORMAT, "cell": cid, "release": name, "files": own}
+        cell_files = {"format": CELL_FORMAT, "cell": cid, "release": name, "files": own, "record": record}
         (cell_dir / CELL_FILES).write_bytes(render_release(cell_files))
         for path in _files_of(cell_dir):
             files[path.relative_to(staging).as_posix()] = _file_digest(path)

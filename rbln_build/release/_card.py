@@ -212,8 +212,8 @@ def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any], hub_org
         f"rbln-build verify {cell_id}",
         "```",
         "",
-        "In a release folder, `rbln-build verify <release>` checks every cell against `release.json`, which "
-        "holds this cell's whole manifest record under `cells`.",
+        "`rbln-build-files.json` also holds this cell's whole manifest record (`record`); in a release folder, "
+        "`rbln-build verify <release>` checks every cell against `release.json`.",
         "",
     ]
     return "\n".join(out)
