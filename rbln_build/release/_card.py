@@ -123,8 +123,9 @@ def front_matter(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> 
     if isinstance(meta.get("base_model"), str):
         out["base_model"] = meta["base_model"]
     out["pipeline_tag"] = "text-generation"
-    lic = meta.get("license") if isinstance(meta.get("license"), dict) else {}
-    ident, file = lic.get("id"), lic.get("file")
+    lic: dict[str, Any] = meta["license"] if isinstance(meta.get("license"), dict) else {}
+    ident = lic.get("id") if isinstance(lic.get("id"), str) else None
+    file = lic.get("file") if isinstance(lic.get("file"), str) else None
     if ident and ident != "other":
         out["license"] = ident
     elif file:
