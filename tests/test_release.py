@@ -343,8 +343,16 @@ def test_run_checks_a_released_cell_against_release_json_before_it_reads_it(
     shutil.copytree(cell, other)  # beside release.json, but not one of its cells
     assert run_main([str(other), "--prompt-ids", "1,2"]) == 2
     assert f"error: {other}: not a cell of release.json" in capsys.readouterr().err
-    alone = tmp_path / "alone" / CELL  # no release.json beside it: a copied cell, not checked as a release
+    alone = tmp_path / "alone" / CELL  # no release.json beside it: checked against its own rbln-build-files.json
     shutil.copytree(cell, alone)
+    assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
+    assert "this cell is a resolved plan" in capsys.readouterr().err
+    (alone / "config.json").write_bytes((alone / "config.json").read_bytes() + b" ")
+    assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {alone / 'config.json'}: changed: " in err and "rbln-build-files.json says" in err
+    assert f"does not match {alone / 'rbln-build-files.json'}" in err and "resolved plan" not in err
+    (alone / "rbln-build-files.json").unlink()  # neither file: a copy rbln-build cannot check, as before
     assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
     assert "this cell is a resolved plan" in capsys.readouterr().err
 
@@ -635,7 +643,10 @@ def test_release_of_torch_and_rbln_builds_loads_from_the_release_alone(
             assert model.rbln_config.kvcache_num_blocks == cell["record"]["kvcache_num_blocks"], cid
             card = (folder / "README.md").read_text()
             assert f'.from_pretrained("{cid}", export=False)' in card
-            assert f"vllm serve ./{cid} --port 8000" in card
+            # a compiled model, but without a tokenizer and with no hub model to take one from (the tiny
+            # recipes are synthetic): the card gives the reason, never a command naming a made-up id
+            assert "No serve command: " in card and "names no hub model" in card and "vllm serve" not in card
+            assert "base_model" not in card and "library_name: optimum-rbln" in card
 
 
 def _run_cell(cell: Path, prompt: list[str]) -> str:

@@ -157,3 +157,22 @@ def test_compiled_num_devices_reads_rbln_config_as_vllm_rbln_does() -> None:
     check_compiled_devices(serving, compiled, "cell/rbln_config.json")
     with pytest.raises(UserError, match=r"cell/rbln_config.json: cell compiled for 4 device\(s\), but .* gives"):
         check_compiled_devices(serving, {"_compile_cfgs": [{"num_devices": None}]}, "cell/rbln_config.json")
+
+
+@pytest.mark.parametrize(
+    ("model_id", "seeded", "expected"),
+    [
+        pytest.param("Qwen/Qwen3-8B", False, "Qwen/Qwen3-8B", id="hub-id"),
+        pytest.param("gpt2", False, "gpt2", id="no-namespace"),
+        pytest.param("rbln-build/tiny-llama", True, None, id="synthetic"),
+        pytest.param(None, False, None, id="none"),
+        pytest.param("/data/checkpoints/x", False, None, id="absolute-path"),
+        pytest.param("a/b/c", False, None, id="a-path"),
+        pytest.param("../x", False, None, id="dots"),
+    ],
+)
+def test_only_a_hub_repo_id_of_a_recipe_with_real_weights_is_a_hub_model(model_id, seeded, expected) -> None:
+    from rbln_build.memory._recipes import load_recipe
+
+    recipe = replace(load_recipe("qwen3_8b"), source={"model_id": model_id}, seed=1 if seeded else None)
+    assert recipe.hub_model_id == expected

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._documents import absent, load_json
 from ..errors import UsageParser, UserError
-from ..release._format import CELL_FILES
+from ..release import CELL_FILES
 
 __all__ = ["serving_of_dir", "main"]
 

@@ -24,6 +24,7 @@ its compile key.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ __all__ = ["Recipe", "Geometry", "geometry_from_config", "load_recipe", "list_re
 DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (config._project)
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# A Hub model repo id (huggingface_hub's validate_repo_id): [namespace/]name, letters, digits, - _ .
+_HUB_ID = re.compile(r"([A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
 _WEIGHT_BITS = (16, 8, 4)
 _RECIPE_KEYS = {
     "name",
@@ -97,9 +100,9 @@ class Recipe:
         synthetic recipe (seeded weights: its id, such as ``rbln-build/tiny-llama``, names no hub
         model). Serve commands and model cards use this, never an id made up."""
         model_id = self.source.get("model_id")
-        if self.seed is not None or not isinstance(model_id, str) or not model_id:
-            return None
-        return model_id
+        if self.seed is not None or not isinstance(model_id, str) or not _HUB_ID.fullmatch(model_id):
+            return None  # seeded, absent, or not of a repo id's form (a local path a config recorded)
+        return None if ".." in model_id or "--" in model_id else model_id
 
     @property
     def has_weights(self) -> bool:

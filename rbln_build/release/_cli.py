@@ -184,9 +184,9 @@ def _verify_parser() -> argparse.ArgumentParser:
 def verify_main(argv: list[str]) -> int:
     args = _verify_parser().parse_args(argv)
     from ._format import RELEASE_FILE, redact
-    from ._verify import verify_release
+    from ._lone import verify_location
 
-    verdict = verify_release(args.release, Path(args.key) if args.key else None)
+    verdict = verify_location(args.release, Path(args.key) if args.key else None)
     where = redact(verdict.location).rstrip("/")
     if args.json:
         out = {

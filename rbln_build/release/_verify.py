@@ -11,7 +11,7 @@ Checked, each problem naming its file:
 
 A cell folder that travels alone (no ``release.json`` beside it: a Hub repo downloaded with
 ``--local-dir``, a copied folder) is checked against its own ``rbln-build-files.json`` the same way
-(``verify_lone_cell``): its self-hash, every file it lists, nothing else in the folder but the Hub's
+(``_lone.verify_lone_cell``): its self-hash, every file it lists, nothing else in the folder but the Hub's
 bookkeeping (``.gitattributes``, ``.cache/huggingface/``), which is never loaded.
 
 Files are read in 1 MiB chunks, opened without following links on a local disk.
@@ -31,10 +31,7 @@ from typing import Any
 
 from ..errors import UserError
 from ._format import (
-    CELL_FILES,
-    CELL_FORMAT,
     FORMAT,
-    HUB_BOOKKEEPING,
     MAX_RELEASE_JSON_BYTES,
     RELEASE_FILE,
     SELF_HASH_KEY,
@@ -42,7 +39,7 @@ from ._format import (
     self_hash,
 )
 
-__all__ = ["Verdict", "verify_cell", "verify_lone_cell", "verify_release", "open_release"]
+__all__ = ["Verdict", "verify_release", "open_release"]
 
 _SHA = re.compile(r"[0-9a-f]{64}")
 _TOP = {RELEASE_FILE, SIGNATURE_FILE}
@@ -194,15 +191,8 @@ def _checked_files(body: dict[str, Any]) -> dict[str, tuple[str, int]]:
 
 def verify_release(location: str, key: Path | None = None) -> Verdict:
     """Check the release at ``location``; ``key``: an Ed25519 public key (PEM) its signature must match.
-    A local folder holding a cell's own ``rbln-build-files.json`` and no ``release.json`` is a lone cell."""
+    (A lone cell's folder: ``_lone.verify_location``.)"""
     release = open_release(location)
-    if isinstance(release, LocalRelease) and _is_lone_cell(release.root):
-        if key is not None:
-            raise UserError(
-                f"{location}: a lone cell (its own {CELL_FILES}, no {RELEASE_FILE}) has no signature to check; "
-                f"verify the release it came from with --key, or drop --key."
-            )
-        return verify_lone_cell(release.root)
     try:
         return _verify(release, key)
     except UserError:
@@ -216,58 +206,6 @@ def verify_release(location: str, key: Path | None = None) -> Verdict:
         raise UserError(
             f"{redact(release.location)}: cannot be read ({why}); check the URL and the credentials in the environment."
         ) from None
-
-
-def verify_cell(cell_dir: Path) -> Verdict | None:
-    """Check one released cell folder (``<release>/<cell id>``) against its release's
-    ``release.json``, as ``python -m rbln_build.run`` does before it loads a released cell: the
-    self-hash, every file listed under the cell (size, sha256, a regular file) and nothing else in
-    the folder. The signature is not checked here (``verify --key`` does). None when no
-    ``release.json`` is beside the folder: not a released cell (a built one, or a copy)."""
-    folder = Path(os.path.abspath(cell_dir))
-    root = folder.parent
-    if LocalRelease._kind(root / RELEASE_FILE) is None:
-        return verify_lone_cell(folder) if _is_lone_cell(folder) else None
-    return _verify(LocalRelease(root), None, only=folder.name)
-
-
-def _is_lone_cell(folder: Path) -> bool:
-    return LocalRelease._kind(folder / RELEASE_FILE) is None and LocalRelease._kind(folder / CELL_FILES) is not None
-
-
-def _hub_bookkeeping(rel: str) -> bool:
-    return any(rel == b or (b.endswith("/") and rel.startswith(b)) for b in HUB_BOOKKEEPING)
-
-
-def verify_lone_cell(folder: Path) -> Verdict:
-    """Check a cell folder against its own ``rbln-build-files.json`` (no ``release.json`` needed)."""
-    cell = LocalRelease(folder)
-    verdict = Verdict(str(folder), cells=1, checked_against=CELL_FILES)
-    problems = verdict.problems
-    present = {rel: kind for rel, kind in cell.listing().items() if not _hub_bookkeeping(rel)}
-    kind = present.pop(CELL_FILES, None)
-    if kind != "file":
-        problems.append((CELL_FILES, "missing" if kind is None else f"a {kind}"))
-        return verdict
-    try:
-        body = json.loads(_read_bounded(cell, CELL_FILES, MAX_RELEASE_JSON_BYTES))
-        if not isinstance(body, dict) or body.get("format") != CELL_FORMAT or not isinstance(body.get("files"), dict):
-            raise ValueError(f"not an rbln-build cell's integrity file (format {CELL_FORMAT!r})")
-        if body.get(SELF_HASH_KEY) != self_hash(body):
-            raise ValueError(f"edited: its {SELF_HASH_KEY} does not match its content")
-        # the same path and digest checks as release.json's, with the cell's folder as the one cell
-        listed = {
-            rel.split("/", 1)[1]: v
-            for rel, v in _checked_files(
-                {"format": FORMAT, "cells": {"cell": {}}, "files": {f"cell/{r}": d for r, d in body["files"].items()}}
-            ).items()
-        }
-    except (OSError, ValueError, RecursionError, AttributeError) as exc:
-        problems.append((CELL_FILES, str(exc)))
-        return verdict
-    verdict.name = body.get("release") if isinstance(body.get("release"), str) else None
-    _check_listed(cell, present, listed, verdict, CELL_FILES)
-    return verdict
 
 
 def _check_listed(
