@@ -69,7 +69,11 @@ def verify_location(location: str, key: Path | None = None) -> Verdict:
     """``rbln-build verify``'s argument: a lone cell's folder (its own ``rbln-build-files.json``, no
     ``release.json``) is checked alone; anything else as a release (``verify_release``)."""
     folder = Path(location)
-    if "://" not in location and folder.is_dir() and is_lone_cell(folder):
+    try:
+        lone = "://" not in location and folder.is_dir() and is_lone_cell(folder)
+    except (OSError, ValueError):  # a name too long, a NUL: verify_release says what is wrong with it
+        lone = False
+    if lone:
         if key is not None:
             raise UserError(
                 f"{location}: a lone cell (its own {CELL_FILES}, no {RELEASE_FILE}) has no signature to check; "
