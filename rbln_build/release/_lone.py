@@ -27,7 +27,12 @@ __all__ = ["is_lone_cell", "verify_cell", "verify_location", "verify_lone_cell"]
 
 
 def is_lone_cell(folder: Path) -> bool:
-    return LocalRelease._kind(folder / RELEASE_FILE) is None and LocalRelease._kind(folder / CELL_FILES) is not None
+    """A folder holding a cell's own integrity file and no release.json. A path the OS refuses to look
+    at (a name too long) is not one: the caller's own checks say what is wrong with it."""
+    try:
+        return LocalRelease._kind(folder / RELEASE_FILE) is None and LocalRelease._kind(folder / CELL_FILES) is not None
+    except (OSError, ValueError):
+        return False
 
 
 def _hub_bookkeeping(rel: str) -> bool:
