@@ -21,7 +21,8 @@ and its archive against the pickle allowlist (``backends.torch._archive``); with
 first the whole cell folder against the manifest's ``artifact.content_hash``, so rewriting
 rbln-build.json together with the program is caught too; a released cell (``<release>/<cell id>``,
 ``release.json`` beside it) is first checked against ``release.json`` (every file's size and sha256,
-nothing extra, no link, its self-hash), which catches the same rewrite. Errors (a missing artifact, a failed
+nothing extra, no link, its self-hash), which catches the same rewrite; a released cell that travels
+alone (a Hub repo) against its own ``rbln-build-files.json`` the same way. Errors (a missing artifact, a failed
 check, a plan instead of a program, a request bigger than the KV pool) print one line to stderr and
 exit with status 2; ``RBLN_BUILD_FULL_ERROR=1`` shows the traceback. docs/security.md says what is
 and is not verified.
@@ -165,8 +166,8 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
 
 
 def released_cell(folder: Path) -> None:
-    """A released cell (``<release>/<cell id>``, release.json beside it) is checked against
-    release.json before anything in it is read: its files' sizes and sha256, nothing extra, no
+    """A released cell (``<release>/<cell id>``, release.json beside it; or alone, with its own
+    rbln-build-files.json) is checked against release.json (or that file) before anything in it is read: its files' sizes and sha256, nothing extra, no
     link, release.json's self-hash. IntegrityError naming the first problem; a built cell passes."""
     from .release import RELEASE_FILE, verify_cell
 
@@ -176,9 +177,10 @@ def released_cell(folder: Path) -> None:
     rel, problem = verdict.problems[0]
     more = f" (and {len(verdict.problems) - 1} more problem(s))" if len(verdict.problems) > 1 else ""
     release = Path(verdict.location)
+    what = "release" if verdict.checked_against == RELEASE_FILE else "cell"
     raise IntegrityError(
-        f"{release / rel}: {problem}{more}; this released cell does not match {release / RELEASE_FILE}. "
-        f"Refusing to load it: check the release (rbln-build verify {release}) and fetch it again."
+        f"{release / rel}: {problem}{more}; this released cell does not match {release / verdict.checked_against}. "
+        f"Refusing to load it: check the {what} (rbln-build verify {release}) and fetch it again."
     )
 
 

@@ -128,8 +128,15 @@ def test_cells_load_in_optimum_rbln_and_equal_its_cli_set_value(compiled_llama, 
         "rbln_config.json",
     ]
     for name in ours:
-        if name != "rbln-build.json":
+        if name not in ("rbln-build.json", "rbln_config.json"):
             assert (cell / name).read_bytes() == (cli / name).read_bytes(), name
+    # rbln_config.json: the CLI's, except that the compile's target NPU and device count stay in
+    # _compile_cfgs (the CLI's round trip through its config class writes them as null)
+    ours_config, cli_config = (json.loads((d / "rbln_config.json").read_text()) for d in (cell, cli))
+    placement = [(c["npu"], c["num_devices"]) for c in ours_config.pop("_compile_cfgs")]
+    assert placement == [("RBLN-CA25", 1), ("RBLN-CA25", 1)]
+    assert [(c["npu"], c["num_devices"]) for c in cli_config.pop("_compile_cfgs")] == [(None, None), (None, None)]
+    assert ours_config == cli_config
     prefill = json.loads((cell / "prefill.rbln").read_text())
     assert prefill["dram_tensors"]["past_key_values_0"] == [[LLAMA_KV_PER_BLOCK * n]]
     record = json.loads((cell / "rbln-build.json").read_text())
@@ -138,6 +145,35 @@ def test_cells_load_in_optimum_rbln_and_equal_its_cli_set_value(compiled_llama, 
         f: hashlib.sha256((cell / f).read_bytes()).hexdigest() for f in ("decoder_batch_2.rbln", "prefill.rbln")
     }
     assert json.loads((base / "rbln_config.json").read_text())["kvcache_num_blocks"] == 8  # baseline untouched
+
+
+@needs_optimum_rbln
+def test_a_four_device_cell_records_its_device_count_where_vllm_rbln_reads_it(sdk, tmp_path) -> None:
+    # optimum-rbln 0.12.0 records num_devices only in _compile_cfgs; its CLI's resize writes them as null,
+    # so vllm-rbln (which takes the count from rbln_config.json, not from its flag) would serve 1 device.
+    # The finalized cell keeps the compile's 4, read by vllm-rbln's own code from its wheel.
+    from _vllm_rbln import resolve_num_devices
+
+    from rbln_build.pipeline import compiled_num_devices
+
+    rebel, _ = sdk
+    spec = spec_for(load_recipe("tiny_llama"), num_devices=4)
+    base = tmp_path / "base"
+    base.mkdir()
+    first = len(rebel.COMPILES)
+    get_backend("rbln").compile(spec, base)
+    assert {c["num_devices"] for c in rebel.COMPILES[first:]} == {4}
+    cell = _finalize(spec, base, 6, tmp_path / "cell")
+    cli = tmp_path / "cli"
+    _cli_set_value(base, 6, cli)
+    configs = {d.name: json.loads((d / "rbln_config.json").read_text()) for d in (base, cell, cli)}
+    assert [c["num_devices"] for c in configs["base"]["_compile_cfgs"]] == [4, 4]
+    assert [c["num_devices"] for c in configs["cell"]["_compile_cfgs"]] == [4, 4]
+    assert "num_devices" not in configs["cell"]  # never at the top level: optimum-rbln does not save it there
+    resolve = resolve_num_devices()
+    assert {name: resolve(c) for name, c in configs.items()} == {"base": 4, "cell": 4, "cli": 1}
+    assert {name: compiled_num_devices(c) for name, c in configs.items()} == {"base": 4, "cell": 4, "cli": 1}
+    assert json.loads((cell / "rbln-build.json").read_text())["num_devices"] == 4
 
 
 @needs_optimum_rbln

@@ -294,15 +294,13 @@ def test_an_rbln_deployment_builds_in_one_run_planned_from_its_compiled_reports(
     again = rbln(args, cwd=tmp_path, env=rbln_env)
     check_ok(again)
     assert "[plan" not in again.stdout and "2 cells: 0 compiled, 0 finalized, 2 skipped" in again.stdout
+    # both are compiled models, but the tiny recipes carry no tokenizer and name no hub model to take one
+    # from (their source.model_id is made up): no command, the reason instead
+    for entry in m["cells"].values():
+        assert entry["serving"]["precompiled"] and "carries no tokenizer" in entry["serving"]["refused"]
     proc = rbln(["serve-command", *args, "--json"], cwd=tmp_path, env=rbln_env)
-    check_ok(proc)
-    for c in json.loads(proc.stdout)["commands"]:
-        entry = m["cells"][c["cell"]]
-        assert entry["serving"]["precompiled"] and entry["serving"]["exact"]
-        artifact = build / "artifacts" / c["cell"]
-        config = json.loads((artifact / "rbln_config.json").read_text())  # what vllm-rbln loads
-        check_flags(c["argv"], config, entry)
-        assert c["argv"][2] == str(artifact.relative_to(tmp_path)) or c["argv"][2] == str(artifact)
+    check_ok(proc, 2)
+    assert "no serve command" in proc.stderr and "names no hub model" in proc.stderr and "vllm serve" not in proc.stderr
 
 
 @pytest.mark.slow  # two compiles through the stand-in SDK (~15 s)

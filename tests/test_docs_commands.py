@@ -176,6 +176,15 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build release q1 --build-dir build-rbln": Elsewhere(
         "tests/test_checkpoint_e2e.py", "the release of that rbln build, loaded from the release alone"
     ),
+    "rbln-build release h1 --layout hub --hub-org my-org": Elsewhere(
+        "tests/test_release.py", "the init project's release as Hub repos (the test releases the plans build so)"
+    ),
+    "rbln-build verify my_qwen3.rebel100.bnone": Elsewhere(
+        "tests/test_hub_release.py", "a cell downloaded from the Hub (the test copies a released rbln cell alone)"
+    ),
+    "rbln-build serve-command my_qwen3.rebel100.bnone": Elsewhere(
+        "tests/test_hub_release.py", "the serve command of that downloaded copy"
+    ),
     "pip install 'rbln-build[sign]'": Elsewhere(".ci/run", INSTALL),
     "rbln-build release v1-signed --sign ~/.config/rbln-build/release.key --to shipped": Elsewhere(
         "tests/test_release.py", "a key pair (the test generates one)"

@@ -54,3 +54,57 @@ def test_bad_license_names_the_key(tmp_path, value, fragment):
         load_recipe("lic", tmp_path)
     assert fragment in str(info.value)
     assert "recipe.yaml" in str(info.value)
+
+
+def test_recipe_add_takes_a_checkpoints_licence_file_and_readme_licence(tmp_path):
+    # The checkpoint's LICENSE is copied byte for byte and its README.md front matter's license: becomes
+    # the id; a checkpoint with neither gets the recipe it always got (no license key at all).
+    from _checkpoints import make_checkpoint
+
+    from rbln_build.scaffold._recipe import add_recipe
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", seed=1)
+    add_recipe("plain", ckpt, tmp_path / "recipes", None, max_seq_len=256)
+    plain = yaml.safe_load((tmp_path / "recipes" / "plain" / "recipe.yaml").read_text())
+    assert "license" not in plain
+    (ckpt / "LICENSE").write_text("the licence text\n")
+    (ckpt / "README.md").write_text("---\nlicense: apache-2.0\ntags: [x]\n---\n# model\n")
+    add_recipe("lic", ckpt, tmp_path / "recipes", None, max_seq_len=256)
+    meta = yaml.safe_load((tmp_path / "recipes" / "lic" / "recipe.yaml").read_text())
+    assert meta["license"] == {"id": "apache-2.0", "file": "LICENSE"}
+    assert (tmp_path / "recipes" / "lic" / "LICENSE").read_bytes() == (ckpt / "LICENSE").read_bytes()
+    recipe = load_recipe("lic", tmp_path / "recipes")
+    assert (recipe.license_id, recipe.license_file) == ("apache-2.0", "LICENSE")
+    (ckpt / "README.md").write_text("---\nlicense: Apache License 2.0\n---\n")  # not a Hub id: not taken
+    add_recipe("odd", ckpt, tmp_path / "recipes", None, max_seq_len=256)
+    odd = yaml.safe_load((tmp_path / "recipes" / "odd" / "recipe.yaml").read_text())
+    assert odd["license"] == {"id": None, "file": "LICENSE"}
+
+
+def test_a_recipes_licence_is_in_every_cell_and_a_recipe_without_one_changes_no_record(tmp_path):
+    # torch backend, one compile and one cell: the licence file byte for byte, recorded and hashed; the
+    # same recipe without a licence has a record without any license key (as before licences existed)
+    import json
+
+    from _torch_cells import spec_for
+
+    from rbln_build.backends import get_backend
+
+    records = {}
+    for name, value, files in (
+        ("lic", {"id": "mit", "file": "LICENSE"}, [("LICENSE", "MIT License\n")]),
+        ("nolic", None, []),
+    ):
+        folder = _recipe(tmp_path / name, value, files)
+        spec = spec_for(load_recipe("lic", folder.parent))
+        base, cell = tmp_path / name / "base", tmp_path / name / "cell"
+        base.mkdir()
+        cell.mkdir()
+        get_backend("torch").compile(spec, base)
+        get_backend("torch").finalize(spec, base, 5, cell)
+        records[name] = json.loads((cell / "rbln-build.json").read_text())
+        if files:
+            assert (cell / "LICENSE").read_text() == "MIT License\n"
+    assert records["lic"]["license"] == {"id": "mit", "file": "LICENSE"} and "LICENSE" in records["lic"]["data_files"]
+    assert "license" not in records["nolic"] and "base_model" not in records["nolic"]  # tiny_llama is synthetic
+    assert set(records["lic"]) - set(records["nolic"]) == {"license"}

@@ -73,7 +73,7 @@ def test_a_release_holds_real_files_cards_and_verifies(plans: Path, tmp_path: Pa
     for cid, cell in body["cells"].items():
         assert cell["record"] == manifest["cells"][cid]
         names = sorted(p.name for p in (out / cid).iterdir())
-        assert names == ["README.md", "config.json", "rbln-build.json"]
+        assert names == ["README.md", "config.json", "rbln-build-files.json", "rbln-build.json"]
         assert (out / cid / "config.json").read_bytes() == (
             work / "build" / "artifacts" / cid / "config.json"
         ).read_bytes()
@@ -343,8 +343,16 @@ def test_run_checks_a_released_cell_against_release_json_before_it_reads_it(
     shutil.copytree(cell, other)  # beside release.json, but not one of its cells
     assert run_main([str(other), "--prompt-ids", "1,2"]) == 2
     assert f"error: {other}: not a cell of release.json" in capsys.readouterr().err
-    alone = tmp_path / "alone" / CELL  # no release.json beside it: a copied cell, not checked as a release
+    alone = tmp_path / "alone" / CELL  # no release.json beside it: checked against its own rbln-build-files.json
     shutil.copytree(cell, alone)
+    assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
+    assert "this cell is a resolved plan" in capsys.readouterr().err
+    (alone / "config.json").write_bytes((alone / "config.json").read_bytes() + b" ")
+    assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {alone / 'config.json'}: changed: " in err and "rbln-build-files.json says" in err
+    assert f"does not match {alone / 'rbln-build-files.json'}" in err and "resolved plan" not in err
+    (alone / "rbln-build-files.json").unlink()  # neither file: a copy rbln-build cannot check, as before
     assert run_main([str(alone), "--prompt-ids", "1,2"]) == 2
     assert "this cell is a resolved plan" in capsys.readouterr().err
 
@@ -635,7 +643,10 @@ def test_release_of_torch_and_rbln_builds_loads_from_the_release_alone(
             assert model.rbln_config.kvcache_num_blocks == cell["record"]["kvcache_num_blocks"], cid
             card = (folder / "README.md").read_text()
             assert f'.from_pretrained("{cid}", export=False)' in card
-            assert f"vllm serve ./{cid} --port 8000" in card
+            # a compiled model, but without a tokenizer and with no hub model to take one from (the tiny
+            # recipes are synthetic): the card gives the reason, never a command naming a made-up id
+            assert "No serve command: " in card and "names no hub model" in card and "vllm serve" not in card
+            assert "base_model" not in card and "library_name: optimum-rbln" in card
 
 
 def _run_cell(cell: Path, prompt: list[str]) -> str:
@@ -648,3 +659,44 @@ def _run_cell(cell: Path, prompt: list[str]) -> str:
     check_ok(proc)  # type: ignore[arg-type]
     assert proc.stdout.startswith("prompt 0: ")
     return proc.stdout
+
+
+def test_a_hub_layout_cell_has_hub_front_matter_and_verifies_alone(plans: Path, tmp_path: Path) -> None:
+    # --layout hub: each cell folder is a model repo. Its card's front matter is what huggingface_hub
+    # reads; a cell copied alone (as `huggingface-cli download --local-dir` leaves it, with the client's
+    # .cache/huggingface/ and the Hub's .gitattributes) verifies against its own rbln-build-files.json,
+    # and a changed byte is named.
+    from huggingface_hub import ModelCard
+
+    work = copy(plans, tmp_path)
+    proc = release(work, "h1", "--layout", "hub", "--hub-org", "my-org")
+    check_ok(proc)
+    cid = "qwen3_8b.rebel100.b0.3"
+    out = work / "build" / "releases" / "h1"
+    assert f"huggingface-cli upload my-org/{cid} {out}/{cid} ." in proc.stdout
+    card = ModelCard.load(out / cid / "README.md")
+    data = card.data.to_dict()
+    assert data == {
+        "base_model": "Qwen/Qwen3-8B",
+        "pipeline_tag": "text-generation",
+        "license": "unknown",
+        "tags": ["rbln-build", "rebellions", "RBLN-CR03", "rbln-build-plan"],
+    }  # a plan: no library loads it
+    assert f"huggingface-cli download my-org/{cid} --local-dir {cid}" in card.text
+    alone = tmp_path / "download" / cid
+    shutil.copytree(out / cid, alone)
+    (alone / ".gitattributes").write_text("*.rbln filter=lfs\n")
+    (alone / ".cache" / "huggingface").mkdir(parents=True)
+    (alone / ".cache" / "huggingface" / ".gitignore").write_text("*\n")
+    proc = verify(work, alone)
+    check_ok(proc)
+    size = sum((alone / n).stat().st_size for n in ("README.md", "config.json", "rbln-build.json"))
+    assert proc.stdout.strip() == f"cell {cid} (release h1): 3 files ({size:,} bytes) match rbln-build-files.json."
+    with open(alone / "config.json", "ab") as f:
+        f.write(b" ")
+    (alone / "notes.txt").write_text("hi\n")
+    proc = verify(work, alone)
+    check_ok(proc, 1)
+    assert f"{alone}/config.json: changed: " in proc.stderr and "rbln-build-files.json says" in proc.stderr
+    assert f"{alone}/notes.txt: an extra file, not in rbln-build-files.json" in proc.stderr
+    check_ok(release(work, "h2", "--hub-org", "my-org"), 2)  # --hub-org needs --layout hub

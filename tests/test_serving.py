@@ -6,11 +6,21 @@ import math
 from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
+
 from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
+from rbln_build.errors import UserError
 from rbln_build.estimator import fraction_for_bytes, resolve_budget
 from rbln_build.pipeline._manifest import entry_for
-from rbln_build.pipeline._serving import command_for, serve_fraction, serving_for, with_budget
+from rbln_build.pipeline._serving import (
+    check_compiled_devices,
+    command_for,
+    compiled_num_devices,
+    serve_fraction,
+    serving_for,
+    with_budget,
+)
 from rbln_build.store._result import CellResult
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
@@ -120,3 +130,51 @@ def test_a_failed_cell_has_no_serving_record() -> None:
     c = cell("qwen3_8b.rebel100.b0.3")
     failed = CellResult("c" * 64, "k" * 64, error="x", error_kind="insufficient_memory")
     assert entry_for(c, failed)["serving"] is None and serving_for(c, None) is None
+
+
+def test_a_synthetic_recipe_names_no_hub_model_whatever_its_source_model_id() -> None:
+    # tiny_llama's source.model_id (rbln-build/tiny-llama) names no hub model: its weights are seeded.
+    # Its torch program is refused with the reason; its rbln cell is a compiled model, but it carries no
+    # tokenizer and there is no hub model to take one from, so it is refused too: never a made-up id.
+    c = {c.id: c for c in expand(compose_settings([]), TOOLCHAIN)}["tiny_llama.rebel100.b0.3"]
+    program = serving_for(c, ok(8, 45_097_156_608, produced="program"))
+    assert program is not None and program["model"] is None and program["tokenizer"] is None
+    assert "synthetic recipe (seeded weights)" in program["refused"] and "rbln-build/tiny-llama" in program["refused"]
+    compiled = serving_for(replace(c, backend="rbln"), ok(8, 45_097_156_608, produced="rbln"))
+    assert compiled is not None and compiled["tokenizer"] is None and not compiled["exact"]
+    assert "carries no tokenizer" in compiled["refused"] and "names no hub model" in compiled["refused"]
+    for serving in (program, compiled):
+        with pytest.raises(UserError, match="no serve command") as info:
+            command_for(serving, 8000, (0,), "build")
+        assert "vllm serve" not in str(info.value)
+
+
+def test_compiled_num_devices_reads_rbln_config_as_vllm_rbln_does() -> None:
+    compiled = {"_compile_cfgs": [{"compiled_model_name": "prefill", "npu": "RBLN-CA25", "num_devices": 4}]}
+    assert compiled_num_devices(compiled) == 4
+    assert compiled_num_devices({"_compile_cfgs": [{"num_devices": None}]}) == 1  # what the CLI's resize writes
+    assert compiled_num_devices({"num_devices": 2, "_compile_cfgs": [{"num_devices": 4}]}) == 2
+    assert compiled_num_devices({"language_model": compiled, "num_devices": 1}) == 4
+    serving = {"precompiled": True, "flags": {"rbln_num_devices_per_local_rank": 4}}
+    check_compiled_devices(serving, compiled, "cell/rbln_config.json")
+    with pytest.raises(UserError, match=r"cell/rbln_config.json: cell compiled for 4 device\(s\), but .* gives"):
+        check_compiled_devices(serving, {"_compile_cfgs": [{"num_devices": None}]}, "cell/rbln_config.json")
+
+
+@pytest.mark.parametrize(
+    ("model_id", "seeded", "expected"),
+    [
+        pytest.param("Qwen/Qwen3-8B", False, "Qwen/Qwen3-8B", id="hub-id"),
+        pytest.param("gpt2", False, "gpt2", id="no-namespace"),
+        pytest.param("rbln-build/tiny-llama", True, None, id="synthetic"),
+        pytest.param(None, False, None, id="none"),
+        pytest.param("/data/checkpoints/x", False, None, id="absolute-path"),
+        pytest.param("a/b/c", False, None, id="a-path"),
+        pytest.param("../x", False, None, id="dots"),
+    ],
+)
+def test_only_a_hub_repo_id_of_a_recipe_with_real_weights_is_a_hub_model(model_id, seeded, expected) -> None:
+    from rbln_build.memory._recipes import load_recipe
+
+    recipe = replace(load_recipe("qwen3_8b"), source={"model_id": model_id}, seed=1 if seeded else None)
+    assert recipe.hub_model_id == expected

@@ -3,6 +3,7 @@
     _base        the Backend interface, CompileSpec/CompileResult, the registry (short names and
                  ``module:Class`` import paths), plans for recipes without weights
     _rbln        optimum-rbln and the Rebellions compiler (when the SDK is installed)
+    _rbln_cell   what a finalized rbln cell's rbln_config.json may say: the count's limits, the compiled placement
     torch/       torch.export programs with a paged KV cache that really run on CPU
     _record      rbln-build.json, every cell's record, and the programs' digests
     _verify      a cache entry's programs checked as data (no torch), before an entry is installed

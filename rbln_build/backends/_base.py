@@ -97,7 +97,7 @@ def finalize_plan(spec: CompileSpec, baseline_dir: Path, num_blocks: int, out_di
     from ..memory import copy_from
 
     shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
-    copy_from(baseline_dir, out_dir)
+    copy_from(baseline_dir, out_dir, spec.recipe.license_file)
     write_record(out_dir, record_for(spec, num_blocks, "plan", programs={}, directory=out_dir))
 
 

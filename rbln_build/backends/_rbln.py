@@ -26,8 +26,11 @@ count must be at least ``num_min_blocks``, and a baseline with no resizable cach
 ``InputFailure`` (``kv_cache_not_resizable``), never a cell whose buffers disagree with its config.
 Resizable buffers are rescaled with ``exp_rescale_buffer_size({name: (target, current)})``, the
 models saved, and ``rbln_config.json`` written by optimum-rbln's own config class (so it holds
-exactly what optimum-rbln writes). rbln-build's record (target NPU, programs' sha256, ``"artifact":
-"rbln"``) goes to ``rbln-build.json``.
+exactly what optimum-rbln writes), except one thing its CLI loses: the compile's target NPU and
+device count, which optimum-rbln records only in ``_compile_cfgs`` and which its config class reads
+back as null, stay as compiled (vllm-rbln 0.12.0 serves a compiled model on the count that file gives,
+else on 1 device). rbln-build's record (target NPU, programs' sha256, ``"artifact": "rbln"``) goes
+to ``rbln-build.json``.
 
 A checkpoint's tokenizer and ``generation_config.json`` (the recipe's companion files,
 ``memory._companions``) are linked into the folder optimum-rbln compiles from, so its model and its
@@ -65,6 +68,7 @@ from ..errors import BackendUnavailable, BuildError, InputFailure, RecipeError
 from ..estimator import DRAM_TENSOR_KEY, AllocationReport, KVTensor
 from ..memory import GENERATION_CONFIG, copy_companions, remove_preprocessor_files
 from ._base import Backend, CompileResult, CompileSpec, compile_plan, finalize_plan
+from ._rbln_cell import check_count, keep_compiled_placement
 from ._record import record_for, sha256_file, verify_programs, write_json, write_record
 
 __all__ = ["RblnBackend", "INSTALL_HINT", "report_from_compiled"]
@@ -309,7 +313,7 @@ class RblnBackend(Backend):
                 f"{baseline_dir / 'rbln_config.json'}: kvcache_num_blocks is {current}, not a resolved block count; "
                 "recompile this key."
             )
-        _check_count(spec, config, num_blocks, current)
+        check_count(spec, config, num_blocks, current)
         resizable = {meta.name: (num_blocks, current) for meta in config.cache_metas if meta.can_resize}
         compiled = _compiled_models(rebel, baseline_dir, baseline.get("programs") or {})
         for name, model in compiled.items():
@@ -329,29 +333,7 @@ class RblnBackend(Backend):
             else:
                 shutil.copyfile(item, out_dir / item.name)
         config.kvcache_num_blocks = num_blocks
+        keep_compiled_placement(config, baseline_dir)
         config.save(str(out_dir))  # optimum-rbln's own writer: exactly what it writes, nothing it rejects
         programs = {f"{name}.rbln": sha256_file(out_dir / f"{name}.rbln") for name in compiled}
         write_record(out_dir, record_for(spec, num_blocks, "rbln", programs, directory=out_dir))
-
-
-def _check_count(spec: CompileSpec, config: Any, num_blocks: int, current: int) -> None:
-    """optimum-rbln's own limits on a compiled artifact's count, as InputFailure (stored, not retried)."""
-    if num_blocks != current and not any(meta.can_resize for meta in config.cache_metas):
-        why = (
-            "optimum-rbln compiles eager attention at the full pool and cannot resize it"
-            if config.attn_impl == "eager"
-            else "it was compiled with an explicit kvcache_num_blocks (is_auto false)"
-        )
-        raise InputFailure(
-            f"kvcache_num_blocks {num_blocks}: the compiled KV cache of {spec.recipe.name} holds exactly {current} "
-            f"blocks and no cache can be resized ({why}). Build this cell with kvcache_num_blocks unset (eager "
-            f"attention always uses the full pool of {current}) or set it to {current}, or use attn_impl=flash_attn.",
-            "kv_cache_not_resizable",
-        )
-    floor = int(config.num_min_blocks)
-    if num_blocks < floor:
-        raise InputFailure(
-            f"The set `kvcache_num_blocks` ({num_blocks}) is less than the minimum number of blocks ({floor}). "
-            f"Set it to at least {floor}, or to 0 to estimate it from the available memory.",
-            "blocks_below_floor",
-        )

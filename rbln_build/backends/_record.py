@@ -15,7 +15,9 @@ any folder holding one for a compiled model). The same optimum-rbln key names, a
      "quantization": {"weight_bits": 16 | 8 | 4, "format": {...}},  # the cell's; format when quantized
      "tokenizer": null | {"files": [...]},        # the checkpoint's tokenizer files in the cell (memory._companions)
      "generation_config": null | "generation_config.json",
-     "data_files": {"<file>": "<sha256 hex>"},    # the tokenizer files and generation config, checked before use
+     "data_files": {"<file>": "<sha256 hex>"},    # the tokenizer files, generation config and licence, checked before use
+     "license": {"id": ..., "file": ...},         # only for a recipe with a licence (memory._companions)
+     "base_model": "Org/Name",                    # only when the recipe's source.model_id is a hub model
      ...backend extras (the torch program's "kv_pool")}
 
 The budget is not here: one artifact serves every budget that resolves to its count (the manifest
@@ -120,10 +122,11 @@ def record_for(
             **({} if spec.quantized.is_none else {"format": spec.quantized.to_json()}),  # what the weights are
         },
         **(
-            companions_record(directory)
+            companions_record(directory, spec.recipe.license_id, spec.recipe.license_file)
             if directory is not None
             else {"tokenizer": None, "generation_config": None, "data_files": {}}
         ),
+        **({"base_model": spec.recipe.hub_model_id} if spec.recipe.hub_model_id else {}),
         **extra,
     }
 

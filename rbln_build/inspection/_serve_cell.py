@@ -2,7 +2,8 @@
 
 CELL_DIR is a folder holding ``rbln-build.json``: a built cell (``<build_dir>/artifacts/<cell id>``,
 whose manifest is ``<build_dir>/manifest.json``) or a released one (``<release>/<cell id>``, whose
-record is in ``<release>/release.json`` under ``cells.<cell id>.record``). The serving record is the
+record is in ``<release>/release.json`` under ``cells.<cell id>.record``, or, for a released cell that
+travels alone such as a Hub download, in its own ``rbln-build-files.json`` under ``record``). The serving record is the
 manifest entry's (``_serving.serving_for``): the flags that agree with the cell. Paths in the command
 (a compiled model, the cell's tokenizer) are CELL_DIR itself, so a released cell is served from where
 it lies. A cell no command can serve (no model, no tokenizer) is refused with the reason (exit 2).
@@ -20,6 +21,7 @@ from typing import Any
 
 from .._documents import absent, load_json
 from ..errors import UsageParser, UserError
+from ..release import CELL_FILES
 
 __all__ = ["serving_of_dir", "main"]
 
@@ -52,9 +54,12 @@ def serving_of_dir(cell_dir: Path) -> tuple[str, dict[str, Any]]:
         for rid, item in sorted(cells.items()):
             if isinstance(item, dict) and item.get("dir", rid) == cid and isinstance(item.get("record"), dict):
                 return str(rid), item["record"]
+    alone = _load(cell_dir / CELL_FILES)  # a released cell that travels alone (a Hub repo) holds its record
+    if isinstance(alone, dict) and isinstance(alone.get("record"), dict) and isinstance(alone.get("cell"), str):
+        return alone["cell"], alone["record"]
     raise UserError(
         f"{cell_dir}: neither {cell_dir.parent.parent / 'manifest.json'} nor {cell_dir.parent / 'release.json'} "
-        f"records cell {cid!r}; pass the cell where the build or the release put it."
+        f"nor {cell_dir / CELL_FILES} records cell {cid!r}; pass the cell where the build or the release put it."
     )
 
 
@@ -93,7 +98,7 @@ def _port(text: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from ..pipeline import check_serving, command_for
+    from ..pipeline import check_compiled_devices, check_serving, command_for
 
     parser = UsageParser(
         prog="rbln-build serve-command",
@@ -112,6 +117,8 @@ def main(argv: list[str]) -> int:
         status = entry.get("status") if isinstance(entry, dict) else None
         raise UserError(f"{opts.cell}: cell {cid} has no serving record (status {str(status)[:80]!r}).")
     serving = check_serving(serving, f"{opts.cell}: cell {cid}")
+    if serving["precompiled"]:  # what vllm-rbln reads from the compiled model, not the flags
+        check_compiled_devices(serving, _load(opts.cell / "rbln_config.json"), str(opts.cell / "rbln_config.json"))
     count = serving["flags"].get("rbln_num_devices_per_local_rank", 1)
     devices = opts.devices if opts.devices is not None else tuple(range(count))
     if len(devices) != count:

@@ -15,8 +15,10 @@ and records what the cell has in ``rbln-build.json``::
     "tokenizer": null | {"files": ["chat_template.jinja", "tokenizer.json", ...]},
     "generation_config": null | "generation_config.json",
     "data_files": {"<file>": "<sha256 hex>", ...}   # each of them, checked before run --prompt loads them
+    "license": {"id": "apache-2.0" | null, "file": "LICENSE" | null}   # only for a recipe with a licence
 
-``null`` says the cell has none (a serving host must then bring its own). Standard library only.
+A recipe's ``license: {id, file}`` travels the same way: the file is copied into the baseline and
+every cell under its own name and hashed in ``data_files``. ``null`` says the cell has none (a serving host must then bring its own). Standard library only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "TOKENIZER_FILE_NAMES",
     "GENERATION_CONFIG",
     "checkpoint_companions",
+    "checkpoint_license",
     "parse_companions",
     "parse_license",
     "copy_companions",
@@ -146,22 +149,51 @@ def parse_license(recipe_file: Path, meta: dict[str, Any]) -> tuple[str | None, 
     return ident, name
 
 
+LICENSE_FILE_NAMES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENCE", "LICENCE.txt", "COPYING")
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|\Z)", re.S)
+
+
+def checkpoint_license(directory: Path) -> tuple[str | None, str | None]:
+    """A checkpoint folder's licence: ``(id, file)``, the ``license:`` of its ``README.md``'s Hub front
+    matter (when it is a Hub licence identifier) and its licence file (``LICENSE``, ...), each None when
+    absent. What ``recipe add`` copies into the recipe as ``license: {id, file}``."""
+    import yaml
+
+    name = next((n for n in LICENSE_FILE_NAMES if (directory / n).is_file()), None)
+    ident: str | None = None
+    readme = directory / "README.md"
+    if readme.is_file():
+        try:
+            text = readme.read_bytes()[: 1 << 20].decode("utf-8", errors="replace")
+            match = _FRONT_MATTER.match(text)
+            meta = yaml.safe_load(match.group(1)) if match else None
+        except yaml.YAMLError:
+            meta = None
+        value = meta.get("license") if isinstance(meta, dict) else None
+        if isinstance(value, str) and _LICENSE_ID.fullmatch(value):
+            ident = value
+    return ident, name
+
+
 def companion_names(tokenizer: tuple[str, ...] | None, generation: str | None) -> list[str]:
     return [*(tokenizer or ()), *([generation] if generation else [])]
 
 
 def copy_companions(recipe: Any, out_dir: Path) -> None:
-    """Copy the recipe's tokenizer files and generation config into ``out_dir``, byte for byte. A
-    generation config is saved as ``generation_config.json`` (the name every loader reads)."""
+    """Copy the recipe's tokenizer files, generation config and licence file into ``out_dir``, byte
+    for byte. A generation config is saved as ``generation_config.json`` (the name every loader reads);
+    the licence keeps its name (``LICENSE``, ``LICENSE.txt``, ...)."""
     for name in recipe.tokenizer_files or ():
         shutil.copyfile(recipe.directory / name, out_dir / name)
     if recipe.generation_config:
         shutil.copyfile(recipe.directory / recipe.generation_config, out_dir / GENERATION_CONFIG)
+    if getattr(recipe, "license_file", None):
+        shutil.copyfile(recipe.directory / recipe.license_file, out_dir / recipe.license_file)
 
 
-def copy_from(baseline_dir: Path, out_dir: Path) -> None:
-    """The companion files a baseline holds, into a cell (byte for byte)."""
-    for name in (*TOKENIZER_FILE_NAMES, GENERATION_CONFIG):
+def copy_from(baseline_dir: Path, out_dir: Path, license_file: str | None = None) -> None:
+    """The companion files a baseline holds (and the recipe's licence file), into a cell (byte for byte)."""
+    for name in (*TOKENIZER_FILE_NAMES, GENERATION_CONFIG, *([license_file] if license_file else [])):
         if _regular(baseline_dir / name):
             shutil.copyfile(baseline_dir / name, out_dir / name)
 
@@ -177,19 +209,27 @@ def remove_preprocessor_files(directory: Path) -> list[str]:
     return removed
 
 
-def companions_record(directory: Path) -> dict[str, Any]:
+def companions_record(
+    directory: Path, license_id: str | None = None, license_file: str | None = None
+) -> dict[str, Any]:
     """The record fields of what a cell folder holds: ``tokenizer``, ``generation_config`` and
-    ``data_files`` (the sha256 of each, checked before ``run --prompt`` loads them)."""
+    ``data_files`` (the sha256 of each, checked before ``run --prompt`` loads them); with a recipe's
+    licence, ``license: {"id", "file"}`` too (its file among ``data_files``). A recipe without a
+    licence gets no ``license`` key: its records stay as they were."""
     import hashlib
 
     files = [n for n in TOKENIZER_FILE_NAMES if _regular(directory / n)]
     generation = GENERATION_CONFIG if _regular(directory / GENERATION_CONFIG) else None
-    names = sorted([*files, *([generation] if generation else [])])
-    return {
+    held = license_file if license_file and _regular(directory / license_file) else None
+    names = sorted([*files, *([generation] if generation else []), *([held] if held else [])])
+    record: dict[str, Any] = {
         "tokenizer": {"files": files} if files else None,
         "generation_config": generation,
         "data_files": {n: hashlib.sha256((directory / n).read_bytes()).hexdigest() for n in names},
     }
+    if license_id or license_file:
+        record["license"] = {"id": license_id, "file": held}
+    return record
 
 
 def verify_data_files(directory: Path, record: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ its compile key.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +45,8 @@ __all__ = ["Recipe", "Geometry", "geometry_from_config", "load_recipe", "list_re
 DEFAULT_RECIPES_DIR = shipped_dir("recipes")  # a project's recipes/ is searched before it (config._project)
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# A Hub model repo id (huggingface_hub's validate_repo_id): [namespace/]name, letters, digits, - _ .
+_HUB_ID = re.compile(r"([A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
 _WEIGHT_BITS = (16, 8, 4)
 _RECIPE_KEYS = {
     "name",
@@ -96,6 +99,16 @@ class Recipe:
     license_file: str | None = None  # the licence's text, a file in the recipe's folder; None: none
     gguf: GgufWeights | None = None  # weights: {gguf: ...}; weights_path is then its de-quantized cache folder
     quantized: QuantizedLayout | None = None  # the checkpoint is already quantized in optimum-rbln's format
+
+    @property
+    def hub_model_id(self) -> str | None:
+        """``source.model_id`` when it names a model on the Hub: None without one, and None for a
+        synthetic recipe (seeded weights: its id, such as ``rbln-build/tiny-llama``, names no hub
+        model). Serve commands and model cards use this, never an id made up."""
+        model_id = self.source.get("model_id")
+        if self.seed is not None or not isinstance(model_id, str) or not _HUB_ID.fullmatch(model_id):
+            return None  # seeded, absent, or not of a repo id's form (a local path a config recorded)
+        return None if ".." in model_id or "--" in model_id else model_id
 
     @property
     def has_weights(self) -> bool:

@@ -23,7 +23,7 @@ from ._dodo import dodo_namespace
 from ._doit import doit_config
 from ._links import ours
 from ._manifest import entry_for
-from ._serving import check_serving, command_for, with_budget
+from ._serving import check_compiled_devices, check_serving, command_for, compiled_num_devices, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun
 
@@ -32,8 +32,10 @@ __all__ = [
     "BuildRun",
     "Ledger",
     "STATE_FILE",
+    "check_compiled_devices",
     "check_serving",
     "command_for",
+    "compiled_num_devices",
     "compile_for_planning",
     "dodo_namespace",
     "doit_config",

@@ -19,6 +19,12 @@ nothing of it is imported here):
   value equal to upstream vLLM's default, 0.92, is raised to 0.93 too
   (``RblnPlatform.apply_config_platform_defaults``): so a record always carries the fraction, and never
   exactly 0.92 (``serve_fraction``).
+* A compiled model's device count is what its ``rbln_config.json`` records
+  (``_resolve_num_devices``: a top-level ``num_devices``, else the first ``_compile_cfgs`` entry's,
+  else 1), whatever ``--rbln-num-devices-per-local-rank`` says, and every ``optimum_overrides`` key but
+  ``device`` is dropped. optimum-rbln 0.12.0 records it in ``_compile_cfgs`` only (the rbln backend
+  keeps it there when it resizes a cell: ``backends._rbln``); ``compiled_num_devices`` reads it the same
+  way, and ``serve-command`` refuses a cell whose file would be served on another count.
 * Its devices are the ones ``RBLN_VISIBLE_DEVICES`` lists, and a runtime's device ids count within
   them; ``tensor_parallel_size`` must stay 1 on this path. Co-located models are separate
   processes pinned to the same devices, each on its own port.
@@ -27,8 +33,10 @@ Only a real ``rbln`` cell is a compiled model for vllm-rbln (its artifact holds 
 A ``torch`` program runs on CPU only and a plan holds no program: for those the record says how to
 have vllm-rbln compile the same configuration at start-up (from the recipe's source model), with the
 cell's budget as the fraction, which the estimator resolves to the same count from the same report.
-A recipe without a hub model id (a local checkpoint) has nothing vllm-rbln could compile at start-up:
-its torch and plan cells are refused (``refused``: the reason), never ``vllm serve None``.
+A recipe without a hub model id (a local checkpoint) has nothing vllm-rbln could compile at start-up,
+and neither has a synthetic one (seeded weights: ``rbln-build/tiny-llama`` names no hub model,
+``Recipe.hub_model_id``): their torch and plan cells are refused (``refused``: the reason), never ``vllm serve
+None`` or a made-up id.
 
 A quantized cell's record carries ``quantization`` (its format, ``exact`` and ``reason``). An rbln cell is
 served from its own compiled, quantized weights; a torch or plan cell of a variant is never exact: what
@@ -50,7 +58,17 @@ from ..errors import UserError
 from ..estimator import fraction_for_bytes
 from ..store import CellResult
 
-__all__ = ["ENGINE", "serving_for", "with_budget", "command_for", "check_serving", "serve_fraction", "FLAG_ORDER"]
+__all__ = [
+    "ENGINE",
+    "serving_for",
+    "with_budget",
+    "command_for",
+    "check_compiled_devices",
+    "check_serving",
+    "compiled_num_devices",
+    "serve_fraction",
+    "FLAG_ORDER",
+]
 
 ENGINE = "vllm-rbln==0.12.0"
 DEVICE_ENV = "RBLN_VISIBLE_DEVICES"
@@ -99,7 +117,13 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
     notes: list[str] = []
     exact = True
     refused: str | None = None
-    model_id = cell.recipe.source.get("model_id") or None
+    model_id = cell.recipe.hub_model_id
+    no_hub = (
+        f"{cell.recipe.name} is a synthetic recipe (seeded weights): its source.model_id "
+        f"{cell.recipe.source.get('model_id')!r} names no hub model"
+        if cell.recipe.seed is not None
+        else f"recipe {cell.recipe.name} has no hub model id (source.model_id: null, as for a local checkpoint)"
+    )
     model: str | None
     if precompiled:
         model = f"{CELL_PREFIX}{cell.id}"
@@ -108,14 +132,12 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
         what = "a torch program (CPU only)" if result.produced == "program" else "a plan (no program)"
         if model is None:
             refused = (
-                f"cell {cell.id} is {what} of recipe {cell.recipe.name}, which has no hub model id (source.model_id: "
-                "null, as for a local checkpoint): vllm-rbln has no model to compile at start-up; build the recipe "
-                "with matrix.backend=rbln and serve that cell (a compiled model), or set source.model_id in its recipe"
+                f"cell {cell.id} is {what}, and {no_hub}: vllm-rbln has no model to compile at start-up; build the "
+                "recipe with matrix.backend=rbln and serve that cell (a compiled model), or set source.model_id in "
+                "its recipe"
             )
         else:
             notes.append(f"the artifact is {what}: vllm-rbln compiles this configuration from {model} at start-up")
-        if cell.recipe.seed is not None:
-            notes.append(f"{cell.recipe.name} is a synthetic recipe (seeded weights): no hub model to serve")
         budget = result.budget_bytes
         fraction = None if budget is None else serve_fraction(budget, cell.npu)
         if cell.kvcache_num_blocks == 0 and budget is not None and fraction is not None:
@@ -139,9 +161,9 @@ def serving_for(cell: Cell, result: CellResult | None) -> dict[str, Any] | None:
     tokenizer = f"{CELL_PREFIX}{cell.id}" if cell.recipe.tokenizer_files else model_id
     if tokenizer is None and refused is None:
         refused = (
-            f"cell {cell.id} carries no tokenizer (recipe {cell.recipe.name} names none) and the recipe has no hub "
-            "model id to take one from; add the checkpoint's tokenizer files to the recipe (tokenizer: {files: "
-            "[...]}, as `rbln-build recipe add` does) and rebuild, or set source.model_id"
+            f"cell {cell.id} carries no tokenizer (recipe {cell.recipe.name} names none), and {no_hub} to take one "
+            "from; add the checkpoint's tokenizer files to the recipe (tokenizer: {files: [...]}, as `rbln-build "
+            "recipe add` does) and rebuild, or set source.model_id"
         )
     elif precompiled and not cell.recipe.tokenizer_files:
         notes.append(f"the cell carries no tokenizer: vllm-rbln takes {tokenizer}'s")
@@ -175,6 +197,49 @@ def _variant(cell: Cell, precompiled: bool, model_id: str | None) -> dict[str, A
             "rbln-backend cell of this variant, a compiled model of its quantized checkpoint"
         )
     return {**q.to_json(), "exact": reason is None, "reason": reason}
+
+
+def compiled_num_devices(rbln_config: Any) -> int:
+    """The device count vllm-rbln 0.12.0 serves a compiled model on, read from its ``rbln_config.json``
+    as ``utils/optimum/converter/params.py:_resolve_num_devices`` reads it (it overrides
+    ``--rbln-num-devices-per-local-rank``): a ``language_model``/``text_model`` submodule's first, then
+    the top level's ``num_devices``, then the first ``_compile_cfgs`` entry that has one, else 1."""
+
+    def of(cfg: Any) -> int | None:
+        if not isinstance(cfg, dict):
+            return None
+        value = cfg.get("num_devices")
+        if value is not None:
+            return value if isinstance(value, int) else None
+        for entry in cfg.get("_compile_cfgs") or []:
+            value = entry.get("num_devices") if isinstance(entry, dict) else None
+            if value is not None:
+                return value if isinstance(value, int) else None
+        return None
+
+    for name in ("language_model", "text_model"):
+        sub = rbln_config.get(name) if isinstance(rbln_config, dict) else None
+        if sub is not None and of(sub) is not None:
+            return of(sub)  # type: ignore[return-value]
+    return of(rbln_config) or 1
+
+
+def check_compiled_devices(serving: dict[str, Any], rbln_config: Any, where: str) -> None:
+    """A precompiled cell is served on the device count its ``rbln_config.json`` gives vllm-rbln
+    (``compiled_num_devices``), not the flag's: UserError naming ``where`` when the two differ (a
+    multi-device cell resized by optimum-rbln 0.12.0's own CLI, or by rbln-build before it kept the
+    count, records none and would be served on 1 device)."""
+    if not serving.get("precompiled"):
+        return
+    wanted = serving["flags"].get("rbln_num_devices_per_local_rank", 1)
+    got = compiled_num_devices(rbln_config)
+    if got != wanted:
+        raise UserError(
+            f"no serve command: {where}: cell compiled for {wanted} device(s), but its rbln_config.json gives "
+            f"vllm-rbln 0.12.0 {got} (it reads num_devices from the file, the top level or _compile_cfgs, and "
+            "ignores --rbln-num-devices-per-local-rank for a compiled model); rebuild the cell with this "
+            "rbln-build, which keeps the compiled device count in _compile_cfgs"
+        )
 
 
 def check_serving(serving: Any, where: str) -> dict[str, Any]:

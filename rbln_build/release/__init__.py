@@ -6,6 +6,7 @@ _provenance  every input the manifest records, rbln-build's version, the project
 _format      release.json's names, rendering and self-hash (shared by the writer and verify)
 _dest        publish to a folder or an fsspec URL: all at once, release.json last, names immutable
 _verify      check a release where a consumer has it (no build directory, no torch)
+_lone        check a released cell that travels alone (a Hub repo) against its own rbln-build-files.json
 _sign        detached Ed25519 signatures of release.json (the `sign` extra)
 _cli         the ``release`` and ``verify`` commands: arguments and messages
 
@@ -14,16 +15,19 @@ neither the store nor the pipeline). The writer's side is ``rbln_build.release._
 """
 
 from ._cli import release_main, verify_main
-from ._format import FORMAT, RELEASE_FILE, SIGNATURE_FILE
-from ._verify import Verdict, verify_cell, verify_release
+from ._format import CELL_FILES, FORMAT, RELEASE_FILE, SIGNATURE_FILE
+from ._lone import verify_cell, verify_location
+from ._verify import Verdict, verify_release
 
 __all__ = [
+    "CELL_FILES",
     "FORMAT",
     "RELEASE_FILE",
     "SIGNATURE_FILE",
     "Verdict",
     "release_main",
     "verify_cell",
+    "verify_location",
     "verify_main",
     "verify_release",
 ]

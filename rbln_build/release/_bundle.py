@@ -4,7 +4,9 @@ Every cell's files are copied out of the build's Store (``artifacts/<cell id>`` 
 ``cache/``) into ``<staging>/<cell id>/``; the copy is hashed with the Store's own content hash
 and compared with the manifest's ``artifact.content_hash`` before anything is published, so what is
 released is byte for byte what the build recorded. The model card (``README.md``) is added after
-that check. ``release.json`` is written last; it is deterministic (sorted keys, no timestamps, no
+that check, then the cell's own integrity file (``rbln-build-files.json``: every other file's size
+and sha256, its self-hash), so a cell that travels alone (a Hub repo) checks itself. ``release.json``
+is written last; it is deterministic (sorted keys, no timestamps, no
 absolute paths), so the same build and selection give the same bytes.
 """
 
@@ -23,7 +25,7 @@ from .._documents import absent, parse_json, read_document
 from ..errors import IntegrityError, UserError
 from ..store import ENTRY_FILE, content_hash, is_key
 from ._card import card_for
-from ._format import CARD_FILE, FORMAT, RELEASE_FILE, render_release
+from ._format import CARD_FILE, CELL_FILES, CELL_FORMAT, FORMAT, RELEASE_FILE, render_release
 from ._provenance import provenance_for
 
 __all__ = ["Selection", "StagedRelease", "check_name", "read_manifest", "select_cells", "stage_release"]
@@ -185,11 +187,22 @@ def _file_digest(path: Path) -> dict[str, Any]:
     return {"sha256": h.hexdigest(), "size": size}
 
 
+def _files_of(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
 def stage_release(
-    build_dir: Path, name: str, selection: Selection, staging: Path, project_root: Path, exclude: tuple[Path, ...] = ()
+    build_dir: Path,
+    name: str,
+    selection: Selection,
+    staging: Path,
+    project_root: Path,
+    exclude: tuple[Path, ...] = (),
+    hub_org: str | None = None,
 ) -> StagedRelease:
     """Write the release ``name`` of ``build_dir``'s manifest into ``staging`` (created; must not exist).
-    ``project_root``: whose git commit is recorded; ``exclude``: paths git's clean check ignores."""
+    ``project_root``: whose git commit is recorded; ``exclude``: paths git's clean check ignores;
+    ``hub_org``: the Hub organization the cells are uploaded under (``--layout hub``), named in the cards."""
     check_name(name, "release name")
     manifest_path = build_dir / "manifest.json"
     manifest_bytes, manifest = read_manifest(build_dir)
@@ -209,8 +222,16 @@ def stage_release(
                 f"{build_dir / 'artifacts' / cid / CARD_FILE}: cell {cid!r} already holds a {CARD_FILE}; "
                 "the release's model card would replace it. Remove it from the recipe's files."
             )
-        card.write_text(card_for(cid, record, _cell_meta(cell_dir)), encoding="utf-8")
-        for path in sorted(p for p in cell_dir.rglob("*") if p.is_file()):
+        card.write_text(card_for(cid, record, _cell_meta(cell_dir), hub_org), encoding="utf-8")
+        own = {path.relative_to(cell_dir).as_posix(): _file_digest(path) for path in _files_of(cell_dir)}
+        if CELL_FILES in own:
+            raise IntegrityError(
+                f"{build_dir / 'artifacts' / cid / CELL_FILES}: cell {cid!r} already holds a {CELL_FILES}; "
+                "the release's integrity file would replace it. Remove it from the recipe's files."
+            )
+        cell_files = {"format": CELL_FORMAT, "cell": cid, "release": name, "files": own, "record": record}
+        (cell_dir / CELL_FILES).write_bytes(render_release(cell_files))
+        for path in _files_of(cell_dir):
             files[path.relative_to(staging).as_posix()] = _file_digest(path)
         cell_records[cid] = {"dir": cid, "record": record}
     body = {

@@ -1,17 +1,29 @@
 """A released cell's model card (``<cell>/README.md``): what it is, how much NPU memory it takes, and
 how to serve and load it. Built from the manifest record and the cell's ``rbln-build.json`` only, so
 the same cell always gets the same card. The serve command comes from the serving module (the same
-function ``serve-command`` uses), with the cell's folder in the release as the model path.
+function ``serve-command`` uses), with the cell's folder (named after the cell, in a release or
+downloaded from the Hub with ``--local-dir <cell id>``) as the model path.
+
+It starts with Hugging Face Hub front matter (YAML between ``---`` lines, what ``huggingface_hub.ModelCard``
+reads): ``library_name`` (``optimum-rbln`` for an rbln cell, ``rbln-build`` for a torch program, which
+only rbln-build's runtime loads; none for a plan, which loads nothing), ``base_model`` (the recipe's hub
+model, ``rbln-build.json`` ``base_model``; never a made-up id), ``pipeline_tag: text-generation``,
+``license`` (the recipe's id; ``other`` with ``license_name``/``license_link`` to the cell's licence
+file when the id is ``other`` or unknown but a file is there; ``unknown`` without either) and ``tags``
+(rbln-build, the NPU, the artifact kind).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import yaml
 
 from ..errors import UserError
 from ..pipeline import command_for
 
-__all__ = ["card_for", "serve_command_for", "DEFAULT_PORT"]
+__all__ = ["card_for", "front_matter", "serve_command_for", "DEFAULT_PORT"]
 
 DEFAULT_PORT = 8000
 
@@ -27,9 +39,10 @@ def _n(value: Any) -> str:
 
 
 def serve_command_for(cell_id: str, record: dict[str, Any]) -> dict[str, Any] | None:
-    """The cell's vllm-rbln command, run from the release's root (the folder holding release.json):
-    paths into the cell (a compiled model, the cell's tokenizer) are ``./<cell id>``. None without a
-    serving record; UserError (with the reason) when the record refuses every command."""
+    """The cell's vllm-rbln command, run from the folder holding the cell's folder (a release's root,
+    or where it was downloaded with ``--local-dir <cell id>``): paths into the cell (a compiled model,
+    the cell's tokenizer) are ``./<cell id>``. None without a serving record; UserError (with the
+    reason) when the record refuses every command."""
     serving = record.get("serving")
     if not isinstance(serving, dict):
         return None
@@ -113,7 +126,43 @@ def _weights(digest: Any) -> str:
     return f"weights `{digest}`" if str(digest).startswith("sha256:") else f"weights sha256 `{digest}`"
 
 
-def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
+LIBRARY = {"rbln": "optimum-rbln", "program": "rbln-build"}  # a plan loads nothing: no library
+
+
+def front_matter(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The card's Hub metadata (the module's docstring says each field's source)."""
+    inputs = record.get("inputs") or {}
+    produced = str(record.get("produced"))
+    out: dict[str, Any] = {}
+    if produced in LIBRARY:
+        out["library_name"] = LIBRARY[produced]
+    if isinstance(meta.get("base_model"), str):
+        out["base_model"] = meta["base_model"]
+    out["pipeline_tag"] = "text-generation"
+    lic: dict[str, Any] = meta["license"] if isinstance(meta.get("license"), dict) else {}
+    ident = lic.get("id") if isinstance(lic.get("id"), str) else None
+    file = lic.get("file") if isinstance(lic.get("file"), str) else None
+    if ident and ident != "other":
+        out["license"] = ident
+    elif file:
+        recipe = re.sub(r"[^a-z0-9.-]+", "-", str(inputs.get("recipe") or "model").lower()).strip("-.") or "model"
+        out.update({"license": "other", "license_name": f"{recipe}-license", "license_link": str(file)})
+    else:
+        out["license"] = "other" if ident == "other" else "unknown"
+    npu = str(inputs.get("npu") or meta.get("npu") or "")
+    tags = ["rbln-build", "rebellions", *([npu] if npu else []), f"rbln-build-{produced}"]
+    if produced == "rbln":
+        tags.append("optimum-rbln")
+    out["tags"] = tags
+    return out
+
+
+def _front_matter_text(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    data = yaml.safe_dump(front_matter(cell_id, record, meta), sort_keys=False, allow_unicode=True)
+    return ["---", *data.rstrip("\n").splitlines(), "---", ""]
+
+
+def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any], hub_org: str | None = None) -> str:
     inputs = record.get("inputs") or {}
     attention = inputs.get("attention") or {}
     floor = record.get("budget_for_floor") or {}
@@ -122,6 +171,7 @@ def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
     serving = record.get("serving") or {}
     source = serving.get("model") if not serving.get("precompiled") else None
     out = [
+        *_front_matter_text(cell_id, record, meta),
         f"# {cell_id}",
         "",
         f"Released by rbln-build from a built manifest. Model `{inputs.get('model')}` (recipe "
@@ -156,19 +206,32 @@ def card_for(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> str:
     if command is None:
         out += [] if out[-1].startswith("No serve command") else ["No serving record: this cell did not build."]
     else:
-        out += ["From the release's root (the folder holding `release.json`):", "", "```bash", command["shell"], "```"]
+        out += [
+            f"From the folder holding this cell's folder `{cell_id}` (a release's root, or where you downloaded "
+            "it, below); vllm-rbln serves a compiled model from a local folder, never from a repo id:",
+            "",
+            "```bash",
+            command["shell"],
+            "```",
+        ]
         if not serving.get("exact", True):
             out.append("These flags cannot pin this cell's block count; see the notes.")
         out += [f"- {note}" for note in serving.get("notes", [])]
     out += ["", "## Load", "", *_load_lines(cell_id, record, meta), ""]
+    repo = f"{hub_org}/{cell_id}" if hub_org else "<org>/<repo>"
     out += [
         "## Check before use",
         "",
+        "This folder checks itself: `rbln-build-files.json` lists every other file's size and sha256 (and "
+        "its own hash); `python -m rbln_build.run` checks it before it loads anything.",
+        "",
         "```bash",
-        "rbln-build verify .   # from the release's root: every file against release.json",
+        f"huggingface-cli download {repo} --local-dir {cell_id}   # a Hub copy, into a folder named after the cell",
+        f"rbln-build verify {cell_id}",
         "```",
         "",
-        "This cell's whole manifest record is in `release.json`, under `cells`.",
+        "`rbln-build-files.json` also holds this cell's whole manifest record (`record`); in a release folder, "
+        "`rbln-build verify <release>` checks every cell against `release.json`.",
         "",
     ]
     return "\n".join(out)

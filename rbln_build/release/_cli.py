@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -52,8 +53,24 @@ def _release_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-failed", action="store_true", help="release the built cells even if selected cells failed")
     p.add_argument("--sign", metavar="KEYFILE", default=None, help="Ed25519 private key (PEM): write release.json.sig")
     p.add_argument("--project", metavar="DIR", default=None, help="the project root (holding rbln-build.yaml)")
+    p.add_argument(
+        "--layout",
+        choices=("folder", "hub"),
+        default="folder",
+        help="hub: every cell folder is a Hub model repo (card front matter, its own integrity file); "
+        "prints the huggingface-cli upload command of each (default: folder)",
+    )
+    p.add_argument(
+        "--hub-org",
+        metavar="ORG",
+        default=None,
+        help="with --layout hub: the repos are ORG/<cell id> (named in the cards)",
+    )
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     return p
+
+
+_HUB_ORG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
 def release_main(argv: list[str]) -> int:
@@ -64,6 +81,11 @@ def release_main(argv: list[str]) -> int:
     from ._format import SIGNATURE_FILE, redact
 
     check_name(args.name, "release name")
+    if args.hub_org is not None and (args.layout != "hub" or not _HUB_ORG.fullmatch(args.hub_org)):
+        raise UserError(
+            f"--hub-org {args.hub_org[:100]!r}: give a Hub user or organization name (letters, digits, . _ -) "
+            "together with --layout hub."
+        )
     project = find_project(args.project)
     build_dir = Path(args.build_dir) if args.build_dir else project.root / "build"
     to = args.to if args.to is not None else str(build_dir / "releases")
@@ -100,7 +122,7 @@ def release_main(argv: list[str]) -> int:
             lock = None  # a build directory we cannot write (a read-only copy): nothing can build there either
     try:
         try:
-            staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude)
+            staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude, args.hub_org)
         finally:
             if lock is not None:
                 lock.release()
@@ -131,6 +153,7 @@ def release_main(argv: list[str]) -> int:
             "files": len(staged.files),
             "bytes": size,
             "signed": bool(args.sign),
+            "layout": args.layout,
         }
         sys.stdout.write(json.dumps(out, sort_keys=True, indent=2) + "\n")
         return 0
@@ -143,6 +166,11 @@ def release_main(argv: list[str]) -> int:
     for cid, status in sorted(staged.not_released.items()):
         print(f"  not released: {cid} ({status})")
     print(f"check it where it is used: rbln-build verify {redact(location)}")
+    if args.layout == "hub":
+        org = args.hub_org or "<org>"
+        print("each cell is a Hub model repo (README.md front matter, its own rbln-build-files.json); upload with:")
+        for cid in staged.cells:
+            print(f"  huggingface-cli upload {org}/{cid} {redact(location).rstrip('/')}/{cid} .")
     return 0
 
 
@@ -165,11 +193,14 @@ def _os_error(exc: OSError, name: str, to: str, given: bool) -> str:
 def _verify_parser() -> argparse.ArgumentParser:
     p = UsageParser(
         prog="rbln-build verify",
-        description="Check a release folder or URL against its release.json, without the build directory.",
+        description="Check a release folder or URL against its release.json, or a lone cell folder (a Hub repo) "
+        "against its own rbln-build-files.json, without the build directory.",
         epilog=VERIFY_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("release", metavar="RELEASE", help="the release folder, or its URL (file://, s3://)")
+    p.add_argument(
+        "release", metavar="RELEASE", help="the release folder, or its URL (file://, s3://), or one cell's folder"
+    )
     p.add_argument("--key", metavar="PUBFILE", default=None, help="Ed25519 public key (PEM): require a valid signature")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     return p
@@ -177,10 +208,10 @@ def _verify_parser() -> argparse.ArgumentParser:
 
 def verify_main(argv: list[str]) -> int:
     args = _verify_parser().parse_args(argv)
-    from ._format import redact
-    from ._verify import verify_release
+    from ._format import RELEASE_FILE, redact
+    from ._lone import verify_location
 
-    verdict = verify_release(args.release, Path(args.key) if args.key else None)
+    verdict = verify_location(args.release, Path(args.key) if args.key else None)
     where = redact(verdict.location).rstrip("/")
     if args.json:
         out = {
@@ -199,7 +230,8 @@ def verify_main(argv: list[str]) -> int:
         print(f"rbln-build verify: {where}/{rel}: {problem}", file=sys.stderr)
     if not verdict.ok:
         print(
-            f"rbln-build verify: {where}: FAILED, {len(verdict.problems)} problem(s); do not use this release.",
+            f"rbln-build verify: {where}: FAILED, {len(verdict.problems)} problem(s); do not use this "
+            f"{'release' if verdict.checked_against == RELEASE_FILE else 'cell'}.",
             file=sys.stderr,
         )
         return 1
@@ -208,6 +240,12 @@ def verify_main(argv: list[str]) -> int:
         "unchecked": "signed, signature not checked (pass --key PUBFILE)",
         "absent": "not signed",
     }[verdict.signature]
+    if verdict.checked_against != RELEASE_FILE:  # a lone cell (a Hub repo): its own integrity file
+        print(
+            f"cell {Path(verdict.location).name} (release {verdict.name}): {_count(verdict.files, 'file')} "
+            f"({verdict.total_bytes:,} bytes) match {verdict.checked_against}."
+        )
+        return 0
     print(
         f"release {verdict.name}: {_count(verdict.cells, 'cell')}, {_count(verdict.files, 'file')} "
         f"({verdict.total_bytes:,} bytes) "

@@ -14,6 +14,9 @@ from typing import Any
 
 __all__ = [
     "CARD_FILE",
+    "CELL_FILES",
+    "CELL_FORMAT",
+    "HUB_BOOKKEEPING",
     "FORMAT",
     "MAX_RELEASE_JSON_BYTES",
     "RELEASE_FILE",
@@ -28,6 +31,12 @@ FORMAT = "rbln-build/release/1"
 RELEASE_FILE = "release.json"
 SIGNATURE_FILE = "release.json.sig"  # a detached Ed25519 signature of release.json's bytes (64 bytes)
 CARD_FILE = "README.md"
+# A released cell's own integrity file: every other file of the cell folder (size, sha256) and its
+# self-hash, so a cell that travels alone (a Hub repo, a copied folder) is checked without release.json.
+CELL_FILES = "rbln-build-files.json"
+CELL_FORMAT = "rbln-build/cell-files/1"
+# What the Hub and its client add to a cell uploaded as a repo: not part of the cell, never loaded.
+HUB_BOOKKEEPING = (".gitattributes", ".cache/huggingface/")
 SELF_HASH_KEY = "content_sha256"
 MAX_RELEASE_JSON_BYTES = 256 * 2**20  # a 10,000-cell release is ~40 MB; more is refused before it is read
 

@@ -9,6 +9,11 @@ Checked, each problem naming its file:
 * nothing else is there (an extra file or link), besides ``release.json`` and its signature;
 * every listed path is relative, inside the release, in a released cell's folder.
 
+A cell folder that travels alone (no ``release.json`` beside it: a Hub repo downloaded with
+``--local-dir``, a copied folder) is checked against its own ``rbln-build-files.json`` the same way
+(``_lone.verify_lone_cell``): its self-hash, every file it lists, nothing else in the folder but the Hub's
+bookkeeping (``.gitattributes``, ``.cache/huggingface/``), which is never loaded.
+
 Files are read in 1 MiB chunks, opened without following links on a local disk.
 """
 
@@ -36,7 +41,7 @@ from ._format import (
     self_hash,
 )
 
-__all__ = ["Verdict", "verify_cell", "verify_release", "open_release"]
+__all__ = ["Verdict", "verify_release", "open_release"]
 
 _SHA = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # _bundle.check_name's rule (a cell's folder name)
@@ -51,6 +56,7 @@ class Verdict:
     files: int = 0
     total_bytes: int = 0
     signature: str = "absent"  # "absent" | "ok" | "unchecked" | "bad"
+    checked_against: str = RELEASE_FILE  # or CELL_FILES: a lone cell checked against its own file
     problems: list[tuple[str, str]] = field(default_factory=list)  # (relative path, what is wrong)
 
     @property
@@ -194,7 +200,8 @@ def _checked_files(body: dict[str, Any]) -> dict[str, tuple[str, int]]:
 
 
 def verify_release(location: str, key: Path | None = None) -> Verdict:
-    """Check the release at ``location``; ``key``: an Ed25519 public key (PEM) its signature must match."""
+    """Check the release at ``location``; ``key``: an Ed25519 public key (PEM) its signature must match.
+    (A lone cell's folder: ``_lone.verify_location``.)"""
     release = open_release(location)
     try:
         return _verify(release, key)
@@ -211,19 +218,44 @@ def verify_release(location: str, key: Path | None = None) -> Verdict:
         ) from None
 
 
-def verify_cell(cell_dir: Path) -> Verdict | None:
-    """Check one released cell folder (``<release>/<cell id>``) against its release's
-    ``release.json``, as ``python -m rbln_build.run`` does before it loads a released cell: the
-    self-hash, every file listed under the cell (size, sha256, a regular file) and nothing else in
-    the folder. The signature is not checked here (``verify --key`` does). None when no
-    ``release.json`` is beside the folder: not a released cell (a built one, or a copy)."""
-    folder = Path(os.path.abspath(cell_dir))
-    root = folder.parent
-    if LocalRelease._kind(root / RELEASE_FILE) is None:
-        return None
-    if not os.path.lexists(folder):
-        _no_such_cell(folder)
-    return _verify(LocalRelease(root), None, only=folder.name)
+def _check_listed(
+    release: LocalRelease | RemoteRelease,
+    present: dict[str, str],
+    listed: dict[str, tuple[str, int]],
+    verdict: Verdict,
+    against: str = RELEASE_FILE,
+) -> None:
+    """Every listed file there, a regular file of its size and sha256; nothing else but ``_TOP``."""
+    problems = verdict.problems
+    for rel in sorted(set(present) - set(listed) - _TOP):
+        extra = present[rel]
+        problems.append(
+            (rel, f"an extra file, not in {against}" if extra == "file" else f"a {extra}, not in {against}")
+        )
+    for rel, (sha, size) in sorted(listed.items()):
+        what = present.get(rel)
+        if what is None:
+            problems.append((rel, "missing"))
+            continue
+        if what != "file":
+            problems.append((rel, f"a {what} where {against} lists a file"))
+            continue
+        h = hashlib.sha256()
+        got = 0
+        try:
+            for chunk in release.chunks(rel):
+                h.update(chunk)
+                got += len(chunk)
+        except OSError as exc:
+            problems.append((rel, f"unreadable ({exc})"))
+            continue
+        if got != size:
+            problems.append((rel, f"changed: {got:,} bytes, {against} says {size:,}"))
+        elif h.hexdigest() != sha:
+            problems.append((rel, f"changed: sha256 {h.hexdigest()}, {against} says {sha}"))
+        verdict.files += 1
+        verdict.total_bytes += got
+    problems.sort()
 
 
 def _no_such_cell(folder: Path) -> None:
@@ -280,35 +312,7 @@ def _verify(release: LocalRelease | RemoteRelease, key: Path | None, only: str |
         verdict.cells = 1
     else:
         _check_signature(release, present, data, key, verdict)
-    for rel in sorted(set(present) - set(listed) - _TOP):
-        extra = present[rel]
-        problems.append(
-            (rel, "an extra file, not in release.json" if extra == "file" else f"a {extra}, not in release.json")
-        )
-    for rel, (sha, size) in sorted(listed.items()):
-        what = present.get(rel)
-        if what is None:
-            problems.append((rel, "missing"))
-            continue
-        if what != "file":
-            problems.append((rel, f"a {what} where release.json lists a file"))
-            continue
-        h = hashlib.sha256()
-        got = 0
-        try:
-            for chunk in release.chunks(rel):
-                h.update(chunk)
-                got += len(chunk)
-        except OSError as exc:
-            problems.append((rel, f"unreadable ({exc})"))
-            continue
-        if got != size:
-            problems.append((rel, f"changed: {got:,} bytes, release.json says {size:,}"))
-        elif h.hexdigest() != sha:
-            problems.append((rel, f"changed: sha256 {h.hexdigest()}, release.json says {sha}"))
-        verdict.files += 1
-        verdict.total_bytes += got
-    problems.sort()
+    _check_listed(release, present, listed, verdict)
     return verdict
 
 

@@ -5,8 +5,9 @@
 Reads the checkpoint (``config.json`` and the safetensors headers; no hub, no torch) and writes
 
     <project>/recipes/NAME/config.json   the checkpoint's config.json, byte for byte
-    <project>/recipes/NAME/<tokenizer files, generation_config.json>   the checkpoint's, byte for byte
-                                         (``memory._companions``: every cell carries them)
+    <project>/recipes/NAME/<tokenizer files, generation_config.json, LICENSE>   the checkpoint's, byte
+                                         for byte (``memory._companions``: every cell carries them; the
+                                         licence id from its README.md's front matter)
     <project>/recipes/NAME/recipe.yaml   weights: {path: ...} (relative to the recipe when the
                                          checkpoint is inside the project), dtype from the weights,
                                          build defaults (batch 1, max_seq_len from the config)
@@ -44,7 +45,7 @@ def add_recipe(
     max_seq_len: int | None = None,
     batch_size: int = 1,
 ) -> list[Path]:
-    from ..memory import checkpoint_companions, inspect_checkpoint
+    from ..memory import checkpoint_companions, checkpoint_license, inspect_checkpoint
 
     # what the build would refuse is refused here, by the build's own checks, before anything is written
     problem = name_problem(name)
@@ -79,8 +80,9 @@ def add_recipe(
     geometry_from_config(config, config_file)  # the geometry the build reads, checked as the build checks it
     checkpoint = inspect_checkpoint(source, config)
     tokenizer, generation = checkpoint_companions(source)
+    license_id, license_file = checkpoint_license(source)
     directory = recipes_dir / name
-    companions = [*tokenizer, *([generation] if generation else [])]
+    companions = [*tokenizer, *([generation] if generation else []), *([license_file] if license_file else [])]
     targets = [directory / "recipe.yaml", directory / "config.json", *(directory / n for n in companions)]
     if conf_dir is not None:
         targets.append(conf_dir / "model" / f"{name}.yaml")
@@ -111,6 +113,8 @@ def add_recipe(
         "tokenizer": {"files": tokenizer} if tokenizer else None,
         "generation_config": generation,
     }
+    if license_id or license_file:  # only then: a checkpoint without one gets the recipe it always got
+        recipe["license"] = {"id": license_id, "file": license_file}
     header = (
         f"# Written by `rbln-build recipe add {name} --from {source.name}` from the checkpoint's config.json and\n"
         "# safetensors headers. weights.path: the checkpoint (a relative path is relative to this folder). The weights' content is part of the\n"
@@ -118,6 +122,8 @@ def add_recipe(
         "# may override them (attn_impl, kvcache_partition_len, prefill_chunk_size, ...).\n"
         "# tokenizer, generation_config: copied from the checkpoint byte for byte; every cell carries them\n"
         "# (null: the checkpoint has none, and the cells say so).\n"
+        "# license: the checkpoint's licence file and the license: of its README.md front matter; every\n"
+        "# cell and released model card carries them (null: the checkpoint names none).\n"
     )
     files = [
         (directory / "config.json", config_bytes),

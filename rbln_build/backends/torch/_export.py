@@ -143,7 +143,7 @@ class TorchExportBackend(Backend):
         check_program_archive(src.read_bytes(), src)  # a cell never links a program that is not data only
         _link_or_copy(src, out_dir / PROGRAM_FILE)
         shutil.copyfile(baseline_dir / "config.json", out_dir / "config.json")
-        copy_from(baseline_dir, out_dir)
+        copy_from(baseline_dir, out_dir, spec.recipe.license_file)
         record = record_for(
             spec,
             num_blocks,
