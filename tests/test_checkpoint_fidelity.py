@@ -185,7 +185,7 @@ def test_rbln_quantization_is_refused_for_float_weights_and_passed_as_rbln_confi
 
     from rbln_build.backends._rbln import _compile_options
     from rbln_build.quantization import Quantization
-    from rbln_build.quantization._rtn import write_quantized
+    from rbln_build.variants import write_quantized
 
     rebel, _ = sdk
     recipe = replace(recipe_of(checkpoints["qwen3"], tmp_path / "recipes"), weight_bits=8)

@@ -7,7 +7,8 @@
     reproduce   -> release, config, backends, estimator, errors  (rebuild a release from its commit, compare)
     release     -> pipeline, config, store, errors  (the release and verify commands and their work)
     pipeline    -> execution, progress, colocation, config, store, deploy, backends, memory, estimator, errors
-    execution   -> config, store, backends, memory, estimator, errors  (stages, ledger, executors, Ray)
+    execution   -> variants, config, store, backends, memory, quantization, estimator, errors  (stages, ledger, executors, Ray)
+    variants    -> store, backends, memory, quantization, estimator, errors  (a quantized variant made and measured)
     colocation  -> config, store, deploy, backends, memory, estimator, errors  (a run's cells, deployments)
     config      -> store, deploy, backends, memory, estimator, errors
     store       -> backends, memory, estimator, errors   (the content-addressed cache)
@@ -17,8 +18,9 @@
     progress    -> errors                      (what a build shows while it runs)
     ci          -> errors                      (a build's machine outputs: JUnit XML, the GitHub step summary)
     noop        -> errors                      (the no-op short cut: stamps of a run's inputs and outputs)
-    backends    -> memory, estimator, errors
-    memory      -> estimator, errors
+    backends    -> memory, quantization, estimator, errors
+    memory      -> quantization, estimator, errors
+    quantization -> errors                     (formats, round-to-nearest, the quality text)
     estimator   -> errors
     _documents -> errors                      (bounded reads of user documents; every layer but the estimator)
     _interrupts                               (Ctrl-C never swallowed by a finalizer; commands, execution)
@@ -43,11 +45,12 @@ import pytest
 import rbln_build
 
 PKG = Path(rbln_build.__file__).resolve().parent
-_LOW = {"backends", "memory", "estimator", "errors"}
+_LOW = {"backends", "memory", "quantization", "estimator", "errors"}
 ALLOWED = {
     "estimator": {"errors"},
-    "memory": {"estimator", "errors"},
-    "backends": {"memory", "estimator", "errors"},
+    "memory": {"quantization", "estimator", "errors"},
+    "quantization": {"errors"},  # formats and rounding: below memory (config, memory, backends use it)
+    "backends": {"memory", "quantization", "estimator", "errors"},
     "progress": {"errors"},
     "noop": {"errors"},
     "figures": {"estimator", "errors"},
@@ -56,7 +59,8 @@ ALLOWED = {
     "store": set(_LOW),
     "config": {"store", "deploy"} | _LOW,
     "colocation": {"config", "store", "deploy"} | _LOW,
-    "execution": {"config", "store"} | _LOW,
+    "variants": {"store"} | _LOW,  # a quantized variant made in the Store and measured (runs programs)
+    "execution": {"config", "store", "variants"} | _LOW,
     "pipeline": {"execution", "progress", "colocation", "config", "store", "deploy"} | _LOW,
     "release": {"pipeline", "config", "store", "errors"},
     "reproduce": {"release", "config", "backends", "estimator", "errors"},

@@ -21,9 +21,8 @@ from safetensors.torch import load_file, save_file
 
 from rbln_build.errors import ConfigError, RecipeError
 from rbln_build.memory import inspect_checkpoint
-from rbln_build.quantization import NONE, Quantization, parse_variant
-from rbln_build.quantization._quality import gate_problem
-from rbln_build.quantization._rtn import QMAX, dequantized, quantize_state, write_quantized
+from rbln_build.quantization import NONE, QMAX, Quantization, dequantized, parse_variant, quantize_state
+from rbln_build.variants import gate_problem, write_quantized
 
 
 @pytest.fixture(scope="module")

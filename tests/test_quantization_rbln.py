@@ -49,7 +49,7 @@ def sdk():
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from rbln_build.quantization import Quantization
-    from rbln_build.quantization._rtn import write_quantized
+    from rbln_build.variants import write_quantized
 
     root = tmp_path_factory.mktemp("q") / "proj"
     cli(["init", str(root)], cwd=root.parent)

@@ -46,7 +46,7 @@ becomes optimum-rbln's ``rbln_config["quantization"]`` (``{"format": "rbln", "we
 quantized in its format (integer or fp8 weights with per-channel scales, ``memory._quantized``); it casts
 float weights into integer parameters without scales, so the weights compiled are checked: a float
 checkpoint is refused (``InputFailure``, kind ``quantization_unsupported``) rather than compiled wrong. A
-variant of float weights reaches this backend already quantized by the build's stage (``quantization._stage``).
+variant of float weights reaches this backend already quantized by the build's stage (``variants._stage``).
 
 Recipes without weights resolve a plan from the memory model, as with the ``torch`` backend.
 """

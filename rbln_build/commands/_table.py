@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..reporting import quality_columns
+
 __all__ = ["FULL_TABLE_MAX", "TABLE_FILE", "full_table", "quality_columns", "summary_table"]
 
 FULL_TABLE_MAX = 100  # cells; above it the terminal gets summary_table
@@ -19,17 +21,6 @@ TABLE_FILE = "results.txt"  # <build_dir>/results.txt: the full table of the las
 
 def _budget(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
-
-
-def quality_columns(entry: dict[str, Any]) -> tuple[str, str]:
-    """A quantized cell's figures as the table shows them: perplexity change against the float
-    weights, greedy agreement (``-``: none; ``n/a``: not measured)."""
-    q = entry.get("quality")
-    if not isinstance(q, dict):
-        return "-", "-"
-    if not q.get("measured"):
-        return "n/a", "n/a"
-    return f"{float(q['perplexity_increase']):+.2%}", f"{float(q['greedy_agreement']):.0%}"
 
 
 def full_table(entries: Sequence[dict[str, Any]], redone: set[str]) -> str:

@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..errors import ConfigError
 from ..memory import DEFAULT_RECIPES_DIR
-from ..quantization import Quantization, parse_variant
+from ..quantization import gate_limit, parse_variants
 from ._checks import (
     check_blocks,
     check_budgets,
@@ -96,37 +96,6 @@ def _positive_ints(where: str, values: Any) -> tuple[int, ...] | None:
     for i, v in enumerate(out):
         check_count(f"{where}[{i}]", key, v)
     return out
-
-
-def _quantizations(where: str, values: Any) -> tuple[Quantization, ...] | None:
-    """``matrix.quantizations``: variant names, each a combination optimum-rbln can compile, once."""
-    if values is None:
-        return None
-    names = list(_plain(values))
-    if not names:
-        raise ConfigError(f"{where}: an empty list builds nothing; give at least one variant (none, w8, w4) or null.")
-    out: list[Quantization] = []
-    for i, name in enumerate(names):
-        try:
-            q = parse_variant(name, f"{where}[{i}]")
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if q in out:
-            raise ConfigError(f"{where}[{i}]: {name!r} is listed twice; list each variant once.")
-        out.append(q)
-    return tuple(out)
-
-
-def _gate(where: str, value: Any, most: float = 1e6) -> float | None:
-    """A quality gate's limit: a fraction in [0, most] (None: no gate)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
-        raise ConfigError(
-            f"{where}: {value!r} is not a fraction between 0 and {most:g} (max_perplexity_increase 0.05: at most 5% "
-            "above the float weights' perplexity; min_greedy_agreement 0.9: 90% of greedy tokens equal)."
-        )
-    return float(value)
 
 
 def _reject_unknown_keys(cfg: Any) -> None:
@@ -252,7 +221,7 @@ def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
         kvcache_num_blocks=check_blocks(*get("kvcache_num_blocks")),
         attn_impl=get("attn_impl")[1],
         kvcache_partition_len=check_partition(*get("kvcache_partition_len")),
-        quantizations=_quantizations(*get("quantizations")),
+        quantizations=parse_variants(*get("quantizations")),
     )
 
 
@@ -345,9 +314,9 @@ def _matrix(m: Any, axes: _Axes, overridden: bool = False) -> Matrix:
         kvcache_num_blocks=check_blocks("matrix.kvcache_num_blocks", _plain(m.kvcache_num_blocks)),
         attn_impl=_plain(m.attn_impl),
         kvcache_partition_len=check_partition("matrix.kvcache_partition_len", m.kvcache_partition_len),
-        quantizations=_quantizations("matrix.quantizations", m.quantizations),
-        max_perplexity_increase=_gate("matrix.max_perplexity_increase", m.max_perplexity_increase),
-        min_greedy_agreement=_gate("matrix.min_greedy_agreement", m.min_greedy_agreement, 1.0),
+        quantizations=parse_variants("matrix.quantizations", _plain(m.quantizations)),
+        max_perplexity_increase=gate_limit("matrix.max_perplexity_increase", m.max_perplexity_increase),
+        min_greedy_agreement=gate_limit("matrix.min_greedy_agreement", m.min_greedy_agreement, 1.0),
         backend=_backend(str(m.backend)),
         expect_failure=tuple(
             ExpectedFailure(*expected_failure_fields(f"matrix.expect_failure[{i}]", e))

@@ -43,6 +43,7 @@ from ..estimator import (
 )
 from ..memory import CompileSpec, Recipe, load_recipe
 from ..quantization import Quantization, from_weight_bits, weight_only
+from ..quantization import quality_gate as _gate
 from ..store import cell_key, compile_key, digest, key_code_versions
 from ._config import BuildSettings, Device, ExpectedFailure, Model, SubMatrix
 
@@ -315,12 +316,6 @@ def _expand_part(
                             )
                         )
     return cells
-
-
-def _gate(m: Any) -> tuple[tuple[str, float], ...] | None:
-    limits = (("max_perplexity_increase", m.max_perplexity_increase), ("min_greedy_agreement", m.min_greedy_agreement))
-    gate = tuple((k, v) for k, v in limits if v is not None)
-    return gate or None
 
 
 def _option_rows(m: SubMatrix) -> list[tuple[int | None, int | None, Quantization | None]]:

@@ -90,27 +90,12 @@ def compile_once(store: Store, key: str, spec: CompileSpec, backend: str) -> Ent
     if existing is not None:
         return existing  # built meanwhile (another run or worker)
     from ..backends import get_backend
+    from ..variants import compile_record
 
     store.drop_record("failures", key)
     try:
         impl = get_backend(backend)
-
-        def fill(files: Path) -> dict[str, Any]:
-            from ..quantization._stage import measure_variant, quantized_spec
-
-            compiled, stage = quantized_spec(store, spec)  # a variant of float weights: its checkpoint first
-            result = impl.compile(compiled, files)
-            quality = measure_variant(spec, compiled, files, result.produced)  # against the float weights
-            return {
-                "produced": result.produced,
-                "report": result.report.to_json(),
-                "spec": spec.key_fields(),
-                "backend": backend,
-                **({"quantized_checkpoint": stage} if stage is not None else {}),
-                **({"quality": quality} if quality is not None else {}),
-            }
-
-        return store.put("compile", key, fill)
+        return store.put("compile", key, functools.partial(compile_record, store, spec, backend, impl))
     except Exception as exc:  # one compile's failure must not stop the other cells
         message, kind, retry = describe(exc, _log_path(store, "compile", key))
         outcome = CompileOutcome(compile_key=key, error=message, error_kind=kind, retry=retry)
@@ -223,7 +208,7 @@ def resolve(store: Store, cell: Cell, held: Held | None = None) -> CellResult:
         quality=quality if isinstance(quality, dict) else None,
     )
     if result.ok and cell.quality_gate is not None:
-        from ..quantization._quality import gate_problem
+        from ..variants import gate_problem
 
         problem = gate_problem(result.quality, cell.quality_gate)
         if problem is not None:

@@ -20,13 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RecipeError
+from ..quantization import INPUT_SCALE_NAMES, KV_SCALE_NAMES, QUANTIZED_LINEARS, SCALE_NAMES
 
 __all__ = ["QuantizedLayout", "quantized_layout", "QUANTIZED_LINEARS", "SCALE_NAMES"]
 
-QUANTIZED_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # optimum-rbln's
-SCALE_NAMES = ("weight_scale", "scales", "w_scale", "scale")  # its VARIANT_ALIASES["weight_scale"]
-INPUT_SCALE_NAMES = ("input_scale", "act_scale", "activation_scale", "a_scale")
-KV_SCALE_NAMES = ("kv_scale", "kv_scales", "k_scale", "k_scales", "v_scale", "v_scales")
 QUANTIZED_DTYPES = {"I8": "int8", "F8_E4M3": "fp8"}  # safetensors dtype of a quantized weight -> its format
 
 Tensors = dict[str, tuple[str, tuple[int, ...], str]]

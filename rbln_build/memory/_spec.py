@@ -49,8 +49,7 @@ class CompileSpec:
         if self.recipe.weights_hash is not None:  # a local checkpoint: its content is an input
             fields["weights_hash"] = self.recipe.weights_hash
         if self.quantization is not None and not self.quantization.is_none:  # a variant: keys of others unchanged
-            from ..quantization._rtn import METHOD  # how its weights are made and measured: versioned here
-            from ..quantization._text import TEXT_VERSION
+            from ..quantization import METHOD, TEXT_VERSION  # how its weights are made and measured: versioned here
 
             fields["quantization"] = {**self.quantization.to_json(), "method": METHOD, "quality": TEXT_VERSION}
         return fields

@@ -22,8 +22,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Quantization", "NONE", "parse_variant", "variant_problem", "weight_only", "from_weight_bits"]
+__all__ = [
+    "INPUT_SCALE_NAMES",
+    "KV_SCALE_NAMES",
+    "QUANTIZED_LINEARS",
+    "SCALE_NAMES",
+    "Quantization",
+    "NONE",
+    "parse_variant",
+    "variant_problem",
+    "weight_only",
+    "from_weight_bits",
+]
 
+QUANTIZED_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # optimum-rbln's
+SCALE_NAMES = ("weight_scale", "scales", "w_scale", "scale")  # its VARIANT_ALIASES["weight_scale"]
+INPUT_SCALE_NAMES = ("input_scale", "act_scale", "activation_scale", "a_scale")
+KV_SCALE_NAMES = ("kv_scale", "kv_scales", "k_scale", "k_scales", "v_scale", "v_scales")
 _BITS = {"int8": 8, "int4": 4, "fp8": 8, "fp16": 16}
 _PART = {"8": "int8", "4": "int4", "fp8": "fp8", "16": "fp16"}
 _NAME = re.compile(r"w(?P<w>8|4|fp8|16)(?:a(?P<a>8|fp8|16))?(?:kv(?P<kv>fp8|16))?")

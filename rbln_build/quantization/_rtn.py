@@ -1,7 +1,7 @@
 """Round-to-nearest weight quantization into optimum-rbln 0.12.0's checkpoint format, and back.
 
 ``METHOD``: symmetric, per output channel. For each linear layer optimum-rbln quantizes
-(``memory._quantized.QUANTIZED_LINEARS``) with float weight ``W`` (out x in):
+(``_formats.QUANTIZED_LINEARS``) with float weight ``W`` (out x in):
 ``scale = max|W[row]| / qmax`` (qmax 127 for int8, 7 for int4, 448 for fp8 e4m3; a zero row gets
 scale 1) and ``Q = round(W / scale)`` clamped to [-qmax, qmax] as int8 (int4 values are held in int8,
 as optimum-rbln's ``convert_to_qint_linear`` holds them), or ``W / scale`` cast (round to nearest
@@ -15,24 +15,20 @@ function of the float tensors alone: the same checkpoint gives byte-identical fi
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ._formats import Quantization
+from ._formats import INPUT_SCALE_NAMES, KV_SCALE_NAMES, QUANTIZED_LINEARS, SCALE_NAMES, Quantization
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["METHOD", "quantize_state", "dequantized", "write_quantized", "QMAX"]
+__all__ = ["METHOD", "quantize_state", "quantize_tensor", "dequantized", "QMAX", "is_target"]
 
 METHOD = "rtn-symmetric-per-output-channel/1"
 QMAX = {"int8": 127.0, "int4": 7.0, "fp8": 448.0}
 
 
-def _target(name: str, tensor: torch.Tensor) -> bool:
-    from ..memory._quantized import QUANTIZED_LINEARS
-
+def is_target(name: str, tensor: torch.Tensor) -> bool:
     parts = name.split(".")
     return len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in QUANTIZED_LINEARS and tensor.ndim == 2
 
@@ -57,7 +53,7 @@ def quantize_state(state: dict[str, torch.Tensor], q: Quantization) -> dict[str,
     out: dict[str, torch.Tensor] = {}
     for name in sorted(state):
         tensor = state[name]
-        if _target(name, tensor):
+        if is_target(name, tensor):
             out[name], out[name[: -len("weight")] + "weight_scale"] = quantize_tensor(tensor, q.weights)
         else:
             out[name] = tensor.contiguous()
@@ -67,8 +63,6 @@ def quantize_state(state: dict[str, torch.Tensor], q: Quantization) -> dict[str,
 def dequantized(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """A quantized state as float weights (``Q * scale`` in ``dtype``); calibration scales dropped."""
     import torch
-
-    from ..memory._quantized import INPUT_SCALE_NAMES, KV_SCALE_NAMES, SCALE_NAMES
 
     out: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
@@ -82,35 +76,3 @@ def dequantized(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str,
         else:
             out[name] = tensor
     return out
-
-
-def write_quantized(source: Path, out_dir: Path, q: Quantization) -> dict[str, Any]:
-    """Quantize the float checkpoint ``source`` into ``out_dir`` (same file names; the index, if
-    any, lists the scales too). Returns the record: method, format, layers, largest error."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from ..memory import INDEX_FILE, inspect_checkpoint
-
-    checkpoint = inspect_checkpoint(source)
-    if checkpoint.quantized is not None:
-        raise ValueError(f"{source}: already quantized ({checkpoint.quantized.storage}); it is not a float checkpoint.")
-    weight_map: dict[str, str] = {}
-    layers, worst = 0, 0.0
-    for path in checkpoint.files:
-        if path.name == INDEX_FILE:
-            continue
-        state = load_file(str(path))
-        quantized = quantize_state(state, q)
-        for name in quantized:
-            weight_map[name] = path.name
-        back = dequantized(quantized, torch.float32)
-        for name in state:
-            if _target(name, state[name]):
-                layers += 1
-                worst = max(worst, float((back[name] - state[name].to(torch.float32)).abs().max()))
-        save_file(quantized, str(out_dir / path.name), metadata={"format": "pt"})
-    if (source / INDEX_FILE).is_file():
-        index = {"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}
-        (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return {"method": METHOD, "format": q.to_json(), "linear_layers": layers, "max_abs_error": worst}

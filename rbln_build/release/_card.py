@@ -101,7 +101,7 @@ def _quantization(meta: dict[str, Any]) -> str:
 
 
 def quality_lines(record: dict[str, Any]) -> list[str]:
-    """A quantized variant's quality figures (``quantization._quality``), as the card shows them."""
+    """A quantized variant's quality figures (``variants._quality``), as the card shows them."""
     q = record.get("quality")
     if not isinstance(q, dict):
         return []

@@ -21,9 +21,10 @@ from ._changes import FIELDS, cells_of, diff_manifests, document_path
 from ._cli import main, write_report
 from ._data import BuildView, Group, load_build
 from ._plot import plot_explanation
-from ._rows import cell_rows, markdown_rows, text_rows
+from ._rows import cell_rows, markdown_rows, quality_columns, text_rows
 
 __all__ = [
+    "quality_columns",
     "BlocksCurve",
     "BuildView",
     "ChipletStack",

@@ -20,6 +20,7 @@ from ._compare import compare_section
 from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
 from ._grid import MAX_GRID_COLUMNS, device_anchor, grid_section
 from ._html import OUTCOME_TEXT, SHORT_TEXT, num, png, table
+from ._rows import quality_columns
 
 _grid = grid_section  # the name tests and older callers use
 
@@ -195,8 +196,6 @@ def _groups(view: BuildView, figures: FigureCache | None = None) -> str:
 
 
 def _cells(view: BuildView) -> str:
-    from ..commands._table import quality_columns  # one rendering of a variant's figures
-
     quality = any("quality" in e for e in view.entries)  # quantized variants: their figures beside the blocks
     rows = []
     for e in view.entries:

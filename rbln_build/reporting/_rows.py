@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ROW_COLUMNS", "cell_rows", "markdown_rows", "show_bytes", "show_pair", "text_rows"]
+__all__ = ["quality_columns", "ROW_COLUMNS", "cell_rows", "markdown_rows", "show_bytes", "show_pair", "text_rows"]
 
 ROW_COLUMNS = (
     ("blocks", "blocks"),
@@ -137,3 +137,14 @@ def markdown_rows(rows: list[dict[str, Any]]) -> list[str]:
         values = " | ".join(md(show_pair(k, r[k])) for k, _ in ROW_COLUMNS)
         lines.append(f"| {name} | {md(r['change'])} | {values} |")
     return lines
+
+
+def quality_columns(entry: dict[str, Any]) -> tuple[str, str]:
+    """A quantized cell's figures as the table shows them: perplexity change against the float
+    weights, greedy agreement (``-``: none; ``n/a``: not measured)."""
+    q = entry.get("quality")
+    if not isinstance(q, dict):
+        return "-", "-"
+    if not q.get("measured"):
+        return "n/a", "n/a"
+    return f"{float(q['perplexity_increase']):+.2%}", f"{float(q['greedy_agreement']):.0%}"

@@ -59,7 +59,7 @@ class CellResult:
     error: str | None = None
     error_kind: str | None = None
     retry: bool = False  # a failure the next run tries again (see the module docstring)
-    quality: dict[str, Any] | None = None  # a quantized variant's figures (quantization._quality); absent: none
+    quality: dict[str, Any] | None = None  # a quantized variant's figures (variants._quality); absent: none
 
     @property
     def ok(self) -> bool:

@@ -12,3 +12,20 @@
 
 Importing this package does not import torch; its modules do.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["PROGRAM_FILE", "PagedCausalLM", "build_model", "empty_pools"]
+
+# The names other packages use (the quantized variants' stage), each from the module that holds
+# it, imported on first use: importing this package still imports no torch.
+_LAZY = {"PROGRAM_FILE": "_export", "PagedCausalLM": "_paged", "build_model": "_weights", "empty_pools": "_paged"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

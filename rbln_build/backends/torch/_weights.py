@@ -70,7 +70,7 @@ def load_weights(model: torch.nn.Module, directory: Path) -> None:
         if f.name != INDEX_FILE:
             state.update(load_file(str(f)))
     if checkpoint.quantized is not None:  # optimum-rbln's format: run the quantized weights, de-quantized
-        from ...quantization._rtn import dequantized
+        from ...quantization import dequantized
 
         state = dequantized(state, next(model.parameters()).dtype)
     try:

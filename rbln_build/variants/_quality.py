@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._text import PROMPTS, TEXT, TEXT_VERSION
+from ..quantization import PROMPTS, TEXT, TEXT_VERSION
 
 if TYPE_CHECKING:
     import torch

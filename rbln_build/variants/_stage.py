@@ -4,7 +4,7 @@
 compiles instead of ``spec``: the same spec whose recipe's weights are a checkpoint in optimum-rbln's
 format, made once per (float weights, format, method) under ``cache/quantized/<key>/files`` (the
 Store's entries: written to a temporary folder and renamed, verified on read). The key hashes the
-recipe's content hash, the float weights' digest (or seed), the format and ``_rtn.METHOD``, so every
+recipe's content hash, the float weights' digest (or seed), the format and ``quantization.METHOD``, so every
 device, budget and attention option of one variant shares one checkpoint, and a changed input makes a
 new one. The entry's metadata is the record (method, format, layers, largest rounding error).
 
@@ -20,17 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..backends import Backend
     from ..memory import CompileSpec
     from ..store import Store
 
-__all__ = ["quantized_spec", "KIND"]
+__all__ = ["quantized_spec", "measure_variant", "compile_record", "KIND"]
 
 KIND = "quantized"
 
 
 def stage_key(spec: CompileSpec) -> str:
+    from ..quantization import METHOD
     from ..store import digest
-    from ._rtn import METHOD
 
     recipe = spec.recipe
     return digest(
@@ -54,7 +55,7 @@ def quantized_spec(store: Store, spec: CompileSpec) -> tuple[CompileSpec, dict[s
     if not needs_stage(spec):
         return spec, None
     from ..memory import inspect_checkpoint
-    from ._rtn import write_quantized
+    from ._write import write_quantized
 
     key = stage_key(spec)
     entry = store.lookup(KIND, key)
@@ -66,7 +67,7 @@ def quantized_spec(store: Store, spec: CompileSpec) -> tuple[CompileSpec, dict[s
                 return write_quantized(recipe.weights_path, files, spec.quantized)
             from safetensors.torch import save_file
 
-            from ..backends.torch._weights import build_model  # seeded weights: a float checkpoint first
+            from ..backends.torch import build_model  # seeded weights: a float checkpoint first
 
             model = build_model(recipe)
             state = {n: t.contiguous() for n, t in model.state_dict().items()}
@@ -95,24 +96,39 @@ def measure_variant(spec: CompileSpec, compiled: CompileSpec, files: Path, produ
         return unmeasured("the recipe's checkpoint is already quantized: no float weights to measure it against")
     import torch
 
-    from ..backends.torch import _paged as paged
-    from ..backends.torch._export import PROGRAM_FILE
-    from ..backends.torch._weights import build_model
+    from ..backends.torch import PROGRAM_FILE, PagedCausalLM, build_model, empty_pools
 
     block = spec.attention.kvcache_block_size
-    reference = paged.PagedCausalLM(build_model(spec.recipe), block)
+    reference = PagedCausalLM(build_model(spec.recipe), block)
     variant: torch.nn.Module
     if produced == "program":  # the cell's CPU program itself
         variant = torch.export.load(str(files / PROGRAM_FILE)).module()
     else:  # an NPU program: the same quantized checkpoint, de-quantized, in the same paged wrapper
-        variant = paged.PagedCausalLM(build_model(compiled.recipe), block)
+        variant = PagedCausalLM(build_model(compiled.recipe), block)
     return measure(
         variant,
         reference,
-        lambda n: paged.empty_pools(reference, n),
+        lambda n: empty_pools(reference, n),
         recipe_dir=spec.recipe.directory,
         tokenizer_files=spec.recipe.tokenizer_files,
         max_seq_len=spec.attention.max_seq_len,
         block_size=block,
         batch_size=spec.attention.batch_size,
     )
+
+
+def compile_record(store: Store, spec: CompileSpec, backend: str, impl: Backend, files: Path) -> dict[str, Any]:
+    """Compile ``spec`` with ``impl`` into ``files``: a variant of float weights through its quantized
+    checkpoint first (``quantized_spec``), then measured against the float weights
+    (``measure_variant``). The compile entry's metadata."""
+    compiled, stage = quantized_spec(store, spec)  # a variant of float weights: its checkpoint first
+    result = impl.compile(compiled, files)
+    quality = measure_variant(spec, compiled, files, result.produced)  # against the float weights
+    return {
+        "produced": result.produced,
+        "report": result.report.to_json(),
+        "spec": spec.key_fields(),
+        "backend": backend,
+        **({"quantized_checkpoint": stage} if stage is not None else {}),
+        **({"quality": quality} if quality is not None else {}),
+    }
