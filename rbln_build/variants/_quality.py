@@ -1,7 +1,7 @@
 """A quantized variant's quality, measured on CPU against its float weights.
 
 Two figures, both computed through the paged program interface of the torch backend
-(``logits = program(input_ids, cache_position, block_table, *kv_pools)``):
+(``logits = program(input_ids, cache_position, block_table, key_positions, *kv_pools)``):
 
 * **perplexity** on the shipped text (``_text.TEXT``, tokenized with the recipe's own
   ``tokenizer.json``): the text's tokens cut into rows of ``window`` tokens (the cell's
@@ -70,14 +70,16 @@ class _Runner:
                 live = [r for r in range(len(rows)) if t < len(tokens[r])]
                 if not live:
                     return
-                logits = self.step(
-                    torch.tensor([[tokens[r][t]] for r in live], dtype=torch.long),
-                    torch.tensor([[t] for _ in live], dtype=torch.long),
-                    table[live],
-                    *pools,
-                )
-                for i, r in enumerate(live):
-                    nxt = feed(r, t, logits[i])
+                keys = torch.arange(t + 1, dtype=torch.long)  # the keys a row at position t attends to
+                for r in live:  # one sequence per call, as the program's runtime calls it (_runtime._step)
+                    logits = self.step(
+                        torch.tensor([[tokens[r][t]]], dtype=torch.long),
+                        torch.tensor([[t]], dtype=torch.long),
+                        table[[r]],
+                        keys,
+                        *pools,
+                    )
+                    nxt = feed(r, t, logits[0])
                     if nxt is not None and len(tokens[r]) == t + 1:
                         tokens[r].append(nxt)
 
