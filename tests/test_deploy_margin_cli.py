@@ -77,8 +77,7 @@ def test_a_built_deployment_records_and_checks_its_margin(tmp_path: Path, env: d
     per = record["per_chiplet"]
     assert per["margin"] == [[4 * MiB]] and per["headroom"] == [[per["available"] - per["total"][0][0] - 4 * MiB]]
     assert per["headroom"] == [[0]] and record["fits"] and record["problems"] == []
-    # the serve commands of the built deployment pin vllm-rbln's optimum path
+    # the tiny recipes are synthetic (no hub model): their torch cells get no serve command, and say why
+    # (the pinned VLLM_RBLN_USE_VLLM_MODEL=0 of every command is checked in tests/test_serving.py)
     proc = rbln(["serve-command", "deployment=tiny_pair", "--json", f"build_dir={build}"], cwd=tmp_path, env=env)
-    check_ok(proc)
-    commands = json.loads(proc.stdout)["commands"]
-    assert [c["env"]["VLLM_RBLN_USE_VLLM_MODEL"] for c in commands] == ["0", "0"]
+    assert proc.returncode == 2 and "synthetic recipe (seeded weights)" in proc.stderr, proc.stderr

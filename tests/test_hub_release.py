@@ -140,7 +140,7 @@ def test_a_downloaded_cell_verifies_alone_and_serves_on_the_device_count_vllm_rb
         assert "match rbln-build-files.json" in cli(["verify", cid], cwd=tmp_path)
         command = json.loads(cli(["serve-command", cid, "--json"], cwd=tmp_path))
         ids = ",".join(str(i) for i in range(devices))
-        assert command["env"] == {"RBLN_VISIBLE_DEVICES": ids}
+        assert command["env"] == {"VLLM_RBLN_USE_VLLM_MODEL": "0", "RBLN_VISIBLE_DEVICES": ids}
         assert command["argv"][:3] == ["vllm", "serve", cid] and command["argv"][5:7] == ["--tokenizer", cid]
         flags = dict(zip(command["argv"][7::2], command["argv"][8::2], strict=True))
         assert flags["--rbln-num-devices-per-local-rank"] == str(devices)
