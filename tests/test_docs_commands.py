@@ -82,10 +82,12 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b [--json]": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.margin=512MB": Run(),
     "python bench/deploy_solver.py": Elsewhere(
-        "tests/test_deploy_solver.py", "a benchmark (minutes of CPU); the test checks the same plans on generated deployments"
+        "tests/test_deploy_solver.py",
+        "a benchmark (minutes of CPU); the test checks the same plans on generated deployments",
     ),
     "python bench/deploy_solver.py --set small-llms --models 4,8,12,16,20": Elsewhere(
-        "tests/test_deploy_solver.py", "a benchmark (minutes of CPU); the test checks the same plans on generated deployments"
+        "tests/test_deploy_solver.py",
+        "a benchmark (minutes of CPU); the test checks the same plans on generated deployments",
     ),
     "rbln-build deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build explain deployment=qwen3_8b_llama3_2_1b": Run(),
