@@ -13,9 +13,9 @@ import yaml
 from _gguf import write_tiny_gguf
 
 from rbln_build.errors import BuildError, ConfigError, RecipeError
-from rbln_build.memory import _dequantize as deq
+from rbln_build.gguf import STAMP, gguf_digest
+from rbln_build.gguf import _dequantize as deq
 from rbln_build.memory import load_recipe, weights_folder
-from rbln_build.memory._gguf import STAMP, gguf_digest
 from rbln_build.scaffold._recipe import add_recipe
 
 pytest.importorskip("gguf")

@@ -19,8 +19,9 @@
     ci          -> errors                      (a build's machine outputs: JUnit XML, the GitHub step summary)
     noop        -> errors                      (the no-op short cut: stamps of a run's inputs and outputs)
     backends    -> memory, quantization, estimator, errors
-    memory      -> quantization, estimator, errors
+    memory      -> quantization, gguf, estimator, errors
     quantization -> errors                     (formats, round-to-nearest, the quality text)
+    gguf        -> errors                      (GGUF weights: named, found, de-quantized once)
     estimator   -> errors
     _documents -> errors                      (bounded reads of user documents; every layer but the estimator)
     _interrupts                               (Ctrl-C never swallowed by a finalizer; commands, execution)
@@ -45,11 +46,12 @@ import pytest
 import rbln_build
 
 PKG = Path(rbln_build.__file__).resolve().parent
-_LOW = {"backends", "memory", "quantization", "estimator", "errors"}
+_LOW = {"backends", "memory", "quantization", "gguf", "estimator", "errors"}
 ALLOWED = {
     "estimator": {"errors"},
-    "memory": {"quantization", "estimator", "errors"},
-    "quantization": {"errors"},  # formats and rounding: below memory (config, memory, backends use it)
+    "memory": {"quantization", "gguf", "estimator", "errors"},
+    "quantization": {"errors"},
+    "gguf": {"errors"},  # GGUF weights: named, found, de-quantized (memory reads recipes through it)  # formats and rounding: below memory (config, memory, backends use it)
     "backends": {"memory", "quantization", "estimator", "errors"},
     "progress": {"errors"},
     "noop": {"errors"},

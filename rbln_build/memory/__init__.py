@@ -18,6 +18,7 @@ Importing this package imports neither torch nor transformers.
 
 from __future__ import annotations
 
+from ..gguf import weights_folder
 from ._checkpoint import INDEX_FILE, inspect_checkpoint
 from ._companions import (
     GENERATION_CONFIG,
@@ -30,7 +31,6 @@ from ._companions import (
     remove_preprocessor_files,
     verify_data_files,
 )
-from ._gguf import weights_folder
 from ._inventory import Inventory, TensorEntry, cache_key, cached_inventory, inventory_for_recipe, inventory_from_model
 from ._model import ACTIVATION_LIVE_SETS, ModelFacts, build_report, layer_placement, model_facts
 from ._recipes import DEFAULT_RECIPES_DIR, Geometry, Recipe, geometry_from_config, list_recipes, load_recipe

@@ -35,8 +35,8 @@ from typing import Any
 from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
 from ..estimator import count_problem, name_problem
+from ..gguf import GgufWeights, gguf_digest, locate_gguf, parse_gguf_weights
 from ._companions import companion_names, parse_companions, parse_license
-from ._gguf import GgufWeights, gguf_digest, locate_gguf, parse_gguf_weights
 from ._quantized import QuantizedLayout
 from ._shipped import shipped_dir
 

@@ -10,7 +10,7 @@ GGUF with the ``gguf`` and ``accelerate`` packages, the ``rbln-build[gguf]`` ext
     recipe.yaml                   weights: {gguf, sha256, [wheel], metadata}; dtype float32 for a
                                   quantized GGUF (its float type otherwise); license: {id, file}
 
-Nothing is de-quantized here: the first build does it once (``memory._gguf``). Every file written
+Nothing is de-quantized here: the first build does it once (``gguf``). Every file written
 is a function of the GGUF's bytes (and the installed transformers), so two runs write the same bytes.
 """
 
@@ -30,7 +30,7 @@ import yaml
 from .._documents import parse_json
 from ..errors import RecipeError
 from ..memory import geometry_from_config
-from ._recipe import check_new, write_new
+from ._files import check_new, write_new
 
 __all__ = ["GgufSource", "gguf_source", "add_gguf_recipe", "gguf_metadata"]
 
@@ -145,7 +145,7 @@ def _derive(gguf: Path, out: Path, where: str) -> None:
     """transformers' config, tokenizer and generation config of the GGUF, saved into ``out``."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    from ..memory._dequantize import gguf_error
+    from ..gguf import gguf_error
 
     try:
         config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -173,9 +173,8 @@ def add_gguf_recipe(
     max_seq_len: int | None,
     batch_size: int,
 ) -> list[Path]:
+    from ..gguf import gguf_sha256, require_gguf_support
     from ..memory import TOKENIZER_FILE_NAMES
-    from ..memory._dequantize import require_gguf_support
-    from ..memory._gguf import gguf_sha256
 
     where = f"{found.path}:{found.member}" if found.member else str(found.path)
     require_gguf_support(where)

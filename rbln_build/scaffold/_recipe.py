@@ -31,8 +31,9 @@ from .._documents import MAX_CONFIG_BYTES, parse_json, read_document
 from ..errors import ConfigError, InputError, RecipeError
 from ..estimator import count_problem, name_problem
 from ..memory import geometry_from_config
+from ._files import check_new, write_new
 
-__all__ = ["main", "add_recipe", "write_new", "check_new"]
+__all__ = ["main", "add_recipe"]
 
 _MAX_DEFAULT_SEQ = 8192
 
@@ -134,33 +135,6 @@ def add_recipe(
         model = f"# The model config of recipes/{name} (written by `rbln-build recipe add`).\nrecipe: {name}\n"
         files.append((conf_dir / "model" / f"{name}.yaml", model.encode()))
     return write_new(files, directory)
-
-
-def write_new(files: list[tuple[Path, bytes]], directory: Path) -> list[Path]:
-    """Write each file exclusively (never overwriting); on failure remove only what this call made."""
-    written: list[Path] = []
-    try:
-        for path, data in files:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "xb") as f:  # exclusive: never overwrite
-                written.append(path)
-                f.write(data)
-    except OSError as exc:  # a recipes folder that is a file, cannot be written, a loop
-        for path in written:  # only what this call created
-            path.unlink(missing_ok=True)
-        raise InputError(
-            f"{exc.filename or directory}: cannot write the recipe ({exc.strerror or exc}); "
-            "give a writable recipes folder (--to) or fix the project's."
-        ) from None
-    return written
-
-
-def check_new(targets: list[Path]) -> None:
-    existing = [str(t) for t in targets if t.exists()]
-    if existing:
-        raise ConfigError(
-            f"{', '.join(existing)} already exist(s); rbln-build never overwrites a recipe. Choose another NAME."
-        )
 
 
 class _Parser(argparse.ArgumentParser):

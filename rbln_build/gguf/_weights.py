@@ -209,7 +209,17 @@ def materialize_gguf(recipe: Any) -> Path:
         )
     from ._dequantize import dequantize
 
-    dequantize(source, member, sha, target, recipe.dtype, recipe.hf_config, where)
+    dtype = recipe.dtype
+    dequantize(
+        source,
+        member,
+        sha,
+        target,
+        dtype,
+        recipe.hf_config,
+        where,
+        stamp=lambda w: (STAMP, stamp_record(sha, dtype, w)),
+    )
     return target
 
 

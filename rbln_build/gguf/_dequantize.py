@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,16 @@ def gguf_error(where: str, exc: BaseException) -> RecipeError:
 
 
 def dequantize(
-    source: Path, member: str | None, sha256: str, target: Path, dtype: str, hf_config: dict[str, Any], where: str
+    source: Path,
+    member: str | None,
+    sha256: str,
+    target: Path,
+    dtype: str,
+    hf_config: dict[str, Any],
+    where: str,
+    stamp: Callable[[Path], tuple[str, bytes]],
 ) -> None:
+    """De-quantize into ``target`` (atomically); ``stamp(weights)`` gives the stamp file's name and bytes."""
     from ..errors import BackendUnavailable, InputFailure
 
     require_gguf_support(where, BackendUnavailable)
@@ -85,9 +94,8 @@ def dequantize(
         out = work / "checkpoint"
         out.mkdir()
         save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-        from ._gguf import STAMP, stamp_record
-
-        (out / STAMP).write_bytes(stamp_record(sha256, dtype, out / "model.safetensors"))
+        stamp_name, stamp_bytes = stamp(out / "model.safetensors")
+        (out / stamp_name).write_bytes(stamp_bytes)
         if gguf.parent == work:
             gguf.unlink()
         try:
