@@ -93,7 +93,7 @@ def _manifest_cells(path: Path) -> dict[str, Any]:
 def _release_cells(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     """A release's cells as manifest entries (each ``cells[id]["record"]``); a release that is not of
     this format, or whose self-hash does not match, is refused: gc keeps nothing less than it says."""
-    from ..release._format import FORMAT, SELF_HASH_KEY, self_hash
+    from ..release import FORMAT, SELF_HASH_KEY, self_hash
 
     hint = "gc removes nothing on its word; check it with rbln-build verify or drop the --keep"
     if data.get("format") != FORMAT:

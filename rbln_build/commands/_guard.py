@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shutil
@@ -72,10 +71,9 @@ def _closest_names(message: str) -> str | None:
     found = _NO_KEY.search(message)
     if found is not None:
         override, key, schema = found.groups()
-        from ..config import _schema
+        from ..config import schema_field_names
 
-        cls = getattr(_schema, schema, None)
-        names = sorted(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else []
+        names = schema_field_names(schema)
         parent = override.rsplit(".", 1)[0] + "." if "." in override else ""
         close = [parent + n for n in difflib.get_close_matches(key, names, n=3, cutoff=0.6)]
         hint = f"did you mean {' or '.join(close)}?" if close else f"the keys there: {', '.join(names)}."

@@ -16,6 +16,7 @@ from omegaconf import MISSING
 from ._scale import CacheConf, ExecutorConf
 
 __all__ = [
+    "schema_field_names",
     "AttnImpl",
     "DeviceConf",
     "ModelConf",
@@ -143,3 +144,16 @@ def register_build_schema() -> None:
 
     ConfigStore.instance().store(name="rbln_build_schema", node=BuildConf)
     _registered = True
+
+
+def schema_field_names(schema: str) -> list[str]:
+    """The field names of the schema class called ``schema`` (empty when there is none): what a
+    misspelt key's "did you mean" is chosen from."""
+    import dataclasses
+
+    cls = globals().get(schema)
+    return (
+        sorted(f.name for f in dataclasses.fields(cls))
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls)
+        else []
+    )

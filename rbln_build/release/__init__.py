@@ -15,7 +15,7 @@ neither the store nor the pipeline). The writer's side is ``rbln_build.release._
 """
 
 from ._cli import release_main, verify_main
-from ._format import CELL_FILES, FORMAT, RELEASE_FILE, SIGNATURE_FILE
+from ._format import CELL_FILES, FORMAT, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, self_hash
 from ._lone import verify_cell, verify_location
 from ._verify import Verdict, verify_release
 
@@ -23,6 +23,8 @@ __all__ = [
     "CELL_FILES",
     "FORMAT",
     "RELEASE_FILE",
+    "SELF_HASH_KEY",
+    "self_hash",
     "SIGNATURE_FILE",
     "Verdict",
     "release_main",
