@@ -166,22 +166,10 @@ def verified_cell(manifest_path: Path, cell_id: str) -> Path:
 
 
 def released_cell(folder: Path) -> None:
-    """A released cell (``<release>/<cell id>``, release.json beside it; or alone, with its own
-    rbln-build-files.json) is checked against release.json (or that file) before anything in it is read: its files' sizes and sha256, nothing extra, no
-    link, release.json's self-hash. IntegrityError naming the first problem; a built cell passes."""
-    from .release import RELEASE_FILE, verify_cell
+    """A released cell checked before anything in it is read (``release.check_released_cell``)."""
+    from .release import check_released_cell
 
-    verdict = verify_cell(folder)
-    if verdict is None or verdict.ok:
-        return
-    rel, problem = verdict.problems[0]
-    more = f" (and {len(verdict.problems) - 1} more problem(s))" if len(verdict.problems) > 1 else ""
-    release = Path(verdict.location)
-    what = "release" if verdict.checked_against == RELEASE_FILE else "cell"
-    raise IntegrityError(
-        f"{release / rel}: {problem}{more}; this released cell does not match {release / verdict.checked_against}. "
-        f"Refusing to load it: check the {what} (rbln-build verify {release}) and fetch it again."
-    )
+    check_released_cell(folder)
 
 
 def _text_side(folder: Path) -> tuple[Any, list[int]]:

@@ -41,9 +41,9 @@ def serving_of_dir(cell_dir: Path) -> tuple[str, dict[str, Any]]:
     if absent(cell_dir, hint="pass a cell folder") or not (cell_dir / RECORD_FILE).is_file():
         raise UserError(f"{cell_dir}: no {RECORD_FILE}; {_what_instead(cell_dir)}")
     cell_dir = Path(os.path.abspath(cell_dir))  # '.' inside a cell names it; links are not followed
-    from ..run import released_cell
+    from ..release import check_released_cell
 
-    released_cell(cell_dir)  # a released cell is checked against release.json first, as run does
+    check_released_cell(cell_dir)  # a released cell is checked against release.json first, as run does
     cid = cell_dir.name
     manifest = _load(cell_dir.parent.parent / "manifest.json")  # the literal path: artifacts/<id> is a link
     if isinstance(manifest, dict) and isinstance(manifest.get("cells"), dict) and cid in manifest["cells"]:

@@ -16,10 +16,11 @@ neither the store nor the pipeline). The writer's side is ``rbln_build.release._
 
 from ._cli import release_main, verify_main
 from ._format import CELL_FILES, FORMAT, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, self_hash
-from ._lone import verify_cell, verify_location
+from ._lone import check_released_cell, verify_cell, verify_location
 from ._verify import Verdict, verify_release
 
 __all__ = [
+    "check_released_cell",
     "CELL_FILES",
     "FORMAT",
     "RELEASE_FILE",

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import IntegrityError, UserError
 from ._format import (
     CELL_FILES,
     CELL_FORMAT,
@@ -32,7 +32,7 @@ from ._verify import (
     verify_release,
 )
 
-__all__ = ["is_lone_cell", "verify_cell", "verify_location", "verify_lone_cell"]
+__all__ = ["check_released_cell", "is_lone_cell", "verify_cell", "verify_location", "verify_lone_cell"]
 
 
 def is_lone_cell(folder: Path) -> bool:
@@ -111,3 +111,20 @@ def verify_cell(cell_dir: Path) -> Verdict | None:
     if not os.path.lexists(folder):
         _no_such_cell(folder)  # a mistyped cell name under a release: the close names, not "damaged"
     return _verify(LocalRelease(root), None, only=folder.name)
+
+
+def check_released_cell(folder: Path) -> None:
+    """A released cell (``<release>/<cell id>``, release.json beside it; or alone, with its own
+    rbln-build-files.json) is checked against release.json (or that file) before anything in it is read: its files' sizes and sha256, nothing extra, no
+    link, release.json's self-hash. IntegrityError naming the first problem; a built cell passes."""
+    verdict = verify_cell(folder)
+    if verdict is None or verdict.ok:
+        return
+    rel, problem = verdict.problems[0]
+    more = f" (and {len(verdict.problems) - 1} more problem(s))" if len(verdict.problems) > 1 else ""
+    release = Path(verdict.location)
+    what = "release" if verdict.checked_against == RELEASE_FILE else "cell"
+    raise IntegrityError(
+        f"{release / rel}: {problem}{more}; this released cell does not match {release / verdict.checked_against}. "
+        f"Refusing to load it: check the {what} (rbln-build verify {release}) and fetch it again."
+    )
