@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError, UserError
-from ..store import REMOTE_TIMEOUTS
-from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, redact
+from ._format import MAX_RELEASE_JSON_BYTES, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, filesystem, redact
 
 __all__ = ["ReleaseConflict", "ReleaseDamaged", "filesystem", "is_url", "local_staging", "publish"]
 
@@ -42,21 +41,6 @@ class ReleaseDamaged(BuildError):
 
 def is_url(to: str) -> bool:
     return "://" in to
-
-
-def filesystem(url: str) -> tuple[Any, str]:
-    try:
-        import fsspec  # type: ignore[import-untyped]
-
-        fs, base = fsspec.url_to_fs(url, **REMOTE_TIMEOUTS.get(url.split("://", 1)[0], {}))
-    except ImportError as exc:
-        raise UserError(
-            f"{redact(url)}: needs a filesystem package that is not installed ({exc}); "
-            "install it with: pip install 'rbln-build[remote]'"
-        ) from None
-    except ValueError as exc:
-        raise UserError(f"{redact(url)}: not a usable fsspec URL ({exc}).") from None
-    return fs, base.rstrip("/")
 
 
 def local_staging(parent: Path, name: str) -> Path:

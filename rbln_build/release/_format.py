@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 __all__ = [
+    "filesystem",
     "CARD_FILE",
     "CELL_FILES",
     "CELL_FORMAT",
@@ -76,3 +77,22 @@ def redact(url: str) -> str:
     if sep and "@" in rest.split("/", 1)[0]:
         rest = rest.split("@", 1)[1]
     return f"{scheme}{sep}{rest}"
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and its base path; one UserError when it cannot be used."""
+    from ..errors import UserError
+    from ..store import REMOTE_TIMEOUTS
+
+    try:
+        import fsspec  # type: ignore[import-untyped]
+
+        fs, base = fsspec.url_to_fs(url, **REMOTE_TIMEOUTS.get(url.split("://", 1)[0], {}))
+    except ImportError as exc:
+        raise UserError(
+            f"{redact(url)}: needs a filesystem package that is not installed ({exc}); "
+            "install it with: pip install 'rbln-build[remote]'"
+        ) from None
+    except ValueError as exc:
+        raise UserError(f"{redact(url)}: not a usable fsspec URL ({exc}).") from None
+    return fs, base.rstrip("/")

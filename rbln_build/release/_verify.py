@@ -37,6 +37,7 @@ from ._format import (
     RELEASE_FILE,
     SELF_HASH_KEY,
     SIGNATURE_FILE,
+    filesystem,
     render_release,
     self_hash,
 )
@@ -122,8 +123,6 @@ class RemoteRelease:
     """A release under an fsspec URL (s3://...): object stores hold no links."""
 
     def __init__(self, url: str) -> None:
-        from ._dest import filesystem
-
         self.location = url.rstrip("/")
         self.fs, self.base = filesystem(self.location)
 
