@@ -51,7 +51,9 @@ ALLOWED = {
     "estimator": {"errors"},
     "memory": {"quantization", "gguf", "estimator", "errors"},
     "quantization": {"errors"},
-    "gguf": {"errors"},  # GGUF weights: named, found, de-quantized (memory reads recipes through it)  # formats and rounding: below memory (config, memory, backends use it)
+    "gguf": {
+        "errors"
+    },  # GGUF weights: named, found, de-quantized (memory reads recipes through it)  # formats and rounding: below memory (config, memory, backends use it)
     "backends": {"memory", "quantization", "estimator", "errors"},
     "progress": {"errors"},
     "noop": {"errors"},

@@ -12,11 +12,10 @@ from rbln_build.config._config import compose_settings
 from rbln_build.config._matrix import expand
 from rbln_build.errors import UserError
 from rbln_build.estimator import fraction_for_bytes, resolve_budget
+from rbln_build.pipeline import check_compiled_devices, compiled_num_devices
 from rbln_build.pipeline._manifest import entry_for
 from rbln_build.pipeline._serving import (
-    check_compiled_devices,
     command_for,
-    compiled_num_devices,
     serve_fraction,
     serving_for,
     with_budget,

@@ -15,10 +15,13 @@ Importing this package is cheap: a backend module (and torch) is imported only w
 from __future__ import annotations
 
 from ._base import BACKENDS, Backend, CompileResult, CompileSpec, backend_path, get_backend
+from ._rbln_cell import check_compiled_devices, compiled_num_devices
 from ._record import read_record
 from ._verify import verify_entry_files
 
 __all__ = [
+    "check_compiled_devices",
+    "compiled_num_devices",
     "BACKENDS",
     "Backend",
     "CompileResult",

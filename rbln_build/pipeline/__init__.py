@@ -15,6 +15,7 @@ The stages, the ledger and the executors are ``rbln_build.execution``; what the 
 
 from __future__ import annotations
 
+from ..backends import check_compiled_devices, compiled_num_devices
 from ..execution import Ledger, entry_state, read_record, survey
 from ..progress import failure_summary, warning_summary
 from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
@@ -23,7 +24,7 @@ from ._dodo import dodo_namespace
 from ._doit import doit_config
 from ._links import ours
 from ._manifest import entry_for
-from ._serving import check_compiled_devices, check_serving, command_for, compiled_num_devices, with_budget
+from ._serving import check_serving, command_for, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun
 

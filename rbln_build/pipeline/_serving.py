@@ -63,9 +63,7 @@ __all__ = [
     "serving_for",
     "with_budget",
     "command_for",
-    "check_compiled_devices",
     "check_serving",
-    "compiled_num_devices",
     "serve_fraction",
     "FLAG_ORDER",
 ]
@@ -197,49 +195,6 @@ def _variant(cell: Cell, precompiled: bool, model_id: str | None) -> dict[str, A
             "rbln-backend cell of this variant, a compiled model of its quantized checkpoint"
         )
     return {**q.to_json(), "exact": reason is None, "reason": reason}
-
-
-def compiled_num_devices(rbln_config: Any) -> int:
-    """The device count vllm-rbln 0.12.0 serves a compiled model on, read from its ``rbln_config.json``
-    as ``utils/optimum/converter/params.py:_resolve_num_devices`` reads it (it overrides
-    ``--rbln-num-devices-per-local-rank``): a ``language_model``/``text_model`` submodule's first, then
-    the top level's ``num_devices``, then the first ``_compile_cfgs`` entry that has one, else 1."""
-
-    def of(cfg: Any) -> int | None:
-        if not isinstance(cfg, dict):
-            return None
-        value = cfg.get("num_devices")
-        if value is not None:
-            return value if isinstance(value, int) else None
-        for entry in cfg.get("_compile_cfgs") or []:
-            value = entry.get("num_devices") if isinstance(entry, dict) else None
-            if value is not None:
-                return value if isinstance(value, int) else None
-        return None
-
-    for name in ("language_model", "text_model"):
-        sub = rbln_config.get(name) if isinstance(rbln_config, dict) else None
-        if sub is not None and of(sub) is not None:
-            return of(sub)  # type: ignore[return-value]
-    return of(rbln_config) or 1
-
-
-def check_compiled_devices(serving: dict[str, Any], rbln_config: Any, where: str) -> None:
-    """A precompiled cell is served on the device count its ``rbln_config.json`` gives vllm-rbln
-    (``compiled_num_devices``), not the flag's: UserError naming ``where`` when the two differ (a
-    multi-device cell resized by optimum-rbln 0.12.0's own CLI, or by rbln-build before it kept the
-    count, records none and would be served on 1 device)."""
-    if not serving.get("precompiled"):
-        return
-    wanted = serving["flags"].get("rbln_num_devices_per_local_rank", 1)
-    got = compiled_num_devices(rbln_config)
-    if got != wanted:
-        raise UserError(
-            f"no serve command: {where}: cell compiled for {wanted} device(s), but its rbln_config.json gives "
-            f"vllm-rbln 0.12.0 {got} (it reads num_devices from the file, the top level or _compile_cfgs, and "
-            "ignores --rbln-num-devices-per-local-rank for a compiled model); rebuild the cell with this "
-            "rbln-build, which keeps the compiled device count in _compile_cfgs"
-        )
 
 
 def check_serving(serving: Any, where: str) -> dict[str, Any]:
