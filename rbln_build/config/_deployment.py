@@ -38,7 +38,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..deploy import SOLVERS, Margin, Margins, Reservation, Solver, Traffic
+from ..deploy import SOLVERS, Margin, Margins, Reservation, Solver, Traffic, bounded_count, traffic_from
 from ..errors import ConfigError, EstimateError
 from ..estimator import BYTE_UNITS, LIMITS, check_budget, resolve_npu
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
@@ -257,30 +257,7 @@ def _traffic(where: str, node: Any) -> Traffic | None:
     for key in given:
         if key not in keys:
             raise ConfigError(f"{where}.{key}: not a traffic key; expected some of {', '.join(keys)}.")
-    t = {k: given.get(k) for k in keys}
-    for key in ("concurrent_sequences", "prompt_tokens", "output_tokens"):
-        if t[key] is not None and (not isinstance(t[key], int) or isinstance(t[key], bool)):
-            raise ConfigError(f"{where}.{key}: expected an integer, got {t[key]!r}.")
-    for key in ("requests_per_s", "seconds_per_request"):
-        if t[key] is not None and (not isinstance(t[key], (int, float)) or isinstance(t[key], bool)):
-            raise ConfigError(f"{where}.{key}: expected a number, got {t[key]!r}.")
-    concurrent, rate, seconds = t["concurrent_sequences"], t["requests_per_s"], t["seconds_per_request"]
-    if (concurrent is None) == (rate is None and seconds is None) or (concurrent is None and None in (rate, seconds)):
-        raise ConfigError(
-            f"{where}: give either concurrent_sequences, or requests_per_s with seconds_per_request (Little's law: "
-            f"their product is the sequences in flight), got {t}."
-        )
-    for key in ("requests_per_s", "seconds_per_request"):
-        number = t[key]
-        if number is not None and not 0 < float(number) < float("inf"):
-            raise ConfigError(f"{where}.{key}: expected a positive number, got {number}.")
-    return Traffic(
-        concurrent_sequences=_positive(f"{where}.concurrent_sequences", concurrent, limit="batch_size"),
-        requests_per_s=None if rate is None else Fraction(repr(float(rate))),
-        seconds_per_request=None if seconds is None else Fraction(repr(float(seconds))),
-        prompt_tokens=_positive(f"{where}.prompt_tokens", t["prompt_tokens"], minimum=0, limit="max_seq_len"),
-        output_tokens=_positive(f"{where}.output_tokens", t["output_tokens"], minimum=0, limit="max_seq_len"),
-    )
+    return traffic_from({k: given.get(k) for k in keys}, where)
 
 
 def _solver(cfg: DictConfig) -> Solver:
@@ -293,17 +270,6 @@ def _solver(cfg: DictConfig) -> Solver:
     return Solver(method, limit)
 
 
-def _positive(where: str, value: Any, minimum: int = 1, limit: str | int | None = None) -> int | None:
-    """``value`` (an int or null) if it is at least ``minimum`` and within ``limit``: a key of the
-    matrix limits (``estimator._limits.LIMITS``, the same bounds as the matrix) or a number."""
-    if value is not None and value < minimum:
-        raise ConfigError(f"{where}: expected an integer >= {minimum} or null, got {value}.")
-    bound = LIMITS[limit] if isinstance(limit, str) else limit
-    if value is not None and bound is not None and value > bound:
-        raise ConfigError(f"{where}: {value} is over the limit of {bound:,} (docs/security.md lists the limits).")
-    return value  # type: ignore[no-any-return]
-
-
 def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deployment:
     """The composed ``deployment`` node -> a frozen Deployment. Raises ConfigError naming the key.
     ``conf_dirs``: the config folders searched for models and devices (a project's, then the shipped)."""
@@ -314,7 +280,7 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
     )
     if not cfg.models:
         raise ConfigError(f"deployment.models ({name}): an empty list deploys nothing; list at least one model.")
-    port = _positive("deployment.serve.port", cfg.serve.port, limit=65535 - len(cfg.models)) or 0
+    port = bounded_count("deployment.serve.port", cfg.serve.port, limit=65535 - len(cfg.models)) or 0
     models: list[DeploymentModel] = []
     for i, m in enumerate(cfg.models):
         where = f"deployment.models[{i}]"
@@ -343,12 +309,12 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
             DeploymentModel(
                 name=label,
                 model=model,
-                batch_size=_positive(f"{where}.batch_size", m.batch_size, limit="batch_size"),
-                max_seq_len=_positive(f"{where}.max_seq_len", m.max_seq_len, limit="max_seq_len"),
-                min_blocks=_positive(f"{where}.min_blocks", m.min_blocks, limit="kvcache_num_blocks"),
+                batch_size=bounded_count(f"{where}.batch_size", m.batch_size, limit="batch_size"),
+                max_seq_len=bounded_count(f"{where}.max_seq_len", m.max_seq_len, limit="max_seq_len"),
+                min_blocks=bounded_count(f"{where}.min_blocks", m.min_blocks, limit="kvcache_num_blocks"),
                 weight=Fraction(weight),
                 memory_budget=budget,
-                port=_positive(f"{where}.port", m.port, limit=65535 - len(cfg.models)) or port + i,
+                port=bounded_count(f"{where}.port", m.port, limit=65535 - len(cfg.models)) or port + i,
                 traffic=_traffic(where, m.traffic),
             )
         )
@@ -360,7 +326,7 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
         where = f"deployment.reservations[{i}]"
         if any(str(r.name) == other.name for other in reservations):
             raise ConfigError(f"{where}.name: {r.name!r} is used twice.")
-        chiplet = _positive(f"{where}.chiplet", r.chiplet, minimum=0, limit=LIMITS["num_devices"])
+        chiplet = bounded_count(f"{where}.chiplet", r.chiplet, minimum=0, limit=LIMITS["num_devices"])
         reservations.append(Reservation(str(r.name), _reservation_bytes(f"{where}.bytes", _plain(r.bytes)), chiplet))
     ids = _plain(cfg.serve.device_ids)
     if ids is None:

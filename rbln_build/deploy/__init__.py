@@ -37,8 +37,11 @@ from ._planner import (
     budget_value,
 )
 from ._render import mib, plan_json, render_chiplets, render_plan
+from ._traffic_conf import bounded_count, traffic_from
 
 __all__ = [
+    "bounded_count",
+    "traffic_from",
     "ACCOUNTING",
     "Assignment",
     "BLOCKS",
