@@ -42,7 +42,6 @@ answer approximately.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import BuildError, ConfigError
@@ -52,6 +51,21 @@ from ._conflict import Conflict, find_conflicts
 from ._inputs import NO_MARGIN, Demand, Margins, Reservation, Target, Tenant
 from ._modeplan import PROOF_SEARCH, Assignment, ModePlan, Objective, Proof
 from ._search import SearchLimit, Vector, branch_and_bound, max_min_start
+from ._terms import (
+    ACCOUNTING,
+    AUTO,
+    BLOCKS,
+    BUDGET,
+    CP_SAT,
+    DEFAULT_SOLVER,
+    MODES,
+    NODE_LIMIT,
+    OBJECTIVE,
+    SEARCH,
+    SOLVERS,
+    Solver,
+    budget_value,
+)
 
 __all__ = [
     "BUDGET",
@@ -69,49 +83,6 @@ __all__ = [
     "Problem",
     "budget_value",
 ]
-
-BUDGET, BLOCKS = "budget", "blocks"
-MODES = (BUDGET, BLOCKS)
-NODE_LIMIT = 2_000_000
-MiB = 2**20
-AUTO, SEARCH, CP_SAT = "auto", "search", "cp-sat"
-SOLVERS = (AUTO, SEARCH, CP_SAT)
-
-
-@dataclass(frozen=True)
-class Solver:
-    """Which exact method solves steps 2-4 of the objective (step 1 is always the binary search).
-
-    * ``search``: the hand-written branch and bound (``_search``), up to ``NODE_LIMIT`` nodes;
-    * ``cp-sat``: OR-Tools CP-SAT (``_cpsat``, the ``solver`` extra), within ``time_limit`` seconds;
-    * ``auto`` (the default): the search, and past ``auto_nodes`` nodes CP-SAT when it is installed.
-    Both are exact, so where both finish their plans are the same."""
-
-    method: str = AUTO
-    time_limit: float = 60.0
-    auto_nodes: int = 20_000
-    workers: int = 1
-
-
-DEFAULT_SOLVER = Solver()
-
-OBJECTIVE = (
-    "maximize the smallest share of its full pool (kvcache_num_blocks / full pool) that any planned model "
-    "gets; then the weighted sum of shares; then the total number of blocks; ties go to the models listed first"
-)
-
-
-ACCOUNTING = (
-    "what each model occupies on every chiplet at its count (non-KV bytes plus its KV pool), plus the "
-    "reservations, must fit each chiplet; a memory_budget only steers optimum-rbln's block estimate at "
-    'compile time and is not reserved at run time (docs/colocation.md, "What a memory_budget is")'
-)
-
-
-def budget_value(nbytes: int) -> object:
-    """The ``memory_budget`` a planned budget is built with: ``"<N>MB"`` when it is a whole number of
-    MiB (it resolves to exactly ``nbytes``; binary units), else the int byte count."""
-    return f"{nbytes // MiB}MB" if nbytes % MiB == 0 else nbytes
 
 
 class Problem:
