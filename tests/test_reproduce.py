@@ -89,7 +89,11 @@ def test_a_release_reproduces_from_a_clone_at_another_path_and_home(released: di
     check_ok(proc)
     verdict = json.loads(proc.stdout)
     assert verdict["reproduced"] is True and verdict["differences"] == [] and verdict["build_dir"] is None
-    assert (verdict["name"], verdict["cells"], verdict["files"]) == ("v1", 7, 21)
+    assert (verdict["name"], verdict["cells"], verdict["files"]) == (
+        "v1",
+        7,
+        28,
+    )  # 4 files a cell: its program or plan record, card, config, own integrity file
     assert verdict["commit"] == git(checkout, "rev-parse", "HEAD") and verdict["allowed"] == verdict["toolchain"] == []
 
 
@@ -170,7 +174,7 @@ def test_a_release_at_a_url_is_reproduced_and_a_difference_found_inside_a_downlo
     proc = rbln(["reproduce", url, "--cells", LLAMA], cwd=checkout, env=env)
     check_ok(proc)
     commit = git(checkout, "rev-parse", "HEAD")[:12]
-    assert "release v1: reproduced: 2 cell(s), 6 file(s)" in proc.stdout and f"from commit {commit}." in proc.stdout
+    assert "release v1: reproduced: 2 cell(s), 8 file(s)" in proc.stdout and f"from commit {commit}." in proc.stdout
 
     def more_layers(body: dict[str, Any], root: Path) -> None:
         config = "llama3_2_1b.rebel100.b0.5/config.json"
