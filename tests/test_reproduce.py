@@ -169,8 +169,8 @@ def test_a_release_at_a_url_is_reproduced_and_a_difference_found_inside_a_downlo
 ) -> None:
     env, fs, _ = s3
     checkout = clone(released, tmp_path)
-    fs.put(str(released["release"]), "rbln-cache/releases/v1", recursive=True)
-    url = "s3://rbln-cache/releases/v1"
+    fs.put(str(released["release"]), "rbln-cache/reproduce-url/v1", recursive=True)
+    url = "s3://rbln-cache/reproduce-url/v1"
     proc = rbln(["reproduce", url, "--cells", LLAMA], cwd=checkout, env=env)
     check_ok(proc)
     commit = git(checkout, "rev-parse", "HEAD")[:12]
@@ -185,8 +185,8 @@ def test_a_release_at_a_url_is_reproduced_and_a_difference_found_inside_a_downlo
         body["files"][config] = {"sha256": digest, "size": (root / config).stat().st_size}
 
     edited = edit_release(released["release"], tmp_path / "edited", more_layers)
-    fs.put(str(edited), "rbln-cache/releases/v2", recursive=True)
-    proc = rbln(["reproduce", "s3://rbln-cache/releases/v2", "--cells", LLAMA], cwd=checkout, env=env)
+    fs.put(str(edited), "rbln-cache/reproduce-url/v2", recursive=True)
+    proc = rbln(["reproduce", "s3://rbln-cache/reproduce-url/v2", "--cells", LLAMA], cwd=checkout, env=env)
     check_ok(proc, 1)
     assert "first: llama3_2_1b.rebel100.b0.5/config.json: at num_hidden_layers: 17 in the release" in proc.stderr
 
