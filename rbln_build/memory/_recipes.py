@@ -286,7 +286,7 @@ def _gguf_weights(
     digest_cache: Path | None,
 ) -> tuple[Path | None, str | None, GgufWeights]:
     """A GGUF recipe's (checkpoint folder, weights digest, the GGUF located): the folder is where a
-    build de-quantizes it (``_gguf.materialize_gguf``, at the first compile that needs it); nothing
+    build de-quantizes it (``rbln_build.gguf.materialize_gguf``, at the first compile that needs it); nothing
     is read here. A plan (explain, estimate: no ``digest_cache``) locates nothing."""
     gguf = parse_gguf_weights(recipe_file, weights)
     if digest_cache is None:
