@@ -4,7 +4,7 @@
 
 A tiny checkpoint with a real tokenizer (tests/_checkpoints.py: the one the tests build) is added as a
 recipe; then, in one process and alternating, the float compile (torch backend: one torch.export) and
-for each variant: the quantization stage (``quantization._stage``: round to nearest into the Store),
+for each variant: the quantization stage (``variants._stage``: round to nearest into the Store),
 the compile of the quantized weights, and the quality measurement (``measure_variant``: perplexity and
 greedy agreement of the variant's program and of the float weights, on CPU). Each figure is the best of
 ``--rounds``; every ratio divides by the float compile of the same run. A warm-up compile runs first.
@@ -29,9 +29,9 @@ from rbln_build.backends import CompileSpec, get_backend  # noqa: E402
 from rbln_build.estimator._npu import resolve_npu  # noqa: E402
 from rbln_build.memory._recipes import load_recipe  # noqa: E402
 from rbln_build.quantization import parse_variant  # noqa: E402
-from rbln_build.quantization._stage import measure_variant, quantized_spec  # noqa: E402
 from rbln_build.scaffold._recipe import add_recipe  # noqa: E402
 from rbln_build.store import Store  # noqa: E402
+from rbln_build.variants import measure_variant, quantized_spec  # noqa: E402
 
 
 def _timed(fn, *args):  # type: ignore[no-untyped-def]
