@@ -53,6 +53,24 @@ def resolved(target: Target, tenant: Tenant, budget: object) -> Any:
     return estimate(request, tenant.report)
 
 
+def traffic_blocks(tenant: Tenant) -> int:
+    """What its traffic needs, from the documented rule: sequences (concurrent, or requests/s x seconds
+    per request rounded up) x blocks per sequence (prompt + output tokens, default max_seq_len, over the
+    block size, rounded up)."""
+    t = tenant.traffic
+    if t is None:
+        return 0
+    if t.concurrent_sequences is not None:
+        sequences = t.concurrent_sequences
+    else:
+        product = t.requests_per_s * t.seconds_per_request
+        sequences = max(-(-product.numerator // product.denominator), 1)
+    tokens = tenant.attention.max_seq_len
+    if t.prompt_tokens is not None or t.output_tokens is not None:
+        tokens = (t.prompt_tokens or 0) + (t.output_tokens or 0)
+    return sequences * -(-tokens // tenant.attention.kvcache_block_size)
+
+
 def choices(target: Target, tenant: Tenant, mode: str) -> list[tuple[int, list[int]]]:
     C = target.num_chiplets
     full, floor = tenant.attention.num_full_blocks, tenant.attention.num_min_blocks
@@ -62,7 +80,7 @@ def choices(target: Target, tenant: Tenant, mode: str) -> list[tuple[int, list[i
             return []
         count = res.kvcache_num_blocks
         return [(count, need(target, tenant, count))]
-    lower = full if tenant.attention.attn_impl == "eager" else max(floor, tenant.min_blocks or 0)
+    lower = full if tenant.attention.attn_impl == "eager" else max(floor, tenant.min_blocks or 0, traffic_blocks(tenant))
     out = []
     for n in range(lower, full + 1):
         if mode == "blocks":
@@ -109,4 +127,58 @@ def best(
         )
         if top is None or key > top:
             top, answer = key, {t.name: n for t, (n, _) in zip(tenants, combo, strict=True)}
+    return answer
+
+
+def held(target: Target, margins: Any) -> list[int]:
+    """The margin per (node, chiplet), from its definition (bytes, or a fraction rounded up)."""
+    out = []
+    for node, _ in target.buckets():
+        m = dict(margins.devices).get(node, margins.default)
+        out.append(m.nbytes + -(-m.fraction.numerator * target.available_per_chiplet // m.fraction.denominator))
+    return out
+
+
+def best_server(
+    target: Target,
+    cards: list[tuple[list[Reservation], Any]],
+    tenants: list[Tenant],
+    mode: str,
+    pins: dict[str, int] | None = None,
+) -> tuple[dict[str, int], dict[str, int]] | None:
+    """A server's optimal (counts, cards) by name, or None when nothing fits: every model on one card
+    of ``cards`` (each (reservations, margins)) it may use, every (card, count) combination tried.
+    The objective is the documented one, then each model's card in listed order, lower first."""
+    pins = pins or {}
+    held_by = [
+        [r + m for r, m in zip(reserved(target, res), held(target, margins), strict=True)] for res, margins in cards
+    ]
+    available = target.available_per_chiplet
+    per_model = []
+    for t in tenants:
+        allowed = [pins[t.name]] if t.name in pins else range(len(cards))
+        per_model.append([(k, n, charge) for k in allowed for n, charge in choices(target, t, mode)])
+    top: tuple[Any, ...] | None = None
+    answer = None
+    for combo in itertools.product(*per_model):
+        totals = [list(h) for h in held_by]
+        for k, _, charge in combo:
+            totals[k] = [a + b for a, b in zip(totals[k], charge, strict=True)]
+        if any(x > available for total in totals for x in total):
+            continue
+        planned = [(t, n) for t, (_, n, _) in zip(tenants, combo, strict=True) if t.memory_budget is None]
+        shares = [Fraction(n, t.attention.num_full_blocks) for t, n in planned]
+        key = (
+            min(shares, default=Fraction(1)),
+            sum((t.weight * s for (t, _), s in zip(planned, shares, strict=True)), Fraction(0)),
+            sum(n for _, n in planned),
+            tuple(n for _, n in planned),
+            tuple(-k for k, _, _ in combo),
+        )
+        if top is None or key > top:
+            top = key
+            answer = (
+                {t.name: n for t, (_, n, _) in zip(tenants, combo, strict=True)},
+                {t.name: k for t, (k, _, _) in zip(tenants, combo, strict=True)},
+            )
     return answer
