@@ -80,7 +80,9 @@ def choices(target: Target, tenant: Tenant, mode: str) -> list[tuple[int, list[i
             return []
         count = res.kvcache_num_blocks
         return [(count, need(target, tenant, count))]
-    lower = full if tenant.attention.attn_impl == "eager" else max(floor, tenant.min_blocks or 0, traffic_blocks(tenant))
+    lower = (
+        full if tenant.attention.attn_impl == "eager" else max(floor, tenant.min_blocks or 0, traffic_blocks(tenant))
+    )
     out = []
     for n in range(lower, full + 1):
         if mode == "blocks":

@@ -54,7 +54,9 @@ def servers(draw):
         cap = draw(st.integers(sum(floors) * 9 // 10 // ncards, sum(fulls) * 12 // 10 // ncards + 4 * MiB))
         chiplet = draw(st.sampled_from([None, *range(target.num_chiplets)]))
         margin = Margin(nbytes=draw(st.integers(0, 4)) * MiB)
-        devices = tuple((n, Margin(fraction=Fraction(draw(st.integers(0, 3)), 10_000))) for n in range(1) if draw(st.booleans()))
+        devices = tuple(
+            (n, Margin(fraction=Fraction(draw(st.integers(0, 3)), 10_000))) for n in range(1) if draw(st.booleans())
+        )
         cards.append(([leave_bytes(target, cap + 8 * MiB, chiplet)], Margins(margin, devices)))
     pins = {t.name: draw(st.integers(0, ncards - 1)) for t in tenants if draw(st.integers(0, 5)) == 0}
     return target, cards, tenants, pins

@@ -1,7 +1,7 @@
 """Co-location on a server: each model placed on one of several cards of one device target.
 
-    _server  the server (its cards, each with its reservations and margins), the plan, the verdict
-    _pack    placement and counts as one constraint program (OR-Tools CP-SAT, the ``solver`` extra)
+_server  the server (its cards, each with its reservations and margins), the plan, the verdict
+_pack    placement and counts as one constraint program (OR-Tools CP-SAT, the ``solver`` extra)
 """
 
 from __future__ import annotations

@@ -80,6 +80,7 @@ class ServerPlan:
     proof: Proof
     reason: str | None = None
     shortfalls: tuple[Shortfall, ...] = ()
+    solves: int = 0  # CP-SAT solves made (the max-min search's feasibility steps, then the stages)
 
     def card_of(self, name: str) -> int:
         return dict(self.placement)[name]
@@ -168,7 +169,9 @@ def plan_server(
         weighted_share=sum((t.weight * s for (t, _), s in zip(planned, shares, strict=True)), Fraction(0)),
         total_blocks=sum(n for _, n in planned),
     )
-    return ServerPlan(server, tuple(tenants), mode, True, placement, tuple(cards), objective, proof)
+    return ServerPlan(
+        server, tuple(tenants), mode, True, placement, tuple(cards), objective, proof, solves=packed.solves
+    )
 
 
 def _shortfall(
