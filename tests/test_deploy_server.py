@@ -104,3 +104,48 @@ def test_server_plans_equal_the_exhaustive_check_and_fit_every_card(case, mode) 
     for t in tenants:
         if t.name in pins:
             assert plan.card_of(t.name) == pins[t.name]
+
+
+def test_traffic_on_a_server_is_met_or_its_shortfall_named() -> None:
+    # Two ATOM-Max cards of 226 and 140 MiB. tiny_llama must hold 2 sequences of 4,096 tokens: 8 blocks
+    # (94 MiB); tiny_qwen3 takes 128 MiB at 9-12 blocks, 140 at 13-16, and a replica of it the same.
+    from test_deploy_planner import ATOM, leave, tiny
+
+    llama = replace(tiny("tiny_llama", ATOM), traffic=Traffic(concurrent_sequences=2))
+    qwen = tiny("tiny_qwen3", ATOM)
+    tenants = [llama, qwen, replace(qwen, name="tiny_qwen3_b")]
+    cards = [([leave(ATOM, 226)], Margins()), ([leave(ATOM, 140)], Margins())]
+    server = Server(ATOM, tuple(Card(tuple(r), m) for r, m in cards))
+    for mode in ("budget", "blocks"):
+        plan = plan_server(server, tenants, mode)
+        assert plan.feasible and plan.counts()["tiny_llama"] >= 8
+        assert (plan.counts(), dict(plan.placement)) == best_server(ATOM, cards, tenants, mode)
+    # 90 MiB on each card: tiny_llama's 8 blocks fit neither, 4 MiB short
+    small = Server(ATOM, (Card((leave(ATOM, 90),)),) * 2)
+    plan = plan_server(small, [llama, qwen], "budget")
+    assert not plan.feasible and [s.name for s in plan.shortfalls] == ["tiny_llama", "tiny_qwen3"]
+    assert plan.shortfalls[0].nbytes == 4 * MiB and plan.shortfalls[0].lower_bound == 8
+    assert plan.reason.startswith(
+        "tiny_llama at 8 blocks (its traffic: 2 concurrent sequence(s) of 4096 tokens, 4 block(s) of 1024 each) "
+        "fits no card it may use even alone: 4,194,304 B short on card 0, device 0, chiplet 0, the least short"
+    )
+
+
+def test_pins_and_a_bad_card_are_checked() -> None:
+    from test_deploy_planner import ATOM, leave, tiny
+
+    from rbln_build.errors import ConfigError
+
+    tenants = [tiny("tiny_llama", ATOM), tiny("tiny_qwen3", ATOM)]
+    server = Server(ATOM, (Card((leave(ATOM, 400),)), Card((leave(ATOM, 400),))))
+    plan = plan_server(server, tenants, "blocks")
+    assert dict(plan.placement) == {"tiny_llama": 0, "tiny_qwen3": 0}  # both fit card 0: the lowest card
+    assert dict(plan_server(server, tenants, "blocks", {"tiny_qwen3": 1}).placement) == {
+        "tiny_llama": 0,
+        "tiny_qwen3": 1,
+    }
+    assert server.device_ids(1) == (1,)
+    with pytest.raises(
+        ConfigError, match=r"deployment model tiny_qwen3: card 2 does not exist \(the server has 2 card"
+    ):
+        plan_server(server, tenants, "blocks", {"tiny_qwen3": 2})

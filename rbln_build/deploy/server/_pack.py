@@ -260,7 +260,7 @@ def _break_symmetry(model: Any, items: Sequence[Item], rooms: Sequence[Vector], 
         for k, y in on[i].items():
             model.add(sum(opt[k] for opt in row) == y)
     for members in classes.values():
-        for a, b in zip(members, members[1:]):
+        for a, b in zip(members, members[1:], strict=False):
             for i in range(len(items)):
                 if b not in on[i]:
                     continue
