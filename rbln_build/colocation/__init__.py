@@ -5,6 +5,7 @@ _colocation         a deployment's plan, the plan as cells (``deployment_cells``
                     record of the manifest
 _reports            each model's AllocationReport: the compile cache's, else the memory model's
 _deploy_overrides   a suggested change as the command-line overrides that apply it
+_server_cards       the deployment placed on a server's cards, and each card as a deployment of its own
 
 The planning arithmetic is ``rbln_build.deploy``; the settings come from ``rbln_build.config``.
 """
@@ -15,15 +16,18 @@ from ._cells import declared_cells, expand_all
 from ._colocation import DeploymentRecords, Tenants, deployment_cells, plan_for, target_of
 from ._deploy_overrides import overrides_for
 from ._reports import Reports
+from ._server_cards import card_overrides, server_plan_for
 
 __all__ = [
     "DeploymentRecords",
     "Reports",
     "Tenants",
+    "card_overrides",
     "declared_cells",
     "deployment_cells",
     "expand_all",
     "overrides_for",
     "plan_for",
+    "server_plan_for",
     "target_of",
 ]

@@ -1,0 +1,76 @@
+"""A configured deployment placed on a server of several cards, and each card as a deployment of its own.
+
+``server_plan_for`` plans the deployment's models on ``cards`` cards of its device target (each card
+one device group, holding the deployment's reservations and margins) with
+``rbln_build.deploy.server``, from the same reports as ``plan_for``. ``card_overrides`` turns the
+placement into one ordinary one-card deployment per card that holds models: the overrides that keep
+only that card's models, each with its planned ``memory_budget`` fixed (so its cell is the one the
+server plan counted, and the card's own plan checks the fit again), its port, and the card's devices
+as ``serve.device_ids`` (``RBLN_VISIBLE_DEVICES`` in every serve command). Build and serve each card
+with them: ``rbln-build deployment=<name> <overrides>``, ``rbln-build serve-command ...``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..config import BuildSettings, Deployment
+from ..deploy import BUDGET
+from ..deploy.server import Card, Server, ServerPlan, plan_server
+from ..errors import ConfigError
+from ._colocation import Tenants, _options
+from ._deploy_overrides import _mapping, _model_entry
+
+__all__ = ["card_overrides", "server_plan_for"]
+
+
+def server_plan_for(settings: BuildSettings, cards: int, pins: Mapping[str, int] | None = None) -> ServerPlan:
+    """The deployment's models placed on ``cards`` cards of its device target, in its mode."""
+    if cards < 1:
+        raise ConfigError(f"deployment: a server needs at least one card, got {cards}.")
+    tenants = Tenants(settings)
+    try:
+        d = tenants.deployment
+        built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
+        server = Server(tenants.target, (Card(d.reservations, d.margins),) * cards)
+        plan = plan_server(server, built, d.mode, pins, d.solver)
+    except BaseException:
+        tenants.reports.discard()
+        raise
+    if plan.feasible:
+        tenants.reports.commit()
+    else:
+        tenants.reports.discard()
+    return plan
+
+
+def card_overrides(d: Deployment, plan: ServerPlan) -> list[tuple[int, list[str]]]:
+    """(card, the overrides that make it a deployment of its own) for every card that holds models."""
+    if not plan.feasible:
+        raise ConfigError(f"deployment {d.name}: the server plan does not fit ({plan.reason}); nothing to build.")
+    if plan.mode != BUDGET:
+        raise ConfigError(
+            f"deployment {d.name}: a card is built as a deployment of its own with each model's planned "
+            "memory_budget fixed; plan the server in mode budget (deployment.mode=budget)."
+        )
+    out = []
+    for k, card in enumerate(plan.cards):
+        if not card.assignments:
+            continue
+        entries = []
+        for a in card.assignments:
+            entry = _model_entry(d.model(a.name))
+            entry.update(memory_budget=a.memory_budget, min_blocks=None, traffic=None, weight=None)
+            entries.append(_mapping(entry))
+        ids = ",".join(str(i) for i in plan.server.device_ids(k))
+        out.append(
+            (
+                k,
+                [
+                    "deployment.mode=budget",
+                    "deployment.models=[" + ",".join(entries) + "]",
+                    f"deployment.serve.device_ids=[{ids}]",
+                ],
+            )
+        )
+    return out
