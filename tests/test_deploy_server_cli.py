@@ -1,7 +1,7 @@
-"""Servers of two cards, end to end: a deployment's models placed by the server planner
-(``rbln_build.colocation.server_plan_for``), each card built as a deployment of its own
-(``card_overrides``) through the real CLI with the torch backend, each cell's count equal to the
-server plan, and each model's serve command pinned to its card (``RBLN_VISIBLE_DEVICES``).
+"""Servers of two cards, end to end through the real CLI: ``plan --cards 2`` places a deployment's
+models, each card is built with the overrides the plan prints for it (the torch backend), each cell's
+count equals the server plan, and each model's serve command is pinned to its card
+(``RBLN_VISIBLE_DEVICES``); and the command's answers to what cannot fit or is mistyped.
 
 The tiny pair builds real CPU programs; vllm-rbln cannot serve them (synthetic recipes, no hub model:
 ``serve-command`` refuses them, tests/test_serving.py), so the serve commands are checked on Qwen3-8B
@@ -9,6 +9,7 @@ and Llama-3.2-1B, whose cells are plans served by compiling at start-up."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,55 +22,92 @@ MiB = 2**20
 LEAVE_150 = f"deployment.reservations.0.bytes={16_877_879_296 - 150 * MiB}"
 
 
-def build_cards(
-    args: list[str], tmp_path: Path, environ: dict[str, str], monkeypatch: pytest.MonkeyPatch, serve: bool
-) -> dict[str, int]:
-    """Plan ``args`` on two cards, build each card, check its counts (and serve commands); the placement."""
-    from rbln_build.colocation import card_overrides, server_plan_for
-    from rbln_build.config._config import compose_settings
-
-    monkeypatch.setenv("RBLN_BUILD_CACHE", environ["RBLN_BUILD_CACHE"])
-    settings = compose_settings([*args, f"build_dir={tmp_path / 'plan'}"])
-    deployment = settings.deployment
-    assert deployment is not None
-    plan = server_plan_for(settings, 2)
-    assert plan.feasible and plan.proof.optimal
-    cards = card_overrides(deployment, plan)
-    assert sorted(k for k, _ in cards) == sorted(set(dict(plan.placement).values()))
-    for k, overrides in cards:
-        build = tmp_path / f"card{k}"
-        check_ok(rbln([*args, *overrides, f"build_dir={build}"], cwd=tmp_path, env=environ))
-        record = manifest(build)["deployments"][deployment.name]
-        names = [a.name for a in plan.cards[k].assignments]
+def build_cards(args: list[str], tmp_path: Path, environ: dict[str, str], serve: bool) -> dict[str, int]:
+    """Plan ``args`` on two cards (``plan --cards 2 --json``), then build each card with the overrides the
+    plan prints for it, check its counts (and serve commands); the placement."""
+    proc = rbln(["plan", *args, "--cards", "2", "--json", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=environ)
+    check_ok(proc)
+    plan = json.loads(proc.stdout)
+    assert plan["feasible"] and plan["proof"]["optimal"]
+    name = args[0].split("=", 1)[1]
+    for card in plan["per_card"]:
+        k, overrides, models = card["card"], card["overrides"], card["models"]
+        assert card["device_ids"] == [k] and (overrides == []) == (models == {})
+        if not models:
+            continue
+        assert overrides[-1] == f"build_dir={tmp_path / 'build'}/card{k}"
+        check_ok(rbln([*args, *overrides], cwd=tmp_path, env=environ))
+        record = manifest(tmp_path / "build" / f"card{k}")["deployments"][name]
         assert record["fits"] and record["status"] == "ok" and record["serve"]["device_ids"] == [k]
-        assert {n: v["kvcache_num_blocks"] for n, v in record["models"].items()} == {n: plan.counts()[n] for n in names}
+        assert {n: v["kvcache_num_blocks"] for n, v in record["models"].items()} == {
+            n: m["kvcache_num_blocks"] for n, m in models.items()
+        }
         if not serve:
             continue
-        proc = rbln(["serve-command", *args, *overrides, f"build_dir={build}"], cwd=tmp_path, env=environ)
+        proc = rbln(["serve-command", *args, *overrides], cwd=tmp_path, env=environ)
         check_ok(proc)
         commands = [line for line in proc.stdout.splitlines() if " vllm serve " in line]
-        assert len(commands) == len(names)
-        for name, command in zip(names, commands, strict=True):
+        assert len(commands) == len(models)
+        for model, command in zip(models, commands, strict=True):
             assert command.startswith(f"VLLM_RBLN_USE_VLLM_MODEL=0 RBLN_VISIBLE_DEVICES={k} vllm serve ")
-            assert f" --port {deployment.model(name).port} " in command
-    return dict(plan.placement)
+            assert f" --port {record['models'][model]['port']} " in command
+    return plan["placement"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.slow  # two torch exports (~10 s) and the inventories
 def test_a_two_card_server_of_the_tiny_pair_builds_each_card_at_the_planned_counts(
     tmp_path: Path,
     env: dict[str, str],  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    placement = build_cards(["deployment=tiny_pair", LEAVE_150], tmp_path, env, monkeypatch, serve=False)
+    placement = build_cards(["deployment=tiny_pair", LEAVE_150], tmp_path, env, serve=False)
     assert placement == {"tiny_llama": 0, "tiny_qwen3": 1}
 
 
 def test_qwen3_8b_and_llama3_2_1b_on_two_rebel100_cards_are_served_each_on_its_card(
     tmp_path: Path,
     env: dict[str, str],  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # on one card they get 33 of 40 and 29 of 32 blocks (docs/colocation.md); on two, each its full pool
-    placement = build_cards(["deployment=qwen3_8b_llama3_2_1b"], tmp_path, env, monkeypatch, serve=True)
+    placement = build_cards(["deployment=qwen3_8b_llama3_2_1b"], tmp_path, env, serve=True)
     assert placement == {"qwen3_8b": 0, "llama3_2_1b": 1}
+
+
+def test_plan_cards_prints_each_card_with_its_commands(tmp_path: Path, env: dict[str, str]) -> None:  # noqa: F811
+    proc = rbln(["plan", "deployment=tiny_pair", LEAVE_150, "--cards", "2", "build_dir=out"], cwd=tmp_path, env=env)
+    check_ok(proc)
+    assert "deployment tiny_pair on a server of 2 x atom_max (1 x RBLN-CA25 each), mode budget" in proc.stdout
+    assert "proven optimal; smallest share 1.0000, 24 blocks in total" in proc.stdout
+    assert "card 0 (devices 0): tiny_llama 8/8 blocks (memory_budget 94MB)" in proc.stdout
+    assert "card 1 (devices 1): tiny_qwen3 16/16 blocks (memory_budget 140MB)" in proc.stdout
+    assert (
+        f"  build: rbln-build deployment=tiny_pair {LEAVE_150} deployment.mode=budget "
+        "'deployment.models=[{model:tiny_qwen3,memory_budget:140MB,port:8101}]' 'deployment.serve.device_ids=[1]' "
+        "build_dir=out/card1"
+    ) in proc.stdout
+    pinned = rbln(
+        ["plan", "deployment=tiny_pair", LEAVE_150, "--cards", "3", "--pin", "tiny_llama=2", "--json"],
+        cwd=tmp_path,
+        env=env,
+    )
+    check_ok(pinned)
+    assert json.loads(pinned.stdout)["placement"] == {"tiny_llama": 2, "tiny_qwen3": 0}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--cards", "two"], 2, "plan --cards: expected a whole number of cards >= 1, got 'two'"),
+        (["--pin", "tiny_llama=1"], 2, "plan --pin: pins a model to a card of a server; give the server's --cards too"),
+        (["--cards", "2", "--pin", "tiny_llama=5"], 2, "deployment model tiny_llama: card 5 does not exist"),
+        (
+            ["--cards", "2", f"deployment.reservations.0.bytes={16_877_879_296 - 90 * MiB}"],
+            1,
+            "the budget plan does not fit: tiny_qwen3 at 9 blocks (its floor) fits no card it may use even alone: "
+            "39,845,888 B short on card 0",
+        ),
+    ],
+)
+def test_plan_cards_errors(args: list[str], code: int, message: str, tmp_path: Path, env: dict[str, str]) -> None:  # noqa: F811
+    proc = rbln(["plan", "deployment=tiny_pair", *args], cwd=tmp_path, env=env)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stdout + proc.stderr

@@ -25,13 +25,15 @@ __all__ = ["main", "USAGE"]
 
 USAGE = """\
 usage: rbln-build plan deployment=<name> [--json] [OVERRIDE ...]
+       rbln-build plan deployment=<name> --cards N [--pin MODEL=CARD ...] [--json] [OVERRIDE ...]
        rbln-build serve-command deployment=<name> [--json] [OVERRIDE ...]
        rbln-build serve-command CELL_DIR [--port N] [--devices IDS] [--json]
        rbln-build explain deployment=<name> [--json] [OVERRIDE ...]
 
 plan           the budgets and block counts that let the deployment's models share its device,
                exactly optimal for the objective it prints; when they cannot, which models conflict
-               and the smallest changes that fit (each verified by planning again)
+               and the smallest changes that fit (each verified by planning again); with --cards, the
+               models placed on a server of N cards of its device, and each card's build and serve command
 serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
                pinned to the deployment's devices, on its own port, with flags that agree with the artifact;
                or the command of one built or released cell folder (its tokenizer, its compiled model)
@@ -206,7 +208,14 @@ def main(argv: list[str]) -> int:
     as_json = "--json" in rest
     overrides = [a for a in rest if a != "--json"]
     try:
+        cards, pins = None, {}
+        if command == "plan":
+            from ._server import parse_server_args, plan_server_command
+
+            cards, pins, overrides = parse_server_args(overrides)
         settings = _compose(overrides)
+        if cards is not None:
+            return plan_server_command(settings, overrides, cards, pins, as_json)
         run = {"plan": _plan, "serve-command": _serve, "explain": _explain}[command]
         return run(settings, as_json)
     except UserError as exc:

@@ -137,7 +137,8 @@ def plan_server(
         else:
             options = tuple(problem.options(d, mode))
         items.append(Item(options, allowed, t.full, None if t.fixed else t.weight))
-        short = _shortfall(t, options[0], allowed, rooms, target)
+        bound = options[0][0] if t.fixed else t.lower_bound  # what it needs there: no option needs less
+        short = _shortfall(t, (bound, d.need(bound)), allowed, rooms, target)
         if short is not None:
             shortfalls.append(short)
     proof = Proof(CP_SAT)

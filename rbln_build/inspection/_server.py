@@ -1,0 +1,130 @@
+"""``rbln-build plan deployment=<name> --cards N [--pin MODEL=CARD ...]``: the deployment on a server.
+
+Its models are placed on ``N`` cards of its device target (``rbln_build.colocation.server_plan_for``:
+each card holds the deployment's reservations and margins, every model one card), and each card that
+holds models is printed with its per-chiplet table and the two commands that build and serve it as a
+deployment of its own (``card_overrides``: its models with their planned budgets fixed, its devices),
+in a build directory of its own (``<build_dir>/card<k>``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["parse_server_args", "plan_server_command"]
+
+
+def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list[str]]:
+    """(``--cards``, ``--pin`` MODEL=CARD by model, the other arguments)."""
+    cards: int | None = None
+    pins: dict[str, int] = {}
+    others: list[str] = []
+    items = iter(rest)
+    for a in items:
+        if a in ("--cards", "--pin"):
+            value = next(items, None)
+            if value is None:
+                raise ConfigError(f"plan {a}: expected a value after it.")
+            if a == "--cards":
+                if not value.isdigit() or int(value) < 1:
+                    raise ConfigError(f"plan --cards: expected a whole number of cards >= 1, got {value!r}.")
+                cards = int(value)
+            else:
+                name, _, card = value.partition("=")
+                if not name or not card.isdigit():
+                    raise ConfigError(f"plan --pin: expected MODEL=CARD (a model's name, a card index), got {value!r}.")
+                pins[name] = int(card)
+        else:
+            others.append(a)
+    if pins and cards is None:
+        raise ConfigError("plan --pin: pins a model to a card of a server; give the server's --cards too.")
+    return cards, pins, others
+
+
+def plan_server_command(settings: Any, overrides: list[str], cards: int, pins: dict[str, int], as_json: bool) -> int:
+    from ..colocation import card_overrides, server_plan_for
+    from ..deploy import OBJECTIVE, render_chiplets
+
+    d = settings.deployment
+    plan = server_plan_for(settings, cards, pins)
+    per_card = dict(card_overrides(d, plan)) if plan.feasible and plan.mode == "budget" else {}
+    given = [o for o in overrides if not o.startswith(("deployment=", "build_dir="))]
+    build_dir = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("build_dir=")), "build")
+    for k in per_card:  # each card its own build directory: its own manifest and deployment record
+        per_card[k] = [*per_card[k], f"build_dir={build_dir.rstrip('/')}/card{k}"]
+    base = ["rbln-build", f"deployment={d.name}", *given]
+    t = plan.server.target
+    if as_json:
+        out = {
+            "deployment": d.name,
+            "device": t.name,
+            "cards": cards,
+            "mode": plan.mode,
+            "feasible": plan.feasible,
+            "reason": plan.reason,
+            "shortfalls": [vars(s) for s in plan.shortfalls],
+            "objective": None if plan.objective is None else plan.objective.to_json(),
+            "proof": plan.proof.to_json(),
+            "placement": dict(plan.placement),
+            "per_card": [
+                {
+                    "card": k,
+                    "device_ids": list(plan.server.device_ids(k)),
+                    "models": {
+                        a.name: {"kvcache_num_blocks": a.kvcache_num_blocks, "memory_budget": a.memory_budget}
+                        for a in mp.assignments
+                    },
+                    "per_chiplet": {
+                        "reserved": [list(r) for r in t.grid(mp.reserved)],
+                        "margin": [list(r) for r in t.grid(mp.held())],
+                        "total": [list(r) for r in t.grid(mp.used())],
+                        "headroom": [list(r) for r in t.grid(mp.headroom())],
+                    },
+                    "overrides": per_card.get(k, []),
+                }
+                for k, mp in enumerate(plan.cards)
+            ],
+        }
+        sys.stdout.write(json.dumps(out, sort_keys=True, indent=2) + "\n")
+        return 0 if plan.feasible else 1
+    lines = [
+        f"deployment {d.name} on a server of {cards} x {t.name} ({t.num_devices} x {t.npu.name} each), mode {plan.mode}",
+        f"objective: {OBJECTIVE}; then each model's card in listed order, lower first",
+    ]
+    if not plan.feasible:
+        lines.append(f"the {plan.mode} plan does not fit: {plan.reason}")
+        sys.stdout.write("\n".join(lines) + "\n")
+        return 1
+    assert plan.objective is not None
+    lines.append(
+        f"placed and planned by CP-SAT (OR-Tools): {plan.proof.note}; smallest share "
+        f"{float(plan.objective.min_share):.4f}, {plan.objective.total_blocks} blocks in total"
+    )
+    for k, mp in enumerate(plan.cards):
+        ids = ",".join(map(str, plan.server.device_ids(k)))
+        lines.append("")
+        if not mp.assignments:
+            lines.append(f"card {k} (devices {ids}): no model")
+            continue
+        models = ", ".join(
+            f"{a.name} {a.kvcache_num_blocks}/{a.num_full_blocks} blocks"
+            + ("" if a.memory_budget is None else f" (memory_budget {a.memory_budget})")
+            for a in mp.assignments
+        )
+        lines.append(f"card {k} (devices {ids}): {models}")
+        lines += ["  " + row for row in render_chiplets(mp)]
+        if k in per_card:
+            lines.append("  build: " + shlex.join([*base, *per_card[k]]))
+            lines.append("  serve: " + shlex.join([base[0], "serve-command", *base[1:], *per_card[k]]))
+    if not per_card:
+        lines.append("")
+        lines.append(
+            "(build commands per card are printed for mode budget: each card fixes its models' planned budgets)"
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
