@@ -208,7 +208,8 @@ def main(argv: list[str]) -> int:
     as_json = "--json" in rest
     overrides = [a for a in rest if a != "--json"]
     try:
-        cards, pins = None, {}
+        cards: int | None = None
+        pins: dict[str, int] = {}
         if command == "plan":
             from ._server import parse_server_args, plan_server_command
 
