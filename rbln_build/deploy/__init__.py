@@ -10,6 +10,7 @@
     _suggest   changes that make it fit, each verified by planning again
     _plan      both modes, and for an infeasible plan its conflicts and suggestions
     _render    the plan and the per-chiplet table as text and as JSON
+    server/    a server: each model placed on one of several cards of the target (CP-SAT)
 
 It imports the estimator only; ``rbln_build.colocation`` gives it reports from the compile cache or
 the memory model, and turns a plan into cells.
