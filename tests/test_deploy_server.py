@@ -51,7 +51,8 @@ def servers(draw):
     fulls = [max(need(target, t, t.attention.num_full_blocks)) for t in tenants]
     cards = []
     for _ in range(ncards):
-        cap = draw(st.integers(sum(floors) * 9 // 10 // ncards, sum(fulls) * 12 // 10 // ncards + 4 * MiB))
+        low = min(floors) // 2 if draw(st.integers(0, 7)) == 0 else sum(floors) * 9 // 10 // ncards  # some too small
+        cap = draw(st.integers(low, sum(fulls) * 12 // 10 // ncards + 4 * MiB))
         chiplet = draw(st.sampled_from([None, *range(target.num_chiplets)]))
         margin = Margin(nbytes=draw(st.integers(0, 4)) * MiB)
         devices = tuple(
@@ -149,3 +150,18 @@ def test_pins_and_a_bad_card_are_checked() -> None:
         ConfigError, match=r"deployment model tiny_qwen3: card 2 does not exist \(the server has 2 card"
     ):
         plan_server(server, tenants, "blocks", {"tiny_qwen3": 2})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deployments(), st.sampled_from(["budget", "blocks"]))
+def test_a_server_of_one_card_plans_what_the_one_card_planner_plans(case, mode) -> None:
+    from rbln_build.deploy import plan_deployment
+
+    target, tenants, reservations = case
+    one = plan_deployment(target, tenants, reservations, mode)
+    plan = plan_server(Server(target, (Card(tuple(reservations)),)), tenants, mode)
+    assert plan.feasible == one.chosen.feasible
+    if plan.feasible:
+        assert plan.counts() == {a.name: a.kvcache_num_blocks for a in one.chosen.assignments}
+        assert plan.objective == one.chosen.objective
+        assert plan.cards[0].assignments == one.chosen.assignments  # budgets, bytes and usage too
