@@ -93,6 +93,12 @@ def test_server_plans_equal_the_exhaustive_check_and_fit_every_card(case, mode) 
                 base = [r + m for r, m in zip(reserved(target, cards[k][0]), held(target, cards[k][1]), strict=True)]
                 overs.append(max(c + b - target.available_per_chiplet for c, b in zip(charge, base, strict=True)))
             assert min(overs) == s.nbytes > 0
+        if not plan.shortfalls and plan.fits_on is not None:  # the fewest cards like the last one that fit
+            assert len(cards) < plan.fits_on <= len(tenants)
+            for n, fit in ((plan.fits_on, True), (plan.fits_on - 1, False)):
+                more = cards + [cards[-1]] * (n - len(cards))
+                if n > len(cards) and _size(target, more, tenants, pins, mode) <= 20_000:
+                    assert (best_server(target, more, tenants, mode, pins) is not None) == fit
         return
     for k, (res, margins) in enumerate(cards):
         on = [t for t in tenants if plan.card_of(t.name) == k]

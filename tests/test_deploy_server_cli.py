@@ -84,6 +84,14 @@ def test_plan_cards_prints_each_card_with_its_commands(tmp_path: Path, env: dict
         "'deployment.models=[{model:tiny_qwen3,memory_budget:140MB,port:8101}]' 'deployment.serve.device_ids=[1]' "
         "build_dir=out/card1"
     ) in proc.stdout
+    # one card of 150 MiB cannot hold both floors (86 + 128 MiB); the verdict names the cards that can
+    one = rbln(["plan", "deployment=tiny_pair", LEAVE_150, "--cards", "1"], cwd=tmp_path, env=env)
+    check_ok(one, 1)
+    assert (
+        "the budget plan does not fit: no placement of the 2 model(s), each at its lower bound, fits the server's 1 "
+        "card(s) together, though each fits a card alone; they fit on 2 cards (the added ones like card 0)\n"
+        f"  rbln-build plan deployment=tiny_pair {LEAVE_150} --cards 2\n"
+    ) in one.stdout
     pinned = rbln(
         ["plan", "deployment=tiny_pair", LEAVE_150, "--cards", "3", "--pin", "tiny_llama=2", "--json"],
         cwd=tmp_path,

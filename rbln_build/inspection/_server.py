@@ -68,6 +68,7 @@ def plan_server_command(settings: Any, overrides: list[str], cards: int, pins: d
             "feasible": plan.feasible,
             "reason": plan.reason,
             "shortfalls": [vars(s) for s in plan.shortfalls],
+            "fits_on_cards": plan.fits_on,
             "objective": None if plan.objective is None else plan.objective.to_json(),
             "proof": plan.proof.to_json(),
             "placement": dict(plan.placement),
@@ -98,6 +99,10 @@ def plan_server_command(settings: Any, overrides: list[str], cards: int, pins: d
     ]
     if not plan.feasible:
         lines.append(f"the {plan.mode} plan does not fit: {plan.reason}")
+        if plan.fits_on is not None:
+            again = [f"deployment={d.name}", *(o for o in overrides if not o.startswith("deployment="))]
+            again += [x for name, k in pins.items() for x in ("--pin", f"{name}={k}")]
+            lines.append("  " + shlex.join(["rbln-build", "plan", *again, "--cards", str(plan.fits_on)]))
         sys.stdout.write("\n".join(lines) + "\n")
         return 1
     assert plan.objective is not None

@@ -32,7 +32,7 @@ from typing import Any
 
 from ...errors import ConfigError
 
-__all__ = ["Item", "Packed", "pack"]
+__all__ = ["Item", "Packed", "fits", "pack"]
 
 Vector = tuple[int, ...]
 
@@ -73,6 +73,16 @@ def pack(items: Sequence[Item], rooms: Sequence[Vector], time_limit: float, work
             "`pip install 'rbln-build[solver]'`."
         ) from None
     return _Packer(cp_model, items, rooms, time_limit, workers).run()
+
+
+def fits(items: Sequence[Item], rooms: Sequence[Vector], time_limit: float, workers: int = 1) -> bool | None:
+    """Whether some placement holds every model at its lower bound (None: not answered in time)."""
+    from ortools.sat.python import cp_model  # pack() ran first and said how to install it
+
+    try:
+        return _Packer(cp_model, items, rooms, time_limit, workers).feasible([0] * len(items)) is not None
+    except _Clock:
+        return None
 
 
 class _Packer:

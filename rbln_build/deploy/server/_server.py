@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from ...errors import ConfigError
@@ -24,7 +24,7 @@ from .._inputs import NO_MARGIN, Margins, Reservation, Target, Tenant
 from .._modeplan import ModePlan, Objective, Proof
 from .._planner import Problem
 from .._terms import BUDGET, CP_SAT, DEFAULT_SOLVER, MODES, Solver
-from ._pack import Item, pack
+from ._pack import Item, fits, pack
 
 __all__ = ["Card", "Server", "ServerPlan", "Shortfall", "plan_server"]
 
@@ -81,6 +81,7 @@ class ServerPlan:
     reason: str | None = None
     shortfalls: tuple[Shortfall, ...] = ()
     solves: int = 0  # CP-SAT solves made (the max-min search's feasibility steps, then the stages)
+    fits_on: int | None = None  # infeasible: the fewest cards (more cards like the last one) that hold them
 
     def card_of(self, name: str) -> int:
         return dict(self.placement)[name]
@@ -151,7 +152,11 @@ def plan_server(
             f"no placement of the {len(tenants)} model(s), each at its lower bound, fits the server's "
             f"{len(server.cards)} card(s) together, though each fits a card alone"
         )
-        return _infeasible(server, tenants, mode, proof, reason, (), holds)
+        more = _fewest_cards(items, [t.name in pins for t in tenants], rooms, solver)
+        if more is not None:
+            reason += f"; they fit on {more} cards (the added ones like card {len(rooms) - 1})"
+        plan = _infeasible(server, tenants, mode, proof, reason, (), holds)
+        return plan if more is None else replace(plan, fits_on=more)
     proof = Proof(CP_SAT, packed.optimal, packed.gap, packed.note)
     placement = tuple((t.name, k) for t, k in zip(tenants, packed.cards, strict=True))
     counts = dict(zip((t.name for t in tenants), packed.counts, strict=True))
@@ -192,6 +197,20 @@ def _shortfall(
         return None
     node, chiplet = target.buckets()[b]
     return Shortfall(t.name, count, nbytes, k, node, chiplet, _why(t))
+
+
+def _fewest_cards(items: list[Item], pinned: list[bool], rooms: list[tuple[int, ...]], solver: Solver) -> int | None:
+    """The fewest cards, up to one per model, that hold every model at its lower bound, the added
+    cards like the last one and open to every model that is not pinned (verified by CP-SAT)."""
+    for total in range(len(rooms) + 1, len(items) + 1):
+        added = tuple(range(len(rooms), total))
+        more = [it if pin else replace(it, cards=(*it.cards, *added)) for it, pin in zip(items, pinned, strict=True)]
+        answer = fits(more, [*rooms, *(rooms[-1],) * len(added)], solver.time_limit, solver.workers)
+        if answer is None:
+            return None
+        if answer:
+            return total
+    return None
 
 
 def _empty(p: Problem, mode: str) -> ModePlan:
