@@ -114,6 +114,10 @@ def test_the_page_documents_the_toolchain_of_the_build(build: Path, page: str) -
     assert "not recorded" not in page
 
 
+def test_a_build_without_a_deployment_has_no_deployment_section(page: str) -> None:
+    assert 'id="deployments"' not in page and 'href="#deployments"' not in page
+
+
 def test_the_images_decode(build: Path, page: str) -> None:
     images = PNG_SRC.findall(page)
     groups = load_build(build).groups

@@ -75,6 +75,7 @@ class BuildView:
     groups: list[Group]
     compile_meta: dict[str, dict[str, Any]]  # compile key -> entry meta without the report
     varying: dict[str, list[str]] = field(default_factory=dict)  # model -> build options that vary
+    deployments: dict[str, Any] = field(default_factory=dict)  # the manifest's deployment records, by name
 
     def options(self, entry: dict[str, Any], blocks: bool = True) -> str:
         """The short label of an entry's options: only those that vary among its model's cells,
@@ -266,6 +267,8 @@ def _view(build_dir: Path, data: bytes, manifest: dict[str, Any]) -> BuildView:
         groups[key].cells.append(e)
     compile_meta: dict[str, dict[str, Any]] = {}
     view = BuildView(hashlib.sha256(data).hexdigest(), entries, [], compile_meta, _varying(entries))
+    if isinstance(manifest.get("deployments"), dict):
+        view.deployments = manifest["deployments"]
     for g in groups.values():
         g.options = view.options(g.cells[0], blocks=False)
         meta, report, problem = _read_compile(build_dir, g.compile_key)

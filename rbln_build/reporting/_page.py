@@ -18,6 +18,7 @@ from ..errors import EstimateError
 from ..figures import GRID_COLORS, OUTCOME_GLYPHS, FigureCache
 from ._compare import compare_section
 from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
+from ._deployments import deployments_section
 from ._grid import MAX_GRID_COLUMNS, device_anchor, grid_section
 from ._html import OUTCOME_TEXT, SHORT_TEXT, num, png, table
 from ._rows import quality_columns
@@ -276,7 +277,8 @@ def _contents(view: BuildView, compare: bool) -> str:
         f'<li><a href="#glance">The matrix at a glance</a><ol>{grids}</ol></li>'
         + ('<li><a href="#changes">What changed</a></li>' if compare else "")
         + '<li><a href="#failures">Failures</a></li>'
-        f'<li><a href="#figures">Blocks vs budget, and where the DRAM goes</a><ol>{groups}</ol></li>'
+        + ('<li><a href="#deployments">Deployments</a></li>' if view.deployments else "")
+        + f'<li><a href="#figures">Blocks vs budget, and where the DRAM goes</a><ol>{groups}</ol></li>'
         '<li><a href="#cells">Cells</a></li><li><a href="#inputs">Compile keys and inputs</a></li></ol></nav>'
     )
 
@@ -300,6 +302,13 @@ def render_page(view: BuildView, old: dict[str, Any] | None = None, figures: Fig
         )
         + '<h2 id="failures">Failures</h2>'
         + _failures(view)
+        + (
+            '<h2 id="deployments">Deployments</h2><p class=muted>What each model occupies at its built count '
+            "(from the built reports), per chiplet, beside the reservations, the margin and the headroom.</p>"
+            + deployments_section(view.deployments)
+            if view.deployments
+            else ""
+        )
         + '<h2 id="figures">Blocks vs budget, and where the DRAM goes</h2><p class=muted>Budgets are bytes per '
         "device. The curve is exact: each step is the smallest budget at which one more block fits "
         "(rbln_build.estimator). Bars show each chiplet at the cell's resolved count (a failed cell: at the floor, "

@@ -1,0 +1,95 @@
+"""The report's picture of each deployment the build holds (the manifest's ``deployments``).
+
+Per deployment: its models (cell, planned and built counts, budget, port) and, per (device, chiplet),
+what each model occupies at its built count, the reservations, the margin and the headroom, as a
+table and as one stacked bar per chiplet drawn to the chiplet's available DRAM (plain HTML, no
+figure library). The numbers are the record's own: the built reports at the built counts.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from ._html import num, size, table
+
+__all__ = ["deployments_section"]
+
+# one color per model (in order), then the reservations and the margin; headroom is left blank
+_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
+_RESERVED, _MARGIN = "#bab0ac", "#e15759"
+
+
+def _bar(parts: list[tuple[str, int, str]], available: int) -> str:
+    """A stacked bar: (label, bytes, color) each as wide as its share of ``available``."""
+    spans = "".join(
+        f'<span title="{escape(label)}: {escape(size(n))}" style="display:inline-block;height:14px;'
+        f'width:{100 * n / available:.3f}%;background:{color}"></span>'
+        for label, n, color in parts
+        if n > 0
+    )
+    return f'<div style="width:420px;border:1px solid #888;white-space:nowrap;overflow:hidden">{spans}</div>'
+
+
+def _one(name: str, record: dict[str, Any]) -> str:
+    models = record.get("models", {})
+    per = record.get("per_chiplet", {})
+    available = per.get("available") or 1
+    rows = [
+        [
+            escape(n),
+            f"<code>{escape(str(m.get('cell')))}</code>",
+            num(m.get("planned_blocks")),
+            num(m.get("kvcache_num_blocks")),
+            num(m.get("num_full_blocks")),
+            escape(str(m.get("memory_budget"))),
+            escape(str(m.get("port"))),
+        ]
+        for n, m in models.items()
+    ]
+    out = [
+        f'<h3 id="deployment-{escape(name)}">{escape(name)}: {escape(str(record.get("device")))} '
+        f"({num(record.get('num_devices'))} x {escape(str(record.get('npu')))}), mode {escape(str(record.get('mode')))}, "
+        f"{'fits' if record.get('fits') else 'DOES NOT FIT'}</h3>",
+        table(["model", "cell", "planned", "built", "full pool", "memory_budget", "port"], rows),
+    ]
+    legend = [(n, _COLORS[i % len(_COLORS)]) for i, n in enumerate(models)] + [
+        ("reserved", _RESERVED),
+        ("margin", _MARGIN),
+    ]
+    out.append(
+        "<p class=muted>"
+        + " ".join(f'<span style="color:{c}">&#9632;</span> {escape(label)}' for label, c in legend)
+        + " &#9633; headroom; each bar is one chiplet's available DRAM.</p>"
+    )
+    chiplet_rows = []
+    reserved, margin = per.get("reserved", []), per.get("margin", [])
+    totals, headroom = per.get("total", []), per.get("headroom", [])
+    for node, row in enumerate(totals):
+        for chiplet in range(len(row)):
+            used = [
+                (n, (m.get("usage") or [[0] * len(row)] * len(totals))[node][chiplet], _COLORS[i % len(_COLORS)])
+                for i, (n, m) in enumerate(models.items())
+            ]
+            held = margin[node][chiplet] if margin else 0
+            parts = [*used, ("reserved", reserved[node][chiplet], _RESERVED), ("margin", held, _MARGIN)]
+            chiplet_rows.append(
+                [
+                    f"device {node} chiplet {chiplet}",
+                    *(size(b) for _, b, _ in used),
+                    size(reserved[node][chiplet]),
+                    size(held),
+                    size(headroom[node][chiplet]),
+                    _bar(parts, available),
+                ]
+            )
+    header = ["", *(escape(n) for n in models), "reserved", "margin", "headroom", f"of {escape(size(available))}"]
+    out.append(table(header, chiplet_rows))
+    for p in record.get("problems", []):
+        out.append(f"<p>problem: {escape(str(p))}</p>")
+    return "".join(out)
+
+
+def deployments_section(deployments: dict[str, Any]) -> str:
+    """Every deployment of the manifest, by name ("" when it has none)."""
+    return "".join(_one(name, deployments[name]) for name in sorted(deployments))
