@@ -21,10 +21,12 @@ from test_deploy_planner import deployments, leave_bytes
 from rbln_build.deploy import Margin, Margins, Target, Traffic
 from rbln_build.deploy._cpsat import available
 from rbln_build.deploy.server import Card, Server, plan_server
+from rbln_build.estimator import resolve_npu
 
 pytestmark = pytest.mark.skipif(not available(), reason="OR-Tools is not installed (the solver extra)")
 
 MiB = 2**20
+CR = resolve_npu("RBLN-CR03")
 
 
 @st.composite
@@ -171,3 +173,33 @@ def test_a_server_of_one_card_plans_what_the_one_card_planner_plans(case, mode) 
         assert plan.counts() == {a.name: a.kvcache_num_blocks for a in one.chosen.assignments}
         assert plan.objective == one.chosen.objective
         assert plan.cards[0].assignments == one.chosen.assignments  # budgets, bytes and usage too
+
+
+def test_a_time_limit_keeps_a_placement_that_fits_and_says_what_it_did_not_prove() -> None:
+    from test_deploy_solver import similar, tight_room
+
+    from rbln_build.deploy import CP_SAT, Solver
+    from rbln_build.errors import ConfigError
+
+    target = Target("rebel100", CR, 1)
+    tenants = similar(16, 1)
+    card = Card(tuple(tight_room(target, tenants[::4], Fraction(1, 2))))
+    server = Server(target, (card,) * 4)
+    exact = plan_server(server, tenants, "blocks", solver=Solver(CP_SAT, time_limit=120))
+    try:
+        rushed = plan_server(server, tenants, "blocks", solver=Solver(CP_SAT, time_limit=0.5))
+    except ConfigError as exc:  # the clock stopped it before any placement was found: it says so
+        assert "found no placement within its time limit of 0.5 s" in str(exc)
+        return
+    assert rushed.feasible and all(min(mp.headroom()) >= 0 for mp in rushed.cards)
+    if rushed.proof.optimal:
+        assert rushed.counts() == exact.counts() and rushed.placement == exact.placement
+    else:
+        assert "not proven" in rushed.proof.note and "0.5 s" in rushed.proof.note
+        assert rushed.objective.min_share <= exact.objective.min_share
+        assert exact.proof.optimal
+        if (
+            rushed.objective.min_share == exact.objective.min_share
+            and "weighted share is optimal" not in rushed.proof.note
+        ):
+            assert exact.objective.weighted_share - rushed.objective.weighted_share <= rushed.proof.gap

@@ -241,8 +241,11 @@ class _Packer:
                 gap = Fraction(0)
                 if n == 0:
                     found = sum(v * c for v, c in zip(value, best[0], strict=True))
-                    bound = math.floor(solver.best_objective_bound)
-                    gap = max(Fraction(bound - found, scale), Fraction(0))
+                    bound = solver.best_objective_bound
+                    if status != cp.FEASIBLE or not math.isfinite(bound) or bound < found:
+                        # no solution in this stage, so no bound to trust: every model at its full pool
+                        bound = sum(v * it.options[-1][0] for v, it in zip(value, items, strict=True))
+                    gap = Fraction(math.floor(bound) - found, scale)
                     note = (
                         f"not proven optimal in {self.time_limit:g} s: the weighted share may be up to "
                         f"{float(gap):.4g} below the optimum"
