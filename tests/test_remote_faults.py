@@ -8,7 +8,6 @@ other request reaches moto unchanged."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -166,8 +165,7 @@ def test_a_worker_without_access_fails_its_checkpoint_key_in_milliseconds_withou
 ) -> None:
     from test_task_inputs import _project, _spec
 
-    from rbln_build.execution import StoreRef
-    from rbln_build.execution import _jobs, _ray
+    from rbln_build.execution import StoreRef, _jobs, _ray
     from rbln_build.execution._task_inputs import InputPacker
 
     endpoint, good = auth_moto

@@ -26,12 +26,10 @@ __all__ = ["merge"]
 def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> int:
     """The merge run (``shard=merge/N``) over ``cells``, the composed matrix. Returns the exit code."""
     from ..ci import write_ci_outputs
-    from ..config import check_contained
-    from ..config._shard import assign
+    from ..config import assign_shards, check_contained
     from ..errors import ConfigError
     from ..pipeline import MANIFEST_FILE, display_label, entry_for, render_manifest, write_summary
-    from ..store import RemoteStore, fetch_shard, shard_file, write_atomic
-    from ._build import _lock
+    from ..store import RemoteStore, acquire_build_lock, fetch_shard, shard_file, write_atomic
 
     started = time.perf_counter()
     scale = jobs[0].scale
@@ -46,11 +44,13 @@ def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> i
     warnings: list[str] = []
     store = RemoteStore(build_dir / "cache", str(scale.remote), warnings.append, True, options=scale.remote_options)
     store.probe()  # require: a remote it cannot read is a CacheError (exit 2), before anything else
-    owner = assign(cells, count, cache_dir)
+    owner = assign_shards(cells, count, cache_dir)
     shards: dict[int, list[Any]] = {}
     for cell in cells:
         shards.setdefault(owner[cell.compile_key] if cell.compile_key is not None else 1, []).append(cell)
-    rows, missing, moved = [], {}, 0
+    rows: list[tuple[Any, Any]] = []
+    missing: dict[Any, tuple[int, str, list[str]]] = {}
+    moved = 0
     for index, mine in sorted(shards.items()):
         records, size = fetch_shard(store, shard_file((index, count), [c.cell_key for c in mine]))
         moved += size
@@ -76,7 +76,12 @@ def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> i
         )
         return 1
     entries = [entry_for(cell, result) for cell, result in rows]
-    lock = _lock(build_dir)
+    try:
+        lock = acquire_build_lock(build_dir)
+    except OSError as exc:
+        raise ConfigError(
+            f"build_dir: cannot create or lock {build_dir} ({exc.strerror or exc}); choose a writable directory."
+        ) from None
     try:
         write_atomic(build_dir / MANIFEST_FILE, render_manifest(entries))
         summary = write_summary(build_dir, entries, 0, set(), warnings)
