@@ -2,7 +2,10 @@
 merge before it (a run over the whole matrix with the same remote, which downloads every compile
 entry and artifact and finalizes every cell), side by side in one run.
 
-    python bench/merge.py [--matrix matrix=plans] [--shards 2]
+    python bench/merge.py [--shards 2] [--budgets 100] [OVERRIDE ...]
+
+The matrix: ``matrix=plans`` (4 compile keys) with ``--budgets`` memory budgets (fractions 0.41,
+0.415, ...: most fit, some do not, each an outcome the manifest records) unless OVERRIDEs are given.
 
 Every run is the real CLI against moto's S3 server on 127.0.0.1 through the real s3fs, with a
 counting proxy between them (tests/plugins/s3_proxy.py): the bytes are everything on the wire both
@@ -35,9 +38,12 @@ def _port() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--matrix", default="matrix=plans", help="the matrix override (default: matrix=plans)")
+    parser.add_argument("overrides", nargs="*", help="the matrix's overrides (default: matrix=plans, --budgets)")
     parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--budgets", type=int, default=100, help="memory budgets per compile key (default 100)")
     opts = parser.parse_args()
+    budgets = "[" + ",".join(str(round(0.41 + i * 0.005, 3)) for i in range(opts.budgets)) + "]"
+    matrix = opts.overrides or ["matrix=plans", f"matrix.budgets={budgets}", "matrix.expect_failure=[]"]
     from moto.server import ThreadedMotoServer
     from s3_proxy import S3Proxy
 
@@ -63,7 +69,7 @@ def main() -> None:
         def cli(*args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
             started = time.perf_counter()
             proc = subprocess.run(
-                [sys.executable, "-m", "rbln_build.cli", opts.matrix, "progress=false", remote, *args],
+                [sys.executable, "-m", "rbln_build.cli", *matrix, "progress=false", remote, *args],
                 cwd=work,
                 env=env,
                 capture_output=True,
@@ -96,7 +102,7 @@ def main() -> None:
                 "manifest": (out / "manifest.json").read_bytes(),
             }
         manifests = {r.pop("manifest") for r in rows.values()}
-        print(json.dumps({"matrix": opts.matrix, "shards": opts.shards, "runs": rows}, indent=2))
+        print(json.dumps({"matrix": matrix, "shards": opts.shards, "runs": rows}, indent=2))
         if len(manifests) != 1:
             sys.exit("the two merges wrote different manifests")
         a, b = rows.values()

@@ -87,3 +87,34 @@ def test_a_merge_names_the_missing_shard_and_compiles_nothing(tmp_path: Path) ->
     assert len(missing) == 2 and all(line.startswith("  shard 2/2: compile key ") for line in missing)
     assert "run shard(s) 2/2 again" in proc.stderr and "Traceback" not in proc.stderr
     assert not (merge / "manifest.json").exists() and not (merge / "cache" / "compile").exists()
+
+
+def test_a_shard_file_is_read_bounded_and_a_foreign_record_is_not_taken(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from rbln_build.commands._merge import _result
+    from rbln_build.errors import CacheError
+    from rbln_build.store import CellResult, RemoteStore, fetch_shard, shard_file
+
+    store = RemoteStore(tmp_path / "cache", f"file://{tmp_path / 'remote'}")
+    name = shard_file((1, 2), ["b" * 64, "a" * 64])
+    assert name == shard_file((1, 2), ["a" * 64, "b" * 64]) != shard_file((2, 2), ["a" * 64, "b" * 64])
+    assert fetch_shard(store, name) == (None, 0)  # not there: every cell of that shard is missing
+    path = tmp_path / "remote" / name
+    path.parent.mkdir(parents=True)
+    mine = CellResult("a" * 64, "c" * 64, error="does not fit", error_kind="budget", retry=False)
+    path.write_bytes(gzip.compress(json.dumps({"results": {"a" * 64: mine.to_json()}, "schema": 1}).encode(), mtime=0))
+    results, size = fetch_shard(store, name)
+    assert results is not None and size == path.stat().st_size
+
+    class Cell:
+        cell_key, compile_key = "a" * 64, "c" * 64
+
+    assert _result(Cell, results["a" * 64]) == mine
+    Cell.compile_key = "d" * 64  # a record of another compile key under this cell's key: not taken
+    assert _result(Cell, results["a" * 64]) is None and _result(Cell, {"cell_key": 1}) is None
+    for bad in (b"not gzip", gzip.compress(b"[1, 2]"), gzip.compress(b"{}")[:-3]):
+        path.write_bytes(bad)
+        with pytest.raises(CacheError, match="not a shard's results"):
+            fetch_shard(store, name)

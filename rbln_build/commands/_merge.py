@@ -1,7 +1,7 @@
 """``shard=merge/N``: the manifest of a sharded build, written from the shards' results on the remote.
 
 After its build, each shard (``shard=I/N``) puts its cells' result records on the remote cache in one
-file (``<url>/shards/<digest>.json``, ``store.shard_file``: named by I, N and the shard's cell keys),
+file (``<url>/shards/<digest>.json.gz``, ``store.shard_file``: named by I, N and the shard's cell keys),
 listing only cells whose outcome is final and whose compile entry and artifact are on the remote.
 The merge composes the same matrix, computes the same assignment (``config._shard``), reads those N
 files, checks that every record belongs to its cell (its cell key and compile key) and writes
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,10 @@ def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> i
     cache_dir = None if scale.cache_dir is None else Path(scale.cache_dir)
     check_contained(build_dir, cache_dir)
     warnings: list[str] = []
-    store = RemoteStore(build_dir / "cache", str(scale.remote), warnings.append, True, options=scale.remote_options)
+    options = replace(scale.remote_options, mode="read")  # a merge only reads the remote
+    store = RemoteStore(build_dir / "cache", str(scale.remote), warnings.append, True, options=options)
     store.probe()  # require: a remote it cannot read is a CacheError (exit 2), before anything else
-    owner = assign_shards(cells, count, cache_dir)
+    owner = assign_shards(cells, count)  # as every shard computes it (_build: select_shard)
     shards: dict[int, list[Any]] = {}
     for cell in cells:
         shards.setdefault(owner[cell.compile_key] if cell.compile_key is not None else 1, []).append(cell)

@@ -14,9 +14,11 @@ trusted for anything else: a lost or damaged one costs one question per key.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import uuid
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from ._store import Store, is_key
 
 __all__ = ["upload_missing", "known_file", "sync_after_build", "shard_file", "fetch_shard", "SHARDS_DIR"]
 
-SHARDS_DIR = "shards"  # <url>/shards/<digest>.json: one shard's cell results, what the merge reads
+SHARDS_DIR = "shards"  # <url>/shards/<digest>.json.gz: one shard's cell results, what the merge reads
 MAX_SHARD_BYTES = 1 << 30  # ~600 bytes a cell: far more cells than any matrix
 
 
@@ -128,7 +130,8 @@ def sync_after_build(
     name = shard_file(shard, [c for c, _ in cells])
     try:
         fs, base = store._filesystem()
-        data = canonical_json({"results": ready, "schema": 1}).encode("utf-8")
+        # gzip (no name, no time: the same results give the same bytes): records repeat their field names
+        data = gzip.compress(canonical_json({"results": ready, "schema": 1}).encode("utf-8"), mtime=0)
         with_retries(lambda: _put_whole(store, fs, base, name, data))
     except Exception as exc:
         store._unreachable(exc)
@@ -145,7 +148,7 @@ def shard_file(shard: tuple[int, int], cell_keys: Iterable[str]) -> str:
     """Where shard I/N of a matrix leaves its results: named by I, N and its cells' keys, so every
     shard and the merge compute it from the matrix alone, and another matrix never reads it."""
     body = canonical_json({"cells": sorted(set(cell_keys)), "shard": list(shard)}).encode("utf-8")
-    return f"{SHARDS_DIR}/{hashlib.sha256(body).hexdigest()}.json"
+    return f"{SHARDS_DIR}/{hashlib.sha256(body).hexdigest()}.json.gz"
 
 
 def fetch_shard(store: RemoteStore, name: str) -> tuple[dict[str, Any] | None, int]:
@@ -159,10 +162,14 @@ def fetch_shard(store: RemoteStore, name: str) -> tuple[dict[str, Any] | None, i
     try:
         if len(raw) > MAX_SHARD_BYTES:
             raise ValueError(f"over {MAX_SHARD_BYTES} bytes")
-        results = json.loads(raw)["results"]
+        unpacker = zlib.decompressobj(wbits=31)  # gzip, bounded: a small file cannot unpack to gigabytes
+        text = unpacker.decompress(raw, MAX_SHARD_BYTES + 1)
+        if len(text) > MAX_SHARD_BYTES or not unpacker.eof:
+            raise ValueError(f"not a whole gzip stream of at most {MAX_SHARD_BYTES} bytes")
+        results = json.loads(text)["results"]
         if not isinstance(results, dict):
             raise ValueError("no results object")
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError, zlib.error) as exc:
         raise CacheError(f"{store.url}/{name}: not a shard's results ({exc}); run that shard again") from None
     return results, len(raw)
 
