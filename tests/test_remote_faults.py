@@ -73,6 +73,19 @@ def test_one_injected_5xx_on_a_put_is_retried_and_the_key_published(
     assert other.lookup("compile", KEY) is not None and other.downloaded == [KEY]
 
 
+def test_a_reset_connection_on_a_put_is_retried_and_the_key_published(
+    tmp_path: Path, proxied: tuple[S3Proxy, Any]
+) -> None:
+    proxy, fs = proxied
+    store, warnings = _store(tmp_path, proxy, "reset")
+    assert store.probe()
+    proxy.fail("PUT", "/reset/compile/", 0, times=1)
+    store.put("compile", KEY, _fill)
+    assert len([p for m, p in proxy.requests if m == "PUT" and "/reset/compile/" in p]) >= 2
+    assert store.uploaded == [KEY] and not store.down and not warnings
+    assert _left(fs, "reset") == []
+
+
 def test_a_lasting_refusal_turns_the_remote_off_once(tmp_path: Path, proxied: tuple[S3Proxy, Any]) -> None:
     proxy, fs = proxied
     store, warnings = _store(tmp_path, proxy, "denied")

@@ -1,12 +1,14 @@
 """A tiny HTTP proxy on 127.0.0.1 in front of an S3 API server (moto), for tests and benches: it
 forwards every request unchanged, counts the bytes each way (request line, headers and bodies), and
 can answer chosen requests itself with an S3 error instead of forwarding them (fault injection:
-``fail(method, path_part, status, code, times)``). The client (s3fs/botocore) and the server are
+``fail(method, path_part, status, code, times)``; status 0 resets the connection instead). The client (s3fs/botocore) and the server are
 the real ones; only the chosen answers are made here."""
 
 from __future__ import annotations
 
 import http.client
+import socket
+import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,6 +42,11 @@ class S3Proxy:
                     )
                     if fault is not None:
                         fault[4] -= 1
+                if fault is not None and fault[2] == 0:  # status 0: reset the connection, no answer
+                    self.close_connection = True
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return
                 if fault is not None:
                     payload = (
                         f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{fault[3]}</Code>"
