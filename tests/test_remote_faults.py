@@ -99,8 +99,11 @@ def test_a_lasting_refusal_turns_the_remote_off_once(tmp_path: Path, proxied: tu
 
 
 def test_a_publish_failing_every_retry_leaves_no_temporary_and_the_remote_stays_on(
-    tmp_path: Path, proxied: tuple[S3Proxy, Any]
+    tmp_path: Path, proxied: tuple[S3Proxy, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from rbln_build.store import _remote_io
+
+    monkeypatch.setattr(_remote_io, "BACKOFF_S", (0.01, 0.01, 0.01))  # the same 4 attempts, without the waits
     proxy, fs = proxied
     store, warnings = _store(tmp_path, proxy, "flaky")
     assert store.probe()
@@ -112,6 +115,19 @@ def test_a_publish_failing_every_retry_leaves_no_temporary_and_the_remote_stays_
     proxy.reset_counts()
     store.put("compile", "cd" * 32, _fill)  # the server well again: the remote served on
     assert "cd" * 32 in store.uploaded and not store.down
+
+
+def test_a_remote_that_refuses_deletes_passes_the_check_and_serves(
+    tmp_path: Path, proxied: tuple[S3Proxy, Any]
+) -> None:
+    """Write-once buckets (PutObject allowed, DeleteObject not) are a common CI policy."""
+    proxy, fs = proxied
+    store, warnings = _store(tmp_path, proxy, "nodelete")
+    proxy.fail("DELETE", "/nodelete/", 403, "AccessDenied", times=100)
+    proxy.fail("POST", "?delete", 403, "AccessDenied", times=100)
+    assert store.probe() and not warnings
+    store.put("compile", KEY, _fill)
+    assert store.uploaded == [KEY] and not store.down
 
 
 def test_a_stale_temporary_is_removed_by_the_next_writer(tmp_path: Path, proxied: tuple[S3Proxy, Any]) -> None:

@@ -140,9 +140,11 @@ class RemoteStore(Store):
         try:
             probe = f"{base}/tmp/probe-{uuid.uuid4().hex}"
             publish_if_absent(fs, probe, b"", self.options.call_timeout, f"{base}/tmp")
-            self._call(fs.rm_file, probe)
         except Exception as exc:
             return f"cannot write to it: {_why(exc)}; give write access, or set cache.remote_mode=read"
+        _forget(
+            fs, probe, self.options.call_timeout
+        )  # a remote that refuses deletes still serves: gc --remote removes it then
         try:
             self._call(clean_stale, fs, f"{base}/tmp", TRANSFER_TIMEOUT_S)
         except Exception:
@@ -325,13 +327,20 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip().rstrip(":")
 
 
-def _forget(fs: Any, staged: str) -> None:
+def _forget(fs: Any, staged: str, timeout: float = 30.0) -> None:
     try:
-        bounded(30.0, fs.rm_file, staged)
+        bounded(timeout, fs.rm_file, staged)
     except Exception:
         pass  # not there, or the remote is gone: the next writer's check removes it once stale
 
 
 def _publish(fs: Any, staged: str, final: str) -> None:
+    """Move ``staged`` to ``final``: a rename on a filesystem; on an object store a copy, then the
+    staged object removed if the store lets us (a bucket that refuses deletes still publishes)."""
     _makedirs(fs, final.rsplit("/", 1)[0])
-    fs.mv(staged, final)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        fs.mv(staged, final)
+        return
+    fs.copy(staged, final)
+    _forget(fs, staged)
