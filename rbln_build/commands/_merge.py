@@ -67,7 +67,8 @@ def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> i
         )
         for key, (index, label, ids) in sorted(missing.items(), key=lambda kv: (kv[1][0], str(kv[0]))):
             print(
-                f"  shard {index}/{count}: compile key {key} ({label}), {len(ids)} cell(s): {ids[0]}", file=sys.stderr
+                f"  shard {index}/{count}: compile key {key} ({label}), {len(ids)} cell(s) such as {ids[0]}",
+                file=sys.stderr,
             )
         shards_left = sorted({index for index, _, _ in missing.values()})
         print(
