@@ -224,7 +224,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build matrix=release shard=3/8 cache.remote=s3://team-bucket/rbln-cache": Elsewhere(
         "tests/test_shard.py", CLUSTER
     ),
-    "rbln-build matrix=release cache.remote=s3://team-bucket/rbln-cache": Elsewhere("tests/test_shard.py", CLUSTER),
+    "rbln-build matrix=release shard=merge/8 cache.remote=s3://team-bucket/rbln-cache": Elsewhere(
+        "tests/test_shard.py", CLUSTER
+    ),
     "rbln-build build_dir=build-a cache.dir=~/.cache/rbln-build/shared": Elsewhere(
         "tests/test_shared_cache.py", "a folder in the reader's home (the test shares a cache between two build dirs)"
     ),

@@ -36,7 +36,8 @@ from rbln_build.inspection._jsonl import main as estimate_main
 from rbln_build.memory._recipes import DEFAULT_RECIPES_DIR, load_recipe
 from rbln_build.memory._shipped import shipped_dir
 from rbln_build.scaffold._init import scaffold
-from rbln_build.store._remote import RemoteStore, _unpack
+from rbln_build.store._packing import _unpack
+from rbln_build.store._remote import RemoteStore
 
 TOOLCHAIN = {"torch": "t", "transformers": "t", "format": "1"}
 TEMPLATE = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -206,6 +207,8 @@ def test_a_stopped_s3_server_warns_once_and_builds_locally_or_fails_if_required(
     assert proc.stderr.count("cache.remote: s3://rbln-cache/x cannot be reached") == 1
     assert summary(out)["compiled"] == 4
     assert summary(out)["warnings"] and "AWS_SECRET" not in proc.stderr and "testing" not in proc.stderr
+    off = [w for w in summary(out)["warnings"] if "was off for this run" in w]  # what it left behind, counted
+    assert len(off) == 1 and re.search(r"; (\d+) of \1 cache entries this build uses are not on it", off[0])
     out, proc = build(tmp_path, "required", "s3://rbln-cache/x", "cache.require_remote=true", env=env)
     check_ok(proc, 2)
     assert "cache.require_remote=true stops the build" in proc.stderr and "Traceback" not in proc.stderr

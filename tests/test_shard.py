@@ -31,6 +31,13 @@ def test_two_shards_and_a_merge_give_the_single_build_manifest_compiling_nothing
         assert f"shard {i}/2: 2 of 4 compile keys" in proc.stdout  # balanced: one 8B and one 1B key each
         compiled.append(summary(out)["compiled"])
     assert compiled == [2, 2]
+    assert len(list((tmp_path / "remote" / "shards").iterdir())) == 2  # each shard's results, for the merge
+    moved = tmp_path / "moved"
+    proc = rbln([*PLANS, f"build_dir={moved}", remote, "shard=merge/2"], cwd=tmp_path)
+    check_ok(proc)
+    assert "0 compiled" in proc.stdout and "no program downloaded" in proc.stdout
+    assert (moved / "manifest.json").read_bytes() == (single / "manifest.json").read_bytes()
+    assert summary(moved)["compiled"] == 0 and not (moved / "cache" / "compile").exists()  # nothing fetched
     merge = tmp_path / "merge"
     proc = rbln([*PLANS, "jobs=2", f"build_dir={merge}", remote], cwd=tmp_path)
     check_ok(proc)
@@ -58,9 +65,56 @@ def test_the_assignment_is_deterministic_and_covers_every_key() -> None:
         (["shard=3/2", "cache.remote=file:///tmp/x"], "shard: expected I/N with 1 <= I <= N"),
         (["shard=1/2"], "a shard's entries reach the merge run only through a shared remote cache"),
         (["shard=1/2", "cache.remote=file:///tmp/x", "cache.remote_mode=read"], "set cache.remote=URL"),
+        (["shard=merge/2"], "set cache.remote=URL"),
+        (["shard=merge/0", "cache.remote=file:///tmp/x"], "or merge/N for the merge run"),
     ],
 )
 def test_bad_shards_are_configuration_errors(tmp_path: Path, args: list[str], message: str) -> None:
     proc = rbln([*PLANS, f"build_dir={tmp_path / 'b'}", *args], cwd=tmp_path)
     check_ok(proc, 2)
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_merge_names_the_missing_shard_and_compiles_nothing(tmp_path: Path) -> None:
+    remote = f"cache.remote=file://{tmp_path / 'remote'}"
+    proc = rbln([*PLANS, "jobs=1", f"build_dir={tmp_path / 'shard1'}", remote, "shard=1/2"], cwd=tmp_path)
+    check_ok(proc)
+    merge = tmp_path / "merge"
+    proc = rbln([*PLANS, f"build_dir={merge}", remote, "shard=merge/2"], cwd=tmp_path)
+    check_ok(proc, 1)
+    missing = [line for line in proc.stderr.splitlines() if line.startswith("  shard ")]
+    assert len(missing) == 2 and all(line.startswith("  shard 2/2: compile key ") for line in missing)
+    assert "run shard(s) 2/2 again" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (merge / "manifest.json").exists() and not (merge / "cache" / "compile").exists()
+
+
+def test_a_shard_file_is_read_bounded_and_a_foreign_record_is_not_taken(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from rbln_build.commands._merge import _result
+    from rbln_build.errors import CacheError
+    from rbln_build.store import CellResult, RemoteStore, fetch_shard, shard_file
+
+    store = RemoteStore(tmp_path / "cache", f"file://{tmp_path / 'remote'}")
+    name = shard_file((1, 2), ["b" * 64, "a" * 64])
+    assert name == shard_file((1, 2), ["a" * 64, "b" * 64]) != shard_file((2, 2), ["a" * 64, "b" * 64])
+    assert fetch_shard(store, name) == (None, 0)  # not there: every cell of that shard is missing
+    path = tmp_path / "remote" / name
+    path.parent.mkdir(parents=True)
+    mine = CellResult("a" * 64, "c" * 64, error="does not fit", error_kind="budget", retry=False)
+    path.write_bytes(gzip.compress(json.dumps({"results": {"a" * 64: mine.to_json()}, "schema": 1}).encode(), mtime=0))
+    results, size = fetch_shard(store, name)
+    assert results is not None and size == path.stat().st_size
+
+    class Cell:
+        cell_key, compile_key = "a" * 64, "c" * 64
+
+    assert _result(Cell, results["a" * 64]) == mine
+    Cell.compile_key = "d" * 64  # a record of another compile key under this cell's key: not taken
+    assert _result(Cell, results["a" * 64]) is None and _result(Cell, {"cell_key": 1}) is None
+    for bad in (b"not gzip", gzip.compress(b"[1, 2]"), gzip.compress(b"{}")[:-3]):
+        path.write_bytes(bad)
+        with pytest.raises(CacheError, match="not a shard's results"):
+            fetch_shard(store, name)

@@ -162,6 +162,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
 
         compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
+    if jobs[0].scale.shard is not None and jobs[0].scale.shard[0] == 0:  # shard=merge/N: metadata, no compile
+        from ._merge import merge
+
+        return merge(jobs, build_dir, cells, outputs)
     shard_line = None
     if jobs[0].scale.shard is not None:  # CI without Ray: 1/N of the compile keys (rbln_build.config._shard)
         from ..config import select_shard
@@ -232,7 +236,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
     else:
         print(f"{counts} Manifest: {manifest_path}")
     if shard_line is not None:
-        print(f"{shard_line}; merge them with a run over the whole matrix and the same cache.remote.")
+        print(f"{shard_line}; merge them with shard=merge/{jobs[0].scale.shard[1]} and the same cache.remote.")
     nodes = _per_node(build)
     if nodes:
         print(nodes)

@@ -24,6 +24,7 @@ from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_
 from ._scale import Scale
 from ._schema import schema_field_names
 from ._settings import BuildSettings, Device, Matrix, Model, SubMatrix
+from ._shard import assign as assign_shards
 from ._shard import select as select_shard
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "owner_tag",
     "register_configs",
     "select_shard",
+    "assign_shards",
     "settings_from_config",
     "split_project_arg",
 ]

@@ -159,8 +159,9 @@ def scale_from_config(cfg: Any) -> Scale:
     options = _remote_options(cfg.cache)
     from ._shard import parse_shard
 
+    shard = parse_shard(cfg.get("shard"), remote, options.writes)
     return Scale(
-        shard=parse_shard(cfg.get("shard"), remote, options.writes),
+        shard=shard,
         remote_options=options,
         jobs=jobs,
         executor=kind,
@@ -170,7 +171,7 @@ def scale_from_config(cfg: Any) -> Scale:
         max_retries=int(ex.max_retries),
         auth_token_env=_env_name("executor.auth_token_env", ex.auth_token_env),
         remote=remote,
-        require_remote=bool(cfg.cache.require_remote),
+        require_remote=bool(cfg.cache.require_remote) or shard is not None,  # a shard's work reaches nothing else
     )
 
 

@@ -128,7 +128,9 @@ class BuildConf:
     jobs: Optional[int] = None  # worker processes for compiles (null: the cores); see _scale
     executor: ExecutorConf = field(default_factory=ExecutorConf)  # conf/executor/: local or ray
     cache: CacheConf = field(default_factory=CacheConf)  # cache.remote: a shared second level
-    shard: Optional[str] = None  # "I/N": build 1/N of the compile keys into cache.remote (_shard)
+    shard: Optional[str] = (
+        None  # "I/N": build 1/N of the compile keys into cache.remote; "merge/N": merge them (_shard)
+    )
 
 
 _registered = False

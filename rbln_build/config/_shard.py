@@ -31,15 +31,20 @@ MAX_SHARDS = 10_000  # more machines than any CI runs; the assignment keeps a li
 
 
 def parse_shard(value: Any, remote: str | None, writes: bool) -> tuple[int, int] | None:
-    """``shard`` of the config as (I, N), checked. Raises ConfigError."""
+    """``shard`` of the config as (I, N), checked; ``merge/N`` is (0, N). Raises ConfigError."""
     if value is None:
         return None
-    match = _SHARD.fullmatch(str(value)[:100])
+    text = str(value).strip()[:100]
+    merge = text.startswith("merge/")  # merge/N: the merge run (rbln_build.commands._merge)
+    match = _SHARD.fullmatch("1" + text[5:] if merge else text)
     digits = match is not None and max(len(match.group(1)), len(match.group(2))) <= 7  # int() of 5,000 digits fails
     if match is None or not digits or not 1 <= int(match.group(1)) <= int(match.group(2)) <= MAX_SHARDS:
         raise ConfigError(
-            f"shard: expected I/N with 1 <= I <= N <= {MAX_SHARDS:,} (such as shard=3/8), got {str(value)[:60]!r}."
+            f"shard: expected I/N with 1 <= I <= N <= {MAX_SHARDS:,} (such as shard=3/8), or merge/N for the merge "
+            f"run, got {str(value)[:60]!r}."
         )
+    if merge and remote is not None:
+        return 0, int(match.group(2))  # 0: the merge, which only reads the remote
     if remote is None or not writes:
         raise ConfigError(
             f"shard={value}: a shard's entries reach the merge run only through a shared remote cache; "

@@ -70,6 +70,17 @@ def _compile_task(
     work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
     try:
         ref = StoreRef(str(work / "cache"), remote, require, options=options)
+        why = None if remote is None else _cannot_use(ref)
+        if why is not None:  # before any work: a compile (or a weights download) would be lost
+            error = (
+                f"the Ray worker {_where()} cannot use cache.remote {remote} ({why}); give the nodes the cache's "
+                "credentials and endpoint (cache.key_env/secret_env/endpoint, or their own environment)"
+            )
+            return (
+                CompileDone(key, None, False, 0.0, _where(), error, "build_failed", True, attempt=_attempt()),
+                None,
+                None,
+            )
         try:
             with plugin_loaded(inputs.plugin, work):
                 local = materialize(inputs, spec, work / "inputs", ref.open(lambda _msg: None))
@@ -105,6 +116,25 @@ def _compile_task(
         return done, pack_entry(entry, work / "entry.tar"), entry.content_hash
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_REACHED: set[tuple[str, Any]] = set()  # (url, options) this worker process has reached
+
+
+def _cannot_use(ref: StoreRef) -> str | None:
+    """Why this worker cannot read (and in readwrite mode write) the remote cache, checked before any
+    work (``RemoteStore.check``: a listing and a conditional write to ``tmp/``, milliseconds); None
+    when it can. A success is remembered for the worker process's later tasks."""
+    mark = (str(ref.remote), ref.options)
+    if mark in _REACHED:
+        return None
+    try:
+        why = ref.open(lambda _msg: None).check()  # type: ignore[attr-defined]
+    except Exception as exc:  # a credential variable not set here (CacheError), a missing package
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if why is None:
+        _REACHED.add(mark)
+    return why  # type: ignore[no-any-return]
 
 
 def _attempt() -> int:

@@ -21,14 +21,19 @@ from ..progress import failure_summary, warning_summary
 from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
 from ._dodo import dodo_namespace
-from ._doit import doit_config
+from ._doit import display_label, doit_config
 from ._links import ours
-from ._manifest import entry_for
+from ._manifest import entry_for, render_manifest
+from ._publish import MANIFEST_FILE, write_summary
 from ._serving import check_serving, command_for, with_budget
 from ._startup import STATE_FILE, scope_inventory_cache
 from ._tasks import BuildRun
 
 __all__ = [
+    "display_label",
+    "render_manifest",
+    "MANIFEST_FILE",
+    "write_summary",
     "sweep_jobs",
     "BuildRun",
     "Ledger",

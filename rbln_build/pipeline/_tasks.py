@@ -46,7 +46,7 @@ from ..execution import (
     survey,
 )
 from ..progress import HISTORY_FILE, doit_reporter, make_progress
-from ..store import DOWN_MARKER, LOCK_FILE, CellResult, CompileOutcome, Store, is_key, once_key
+from ..store import DOWN_MARKER, LOCK_FILE, CellResult, CompileOutcome, Store, once_key
 from ._doit import (
     NO_COMPILE,
     TracebackTrap,
@@ -313,23 +313,13 @@ class BuildRun:
                 hand.add(cells, results)
 
     def _upload_missing(self) -> None:
-        """With a remote cache: upload what this build uses that is local only (``_remote_sync``)."""
-        if getattr(self.store, "url", None) is None or getattr(self.store, "down", True):
-            return
-        from ..store import upload_missing
+        """With a remote cache: upload what this build uses that is local only, and a shard's results
+        for the merge (``store._remote_sync``). A remote turned off for the run counts what it left."""
+        from ..store import sync_after_build
 
-        keys = [("compile", key) for key in self.compiles]
-        for cell in self.cells:
-            body = self.store.load_record("results", cell.cell_key)
-            try:
-                artifact = None if body is None else CellResult.from_json(body).artifact_key
-            except (TypeError, ValueError):
-                artifact = None
-            if artifact is not None and is_key(artifact):
-                keys.append(("artifacts", artifact))
-        count = upload_missing(self.store, keys)  # type: ignore[arg-type]
-        if count:
-            self.display.warn(f"uploaded {count} cache entr{'y' if count == 1 else 'ies'} the remote cache lacked")
+        cells = [(c.cell_key, c.compile_key) for c in self.cells]
+        for line in sync_after_build(self.store, list(self.compiles), cells, self.scale.shard):
+            (self._warn if line.startswith("cache.remote:") else self.display.warn)(line)
 
     def prepare(self) -> None:
         """Before any task (holding the lock): the run's start-up (_startup)."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
 
-from ._hashing import _files
+from ._hashing import _files, content_hash
 from ._keys import canonical_json
-from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry
+from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, program_problem
 
 MAX_MEMBERS = 100_000  # files in one entry's tar
 
@@ -69,3 +70,48 @@ def _unpack(packed: Path, dest: Path, key: str) -> dict[str, Any] | None:
         return record["meta"]  # type: ignore[no-any-return]
     except (OSError, tarfile.TarError, ValueError, KeyError, RecursionError):
         return None
+
+
+def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | str:
+    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded`` and its
+    programs check out as data (``program_problem``), make it the local entry (never uploaded again:
+    it came from elsewhere). Otherwise the reason it was refused."""
+    meta = _unpack(packed, tmp, key)
+    if meta is None or content_hash(tmp / FILES_DIR, meta) != recorded:
+        return f"its files do not match the recorded content hash {recorded}"
+    problem = program_problem(tmp / FILES_DIR)
+    if problem is not None:
+        return problem
+
+    def fill(files: Path) -> dict[str, Any]:
+        files.rmdir()
+        shutil.move(str(tmp / FILES_DIR), str(files))
+        return meta
+
+    return Store.put(store, kind, key, fill)
+
+
+def pack_entry(entry: Entry, path: Path) -> bytes:
+    """The entry as tar bytes (what a Ray task sends back to the driver)."""
+    _pack(entry, path)
+    try:
+        return path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def install_packed(store: Store, kind: str, key: str, data: bytes, recorded: str | None) -> bool:
+    """Install an entry sent as tar bytes into ``store`` after verifying its content hash."""
+    tmp = store._tmp(store.entry_path(kind, key))
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    packed = tmp.with_name(tmp.name + ".tar")
+    try:
+        packed.write_bytes(data)
+        installed = _install(store, kind, key, packed, tmp, recorded)
+        if isinstance(installed, str):
+            store.warn(f"entry {kind}/{key} sent by a worker was refused: {installed}")
+            return False
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        packed.unlink(missing_ok=True)

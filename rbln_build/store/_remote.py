@@ -41,11 +41,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CacheError
-from ._hashing import content_hash
 from ._keys import canonical_json
-from ._packing import _pack, _unpack, sha256_of
-from ._remote_io import DOWN_MARKER, TRANSFER_TIMEOUT_S, RemoteOptions, bounded, open_filesystem, publish_if_absent
-from ._store import FILES_DIR, Entry, Store, program_problem
+from ._packing import _install, _pack, install_packed, pack_entry, sha256_of
+from ._remote_io import (
+    BACKOFF_S,
+    DOWN_MARKER,
+    TRANSFER_TIMEOUT_S,
+    RemoteOptions,
+    bounded,
+    clean_stale,
+    open_filesystem,
+    publish_if_absent,
+    transient,
+    with_retries,
+)
+from ._store import Entry, Store
 
 __all__ = ["RemoteStore", "REMOTE_KINDS", "REMOTE_TIMEOUTS", "pack_entry", "install_packed"]
 
@@ -74,6 +84,8 @@ class RemoteStore(Store):
         self.down = not require and (self.root / DOWN_MARKER).exists()
         self.downloaded: list[str] = []  # keys this process took from the remote
         self.uploaded: list[str] = []
+        self.failed: list[str] = []  # kind/key whose transfer failed every retry (the remote stayed on)
+        self._failing = 0  # keys in a row that failed every retry
         self._fs: Any = None
         self._base = ""
 
@@ -96,8 +108,17 @@ class RemoteStore(Store):
         return bounded(TRANSFER_TIMEOUT_S if transfer else self.options.call_timeout, fn, *args, **kwargs)
 
     def probe(self) -> bool:
-        """Can the remote be reached? Reports (once) and returns False if not; with ``require``
-        raises CacheError instead."""
+        """Can the remote be reached (``check``)? Reports (once) and returns False if not; with
+        ``require`` raises CacheError instead."""
+        why = self.check()
+        if why is not None:
+            self._unreachable(why)
+        return why is None
+
+    def check(self) -> str | None:
+        """Before any work: a read (a listing) and, in readwrite mode, a conditional write to
+        ``tmp/`` (removed at once; temporaries left there over an hour ago by killed uploads are
+        removed too). None when the remote serves this process, else why not. Nothing reported."""
         try:
             fs, base = self._filesystem()
             attempts = getattr(fs, "retries", None)
@@ -108,15 +129,27 @@ class RemoteStore(Store):
             finally:
                 if attempts is not None:
                     fs.retries = attempts
-            return True
         except FileNotFoundError:
             if self.url.startswith("s3://"):
-                self._unreachable(FileNotFoundError(f"no bucket {self.url[5:].split('/')[0]!r}"))
-                return False
-            return True  # a directory not made yet: the first upload makes it
+                return f"FileNotFoundError: no bucket {self.url[5:].split('/')[0]!r}"
+            # a directory not made yet: the first upload makes it
         except Exception as exc:
-            self._unreachable(exc)
-            return False
+            return _why(exc)
+        if not self.options.writes:
+            return None
+        try:
+            probe = f"{base}/tmp/probe-{uuid.uuid4().hex}"
+            publish_if_absent(fs, probe, b"", self.options.call_timeout, f"{base}/tmp")
+        except Exception as exc:
+            return f"cannot write to it: {_why(exc)}; give write access, or set cache.remote_mode=read"
+        _forget(
+            fs, probe, self.options.call_timeout
+        )  # a remote that refuses deletes still serves: gc --remote removes it then
+        try:
+            self._call(clean_stale, fs, f"{base}/tmp", TRANSFER_TIMEOUT_S)
+        except Exception:
+            pass  # `rbln-build gc --remote` removes them too
+        return None
 
     # -- remote I/O ---------------------------------------------------------------------------------
 
@@ -125,8 +158,8 @@ class RemoteStore(Store):
             self._fs, self._base = open_filesystem(self.url, self.options)
         return self._fs, self._base
 
-    def _unreachable(self, exc: BaseException) -> None:
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+    def _unreachable(self, exc: BaseException | str) -> None:
+        why = exc if isinstance(exc, str) else _why(exc)
         if self.require:
             raise CacheError(
                 f"cache.remote: {self.url} cannot be reached ({why}); cache.require_remote=true stops the build. "
@@ -141,58 +174,74 @@ class RemoteStore(Store):
                 pass  # the marker only saves the other workers a wait
             self.warn(f"cache.remote: {self.url} cannot be reached ({why}); building with the local cache only")
 
-    def _download(self, kind: str, key: str) -> Entry | None:
+    def _guarded(self, kind: str, key: str, op: Callable[[], Any], then: str) -> Any:
+        """``op`` (one key's transfer), retried after transient errors (``with_retries``); then None.
+        An error that will not pass turns the remote off for the run (``_unreachable``); so do
+        three keys in a row that failed every retry."""
         try:
-            fs, base = self._filesystem()
-            pointer_path = f"{base}/{kind}/{key}"
-            raw = b""
-            try:
-                raw = self._call(fs.cat_file, pointer_path, start=0, end=MAX_POINTER_BYTES + 1)  # ~150 bytes
-                if len(raw) > MAX_POINTER_BYTES:
-                    raise ValueError(f"over {MAX_POINTER_BYTES} bytes")
-                pointer = json.loads(raw)
-                blob, recorded, size = pointer["blob"], pointer["content_hash"], pointer.get("size")
-                if not (isinstance(blob, str) and len(blob) == 64 and all(c in "0123456789abcdef" for c in blob)):
-                    raise ValueError(f"bad blob name {blob!r}")
-                if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
-                    raise ValueError(f"bad size {size!r}")
-            except FileNotFoundError:
-                return None
-            except (ValueError, KeyError, TypeError) as exc:
-                self._reject(kind, key, None, f"its pointer is unreadable ({exc})", raw)
-                return None
-            tmp = self._tmp(self.entry_path(kind, key))
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                packed = tmp.with_name(tmp.name + ".tar")
-                try:
-                    if size is not None and self._call(fs.size, f"{base}/blobs/{blob}") != size:  # before fetching
-                        # the pointer and the blob disagree: the pointer is this key's problem; the blob
-                        # may be another key's, so it stays
-                        self._reject(kind, key, None, f"its blob is not the {size} bytes the pointer records", raw)
-                        return None
-                    self._call(fs.get_file, f"{base}/blobs/{blob}", str(packed), transfer=True)
-                except FileNotFoundError:
-                    self._reject(kind, key, None, f"its blob {blob} is missing", raw)
-                    return None
-                actual = sha256_of(packed)
-                if actual != blob:
-                    self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under", raw)
-                    return None
-                entry = _install(self, kind, key, packed, tmp, recorded)
-                if isinstance(entry, str):  # a whole blob (its name checks out): only this pointer is wrong
-                    self._reject(kind, key, None, entry, raw)
-                    return None
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.with_name(tmp.name + ".tar").unlink(missing_ok=True)
-            self.downloaded.append(key)
-            return entry
+            result = with_retries(op)
+            self._failing = 0
+            return result
         except CacheError:
             raise
-        except Exception as exc:  # the remote is down or refuses us: build locally
-            self._unreachable(exc)
+        except Exception as exc:
+            if not transient(exc) or self._failing >= 2:
+                self._unreachable(exc)
+                return None
+            self._failing += 1
+            self.failed.append(f"{kind}/{key}")
+            self.warn(f"cache.remote: {self.url}/{kind}/{key} failed {len(BACKOFF_S) + 1} times ({_why(exc)}); " + then)
             return None
+
+    def _download(self, kind: str, key: str) -> Entry | None:
+        return self._guarded(kind, key, lambda: self._download_once(kind, key), "built locally")  # type: ignore[no-any-return]
+
+    def _download_once(self, kind: str, key: str) -> Entry | None:
+        fs, base = self._filesystem()
+        pointer_path = f"{base}/{kind}/{key}"
+        raw = b""
+        try:
+            raw = self._call(fs.cat_file, pointer_path, start=0, end=MAX_POINTER_BYTES + 1)  # ~150 bytes
+            if len(raw) > MAX_POINTER_BYTES:
+                raise ValueError(f"over {MAX_POINTER_BYTES} bytes")
+            pointer = json.loads(raw)
+            blob, recorded, size = pointer["blob"], pointer["content_hash"], pointer.get("size")
+            if not (isinstance(blob, str) and len(blob) == 64 and all(c in "0123456789abcdef" for c in blob)):
+                raise ValueError(f"bad blob name {blob!r}")
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+                raise ValueError(f"bad size {size!r}")
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            self._reject(kind, key, None, f"its pointer is unreadable ({exc})", raw)
+            return None
+        tmp = self._tmp(self.entry_path(kind, key))
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            packed = tmp.with_name(tmp.name + ".tar")
+            try:
+                if size is not None and self._call(fs.size, f"{base}/blobs/{blob}") != size:  # before fetching
+                    # the pointer and the blob disagree: the pointer is this key's problem; the blob
+                    # may be another key's, so it stays
+                    self._reject(kind, key, None, f"its blob is not the {size} bytes the pointer records", raw)
+                    return None
+                self._call(fs.get_file, f"{base}/blobs/{blob}", str(packed), transfer=True)
+            except FileNotFoundError:
+                self._reject(kind, key, None, f"its blob {blob} is missing", raw)
+                return None
+            actual = sha256_of(packed)
+            if actual != blob:
+                self._reject(kind, key, blob, f"sha256 {actual} != {blob}, the name it was stored under", raw)
+                return None
+            entry = _install(self, kind, key, packed, tmp, recorded)
+            if isinstance(entry, str):  # a whole blob (its name checks out): only this pointer is wrong
+                self._reject(kind, key, None, entry, raw)
+                return None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.with_name(tmp.name + ".tar").unlink(missing_ok=True)
+        self.downloaded.append(key)
+        return entry
 
     def _reject(self, kind: str, key: str, bad_blob: str | None, why: str, pointer: bytes) -> None:
         """A remote entry that fails verification: reported and never used (a miss: it is rebuilt).
@@ -226,88 +275,45 @@ class RemoteStore(Store):
             )
 
     def _upload(self, kind: str, entry: Entry) -> None:
+        self._guarded(kind, entry.key, lambda: self._upload_once(kind, entry), "not uploaded: the next run uploads it")
+
+    def _upload_once(self, kind: str, entry: Entry) -> None:
+        fs, base = self._filesystem()
+        pointer_path = f"{base}/{kind}/{entry.key}"
+        if self._call(fs.exists, pointer_path):
+            return  # write-once: the first complete entry published stands
+        self._call(_makedirs, fs, f"{base}/tmp")
+        packed = self._tmp(entry.path).with_suffix(".tar")
+        new_blob = False
         try:
-            fs, base = self._filesystem()
-            pointer_path = f"{base}/{kind}/{entry.key}"
-            if self._call(fs.exists, pointer_path):
-                return  # write-once: the first complete entry published stands
-            self._call(_makedirs, fs, f"{base}/tmp")
-            packed = self._tmp(entry.path).with_suffix(".tar")
-            new_blob = False
+            _pack(entry, packed)
+            blob, size = sha256_of(packed), packed.stat().st_size
+            blob_path = f"{base}/blobs/{blob}"
             try:
-                _pack(entry, packed)
-                blob, size = sha256_of(packed), packed.stat().st_size
-                blob_path = f"{base}/blobs/{blob}"
+                there: int | None = self._call(fs.size, blob_path)
+            except FileNotFoundError:
+                there = None
+            # a blob of this name holds exactly these bytes; one of another size is damaged
+            # (truncated, say) whoever points to it, and is replaced
+            if there != size:
+                staged = f"{base}/tmp/{uuid.uuid4().hex}"
                 try:
-                    there: int | None = self._call(fs.size, blob_path)
-                except FileNotFoundError:
-                    there = None
-                # a blob of this name holds exactly these bytes; one of another size is damaged
-                # (truncated, say) whoever points to it, and is replaced
-                if there != size:
-                    staged = f"{base}/tmp/{uuid.uuid4().hex}"
                     self._call(fs.put_file, str(packed), staged, transfer=True)
                     self._call(_publish, fs, staged, blob_path, transfer=True)
-                    new_blob = there is None
-            finally:
-                packed.unlink(missing_ok=True)
-            pointer = canonical_json({"blob": blob, "content_hash": entry.content_hash, "size": size}).encode("utf-8")
-            if publish_if_absent(fs, pointer_path, pointer, self.options.call_timeout, f"{base}/tmp"):
-                self.uploaded.append(entry.key)
-            elif new_blob:  # someone published this key meanwhile and theirs stands: ours is an orphan
-                try:
-                    self._call(fs.rm_file, blob_path)
-                except Exception:
-                    pass  # `rbln-build gc --remote` collects it
-        except CacheError:
-            raise
-        except Exception as exc:
-            self._unreachable(exc)
-
-
-def _install(store: Store, kind: str, key: str, packed: Path, tmp: Path, recorded: str | None) -> Entry | str:
-    """Unpack ``packed`` into ``tmp`` and, if its files and metadata hash to ``recorded`` and its
-    programs check out as data (``program_problem``), make it the local entry (never uploaded again:
-    it came from elsewhere). Otherwise the reason it was refused."""
-    meta = _unpack(packed, tmp, key)
-    if meta is None or content_hash(tmp / FILES_DIR, meta) != recorded:
-        return f"its files do not match the recorded content hash {recorded}"
-    problem = program_problem(tmp / FILES_DIR)
-    if problem is not None:
-        return problem
-
-    def fill(files: Path) -> dict[str, Any]:
-        files.rmdir()
-        shutil.move(str(tmp / FILES_DIR), str(files))
-        return meta
-
-    return Store.put(store, kind, key, fill)
-
-
-def pack_entry(entry: Entry, path: Path) -> bytes:
-    """The entry as tar bytes (what a Ray task sends back to the driver)."""
-    _pack(entry, path)
-    try:
-        return path.read_bytes()
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def install_packed(store: Store, kind: str, key: str, data: bytes, recorded: str | None) -> bool:
-    """Install an entry sent as tar bytes into ``store`` after verifying its content hash."""
-    tmp = store._tmp(store.entry_path(kind, key))
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    packed = tmp.with_name(tmp.name + ".tar")
-    try:
-        packed.write_bytes(data)
-        installed = _install(store, kind, key, packed, tmp, recorded)
-        if isinstance(installed, str):
-            store.warn(f"entry {kind}/{key} sent by a worker was refused: {installed}")
-            return False
-        return True
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        packed.unlink(missing_ok=True)
+                except BaseException:
+                    _forget(fs, staged)  # a failed publish leaves no temporary behind
+                    raise
+                new_blob = there is None
+        finally:
+            packed.unlink(missing_ok=True)
+        pointer = canonical_json({"blob": blob, "content_hash": entry.content_hash, "size": size}).encode("utf-8")
+        if publish_if_absent(fs, pointer_path, pointer, self.options.call_timeout, f"{base}/tmp"):
+            self.uploaded.append(entry.key)
+        elif new_blob:  # someone published this key meanwhile and theirs stands: ours is an orphan
+            try:
+                self._call(fs.rm_file, blob_path)
+            except Exception:
+                pass  # `rbln-build gc --remote` collects it
 
 
 def _makedirs(fs: Any, path: str) -> None:
@@ -317,6 +323,24 @@ def _makedirs(fs: Any, path: str) -> None:
         pass  # object stores have no folders
 
 
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip().rstrip(":")
+
+
+def _forget(fs: Any, staged: str, timeout: float = 30.0) -> None:
+    try:
+        bounded(timeout, fs.rm_file, staged)
+    except Exception:
+        pass  # not there, or the remote is gone: the next writer's check removes it once stale
+
+
 def _publish(fs: Any, staged: str, final: str) -> None:
+    """Move ``staged`` to ``final``: a rename on a filesystem; on an object store a copy, then the
+    staged object removed if the store lets us (a bucket that refuses deletes still publishes)."""
     _makedirs(fs, final.rsplit("/", 1)[0])
-    fs.mv(staged, final)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        fs.mv(staged, final)
+        return
+    fs.copy(staged, final)
+    _forget(fs, staged)

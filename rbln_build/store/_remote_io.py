@@ -18,8 +18,10 @@ before and a read-back after (verify-after-publish). The caller learns whether i
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,12 +37,20 @@ __all__ = [
     "once_key",
     "open_filesystem",
     "publish_if_absent",
+    "transient",
+    "with_retries",
+    "BACKOFF_S",
+    "clean_stale",
 ]
 
 REMOTE_MODES = ("readwrite", "read")
 DOWN_MARKER = ".remote-unreachable"  # in the local cache: this run found the remote down (workers stay quiet)
 TRANSFER_TIMEOUT_S = 3600.0  # a whole blob upload/download (each socket read is bounded by read_timeout)
 T = TypeVar("T")
+# waits before each retry of one key's transfer after a transient error (a 5xx, a reset connection);
+# errors that will not pass (auth, a missing bucket, a server that does not answer) are not retried
+BACKOFF_S = (0.2, 1.0, 3.0)
+_TRANSIENT_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "500", "502", "503", "504"}
 
 
 class RemoteTimeout(TimeoutError):
@@ -209,3 +219,68 @@ def _link_if_absent(final: str, data: bytes, staging: str) -> bool:
             os.unlink(staged)
         except FileNotFoundError:
             pass
+
+
+def transient(exc: BaseException) -> bool:
+    """Will ``exc`` pass if the call is made again? A 5xx answer (s3fs turns S3's ``InternalError``
+    into an OSError EREMOTEIO and keeps botocore's error as its cause), a throttle, a connection reset
+    by the peer. Not: credentials refused or missing, a missing bucket, a refused connection or a
+    call that timed out (the server is gone: the remote is off for the run, as documented)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (RemoteTimeout, PermissionError, FileNotFoundError, CacheError)):
+            return False
+        if isinstance(cause, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+            return True
+        if isinstance(cause, OSError) and cause.errno == errno.EREMOTEIO:
+            return True
+        response = getattr(cause, "response", None)
+        if isinstance(response, dict):
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if (isinstance(status, int) and status >= 500) or (response.get("Error") or {}).get(
+                "Code"
+            ) in _TRANSIENT_CODES:
+                return True
+        if type(cause).__name__ == "ConnectionClosedError":  # botocore: the peer closed mid-answer
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def with_retries(op: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
+    """``op()``, made again after each transient error (``transient``) with the waits of
+    ``BACKOFF_S``; the last error, or any other, is raised."""
+    for wait in BACKOFF_S:
+        try:
+            return op()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+        sleep(wait)
+    return op()
+
+
+def clean_stale(fs: Any, folder: str, age_s: float) -> int:
+    """Remove the files of ``folder`` (the remote's ``tmp/``) last modified over ``age_s`` seconds
+    ago: what killed uploads left (an upload in progress is younger). Returns how many."""
+    import datetime
+
+    try:
+        listing = fs.ls(folder, detail=True)
+    except FileNotFoundError:
+        return 0
+    now = datetime.datetime.now(datetime.UTC)
+    removed = 0
+    for info in listing:
+        stamp = info.get("LastModified") or info.get("mtime") or info.get("created")
+        if isinstance(stamp, (int, float)):
+            stamp = datetime.datetime.fromtimestamp(stamp, datetime.UTC)
+        if info.get("type") == "file" and isinstance(stamp, datetime.datetime):
+            if stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=datetime.UTC)
+            if (now - stamp).total_seconds() > age_s:
+                fs.rm_file(info["name"])
+                removed += 1
+    return removed
