@@ -4,6 +4,7 @@ The stages are pure functions over the Store (``_stages``), so running them else
 Store's location (``StoreRef``) and the stage's inputs, both picklable:
 
     compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
+    warm_up(spec)                         -> seconds       the libraries a compile needs, imported first
     cells_job(ref, cells, line_of)        -> [CellDone]    a batch of cells, in order (one round trip)
 
 A sweep has thousands of cells that each take well under a millisecond: sent one by one, pickling
@@ -14,8 +15,10 @@ worker still finishes its share in small steps and a killed worker loses one bat
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +81,7 @@ class CompileDone:
     retry: bool = False
     warnings: tuple[str, ...] = ()
     attempt: int = 0  # a Ray task run again after its worker died: 1, 2, ... (shown with the result)
+    warmup_s: float = 0.0  # of elapsed_s: importing the libraries this process had not loaded (``warm_up``)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,26 @@ def _announce(key: str) -> None:
             pass  # the scheduler is gone or stopping: the display is all that misses it
 
 
+WARM_UP_MODULES = ("torch", "transformers")  # what a compile of weights imports (seconds); a plan does not
+
+
+def warm_up(spec: CompileSpec) -> float:
+    """Import what a compile of ``spec`` needs that this process has not loaded yet; the seconds it took.
+
+    A fresh worker's first program pays several seconds of imports that later compiles do not: the
+    time-left estimate counts them apart (``progress._eta``), so they are not charged to one compile's
+    kind. A recipe without weights compiles a plan and imports neither."""
+    if not spec.recipe.has_weights or all(name in sys.modules for name in WARM_UP_MODULES):
+        return 0.0
+    started = time.perf_counter()
+    try:
+        for name in WARM_UP_MODULES:
+            importlib.import_module(name)
+    except ImportError:
+        pass  # the compile says what is missing, as it would have
+    return time.perf_counter() - started
+
+
 def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> CompileDone:
     """Compile one key into the Store at ``ref`` (any process). Failures are values, not raises."""
     started = time.perf_counter()
@@ -112,15 +136,25 @@ def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> Com
     warnings: list[str] = []
     store = ref.open(warnings.append)
     cached = store.lookup("compile", key)
+    warm = 0.0 if cached is not None else warm_up(spec)
     outcome = cached if cached is not None else compile_once(store, key, spec, backend)
     took = time.perf_counter() - started
     if isinstance(outcome, CompileOutcome):
         return CompileDone(
-            key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry, tuple(warnings)
+            key,
+            None,
+            False,
+            took,
+            _where(),
+            outcome.error,
+            outcome.error_kind,
+            outcome.retry,
+            tuple(warnings),
+            warmup_s=warm,
         )
     assert isinstance(outcome, Entry)
     fresh = cached is None and outcome.made  # not made meanwhile by another build sharing the cache
-    return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings))
+    return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings), warmup_s=warm)
 
 
 def cells_job(
