@@ -1,6 +1,6 @@
 """How right the time-left estimate is on a fresh build dir: estimate / truth over a real build.
 
-    python bench/eta.py [--root /tmp/rbln-eta] [--jobs 2] [--json]
+    python bench/eta.py [--root /tmp/rbln-eta] [--jobs 2] [--baseline REF] [--json]
 
 Builds the default matrix from scratch (a new build dir: no ``progress-history.json``, no cache) in
 a child process whose display also samples ``seconds_left()`` every quarter second and at every
@@ -8,6 +8,9 @@ event. When the build is over, each sample's truth is the build's end less the s
 report is the ratio estimate / truth from the first finished compile on, while at least a tenth of
 the build is left (in the last seconds the truth is one compile's remainder: see
 tests/test_progress.py), and at the first compile. Within 2x is 0.5 <= ratio <= 2.
+
+``--baseline REF`` (e.g. ``main``) runs the same fresh build with the rbln_build of that git ref
+(``git archive`` into the root, first on ``PYTHONPATH``) right after, and reports both side by side.
 """
 
 from __future__ import annotations
@@ -67,47 +70,62 @@ CHILD = textwrap.dedent(
 )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path("/tmp/rbln-eta"))
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    shutil.rmtree(args.root, ignore_errors=True)
-    args.root.mkdir(parents=True)
-    out = args.root / "samples.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", CI="1", HOME=str(args.root / "home"))
-    cmd = [sys.executable, "-c", CHILD, str(out), f"build_dir={args.root / 'build'}", f"jobs={args.jobs}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+def measure(root: Path, jobs: int, source: Path | None) -> dict[str, object] | None:
+    """One fresh build of the default matrix in ``root``; the estimate's ratios to the truth."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    out = root / "samples.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", CI="1", HOME=str(root / "home"))
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    cmd = [sys.executable, "-c", CHILD, str(out), f"build_dir={root / 'build'}", f"jobs={jobs}"]
+    proc = subprocess.run(cmd, cwd=REPO if source is None else source, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not out.is_file():
         print(proc.stderr[-3000:], file=sys.stderr)
-        return 1
+        return None
     data = json.loads(out.read_text())
     end = data["end"]
-    ratios = [
-        (t, left / (end - t)) for t, left in data["samples"] if left is not None and end - t >= max(1.0, end / 10)
-    ]
-    missing = sum(1 for t, left in data["samples"] if left is None and end - t >= max(1.0, end / 10))
+    window = [(t, left) for t, left in data["samples"] if end - t >= max(1.0, end / 10)]
+    ratios = [(t, left / (end - t)) for t, left in window if left is not None]
     if not ratios:
         print("no estimate was sampled before the last tenth of the build", file=sys.stderr)
-        return 1
-    first = ratios[0]
-    result = {
+        return None
+    return {
         "build_s": round(end, 2),
-        "jobs": args.jobs,
         "samples": len(ratios),
-        "samples_without_estimate": missing,
-        "first_compile_at_s": round(first[0], 2),
-        "ratio_at_first_compile": round(first[1], 2),
+        "samples_without_estimate": len(window) - len(ratios),
+        "first_compile_at_s": round(ratios[0][0], 2),
+        "ratio_at_first_compile": round(ratios[0][1], 2),
         "ratio_min": round(min(r for _, r in ratios), 2),
         "ratio_max": round(max(r for _, r in ratios), 2),
         "within_2x": all(0.5 <= r <= 2.0 for _, r in ratios),
     }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path("/tmp/rbln-eta"))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--baseline", metavar="REF", help="also measure rbln_build as of this git ref")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = {"this tree": measure(args.root / "this", args.jobs, None)}
+    if args.baseline:
+        source = args.root / "baseline-src"
+        shutil.rmtree(source, ignore_errors=True)
+        source.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", args.baseline], cwd=REPO, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+        results[args.baseline] = measure(args.root / "baseline", args.jobs, source)
+    if any(r is None for r in results.values()):
+        return 1
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json.dumps({"jobs": args.jobs, **results}, indent=1))
     else:
-        for key, value in result.items():
-            print(f"{key:28} {value}")
+        names = list(results)
+        print(f"{'':28}" + "".join(f"{n:>14}" for n in names))
+        for key in next(iter(results.values())) or {}:
+            print(f"{key:28}" + "".join(f"{results[n][key]!s:>14}" for n in names))  # type: ignore[index]
     return 0
 
 

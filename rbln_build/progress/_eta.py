@@ -12,8 +12,8 @@
   scaled by its size (``units``: a fixed part and one per layer, ``pipeline.compile_units``); else, for
   a plan, ``PLAN_S`` (plans compute the memory model only); else the mean of this run's finished
   compiles, else of the known kinds. Compile times are counted without their warm-up (the imports
-  of a process's first program, measured apart): a compile that runs (or will run) first in a worker
-  that has not warmed up is expected to take the median warm-up more. A running compile needs its
+  of a process's first compile, measured apart: ``execution.warm_up``): a compile that runs (or
+  will run) first in a worker that has not warmed up is expected to take the median warm-up more. A running compile needs its
   expected time less what it has spent, and never less than a fifth of what it has spent compiling
   (its warm-up apart) or a second: an overrun is not "done". The compiles are then spread over the workers (each next one
   to the worker that frees first, running ones first), and the time left is when the last ends.
@@ -126,9 +126,10 @@ class TimeLeft:
         """What a process's warm-up is expected to take (0 before any was measured)."""
         return statistics.median(self.warmups) if self.warmups else 0.0
 
-    def compile_took(self, label: str, seconds: float, warmup_s: float = 0.0) -> None:
-        """A compile finished after ``seconds``, ``warmup_s`` of them its process's warm-up."""
-        if warmup_s > 0:
+    def compile_took(self, label: str, seconds: float, warmup_s: float = 0.0, cold: bool = False) -> None:
+        """A compile finished after ``seconds``, ``warmup_s`` of them its process's warm-up; ``cold``:
+        its worker's first (its warm-up, even 0 s, is one more observation of what a warm-up takes)."""
+        if warmup_s > 0 or cold:
             self.warmups.append(warmup_s)
         seconds = max(0.0, seconds - warmup_s)
         prior = self._prior(label)
@@ -186,8 +187,8 @@ class TimeLeft:
         and ``cells_left`` cells are done on ``workers`` workers; None with nothing to go on. ``cold``:
         the running labels that are their worker's first program, and how many more workers have not
         warmed up (the next that many pending programs pay the warm-up)."""
-        if not pending and not running and not cells_left:
-            return None
+        if (not pending and not running and not cells_left) or (not self.known and not self.observed):
+            return None  # nothing to do, or nothing to go on: no history and nothing finished in this run
         slots = [0.0] * max(1, workers)
         cold_running, cold_left = list(cold[0]), cold[1]
         for label, spent in sorted(running, key=lambda r: -r[1]):
@@ -204,7 +205,7 @@ class TimeLeft:
             took = self.expected(label)
             if took is None:
                 return None
-            if cold_left > 0 and produces(label) != "plan":
+            if cold_left > 0:
                 cold_left -= 1
                 took += self.warmup()
             heapq.heapreplace(slots, slots[0] + max(took, 0.1))

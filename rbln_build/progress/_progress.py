@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from ._eta import CompileHistory, TimeLeft, produces, similar
+from ._eta import CompileHistory, TimeLeft, similar
 
 __all__ = ["HISTORY_FILE", "Progress", "CompileHistory", "duration", "plain", "similar"]
 
@@ -110,7 +110,7 @@ class Progress:
         if label in self.pending:
             self.pending.remove(label)
         self.running[key] = (self.compiles_started, label, self.clock() - spent)
-        if self.warmed < self.workers and produces(label) != "plan":
+        if self.warmed < self.workers:  # a worker's first compile (a plan too: it may build an inventory)
             self.warmed += 1
             self.cold.add(key)
         return self.compiles_started
@@ -121,6 +121,7 @@ class Progress:
         """A compile ended after ``seconds`` (``warmup_s`` of them its process's warm-up); returns its
         number (given now if its start was not seen)."""
         key = key or label
+        was_cold = key in self.cold
         self.cold.discard(key)
         if key in self.running:
             number = self.running.pop(key)[0]
@@ -132,7 +133,7 @@ class Progress:
                 self.pending.remove(label)
         self.compiles_done += 1
         if ok:
-            self.eta.compile_took(label, seconds, warmup_s)
+            self.eta.compile_took(label, seconds, warmup_s, cold=warmup_s > 0 or was_cold)
             self.history.record(label, seconds, warmup_s)
         for waiting, waiting_label in list(self.early.items())[: max(0, self.workers - len(self.running))]:
             self.compile_started(waiting_label, waiting)
