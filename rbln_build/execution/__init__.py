@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ._executors import Parallel, StoreRef
 from ._index import IndexWhileBuilding, index_cells, read_record
-from ._jobs import show_cell_finished, warm_up
+from ._jobs import show_cell_finished
 from ._ledger import Ledger, entry_state, survey
 from ._stages import LOG_DIR, artifact_key_of, build_cell, compile_done, compile_once, describe
 
@@ -37,5 +37,4 @@ __all__ = [
     "read_record",
     "show_cell_finished",
     "survey",
-    "warm_up",
 ]

@@ -4,7 +4,6 @@ The stages are pure functions over the Store (``_stages``), so running them else
 Store's location (``StoreRef``) and the stage's inputs, both picklable:
 
     compile_job(ref, key, spec, backend)  -> CompileDone   one compile key (in a worker)
-    warm_up(spec)                         -> seconds       the libraries a compile needs, imported first
     cells_job(ref, cells, line_of)        -> [CellDone]    a batch of cells, in order (one round trip)
 
 A sweep has thousands of cells that each take well under a millisecond: sent one by one, pickling
@@ -15,16 +14,15 @@ worker still finishes its share in small steps and a killed worker loses one bat
 
 from __future__ import annotations
 
-import importlib
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..backends import warm_up
 from ..store import CellResult, CompileOutcome, Entry, Store, render_record
 from ._stages import Held, compile_once, make_cell
 
@@ -109,40 +107,6 @@ def _announce(key: str) -> None:
             pass  # the scheduler is gone or stopping: the display is all that misses it
 
 
-# What a compile of weights imports on first use (measured in a fresh process: torch and transformers
-# 5.7 s, torch.export and its dynamo 3.1 s, a model's transformers class 2.1 s).
-WARM_UP_MODULES = ("torch", "transformers", "torch.export", "torch._dynamo")
-
-
-def warm_up(spec: CompileSpec) -> float:
-    """In a process that has not loaded torch yet, what a compile of ``spec`` does first: for weights,
-    import the modules above and the recipe's model class; for a plan, the recipe's inventory (from
-    the inventory cache, else built on the meta device: that imports torch and transformers). The
-    seconds it took when it loaded torch, else 0.
-
-    A fresh worker's first compile pays many seconds of imports that later ones do not (a plan: 0.1 s
-    warm, 39 s cold on a loaded machine): the time-left estimate counts them apart (``progress._eta``),
-    so they are not charged to one compile's kind. Nothing is loaded that the compile would not load."""
-    if "torch" in sys.modules:
-        return 0.0  # a warm process: what is left to load is part of its compile, not a warm-up
-    started = time.perf_counter()
-    try:
-        if not spec.recipe.has_weights:
-            from ..memory import inventory_for_recipe
-
-            inventory_for_recipe(spec.recipe)  # cached for the compile's own call
-        else:
-            for name in WARM_UP_MODULES:
-                importlib.import_module(name)
-            config = spec.recipe.hf_config
-            names = config.get("architectures") if isinstance(config, dict) else None
-            if isinstance(names, list) and names and isinstance(names[0], str):
-                getattr(sys.modules["transformers"], names[0], None)  # its lazy module, imported once
-    except Exception:
-        pass  # the compile meets it again and says what failed
-    return time.perf_counter() - started if "torch" in sys.modules else 0.0
-
-
 def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> CompileDone:
     """Compile one key into the Store at ``ref`` (any process). Failures are values, not raises."""
     started = time.perf_counter()
@@ -154,18 +118,8 @@ def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> Com
     outcome = cached if cached is not None else compile_once(store, key, spec, backend)
     took = time.perf_counter() - started
     if isinstance(outcome, CompileOutcome):
-        return CompileDone(
-            key,
-            None,
-            False,
-            took,
-            _where(),
-            outcome.error,
-            outcome.error_kind,
-            outcome.retry,
-            tuple(warnings),
-            warmup_s=warm,
-        )
+        error = (outcome.error, outcome.error_kind, outcome.retry)
+        return CompileDone(key, None, False, took, _where(), *error, tuple(warnings), warmup_s=warm)
     assert isinstance(outcome, Entry)
     fresh = cached is None and outcome.made  # not made meanwhile by another build sharing the cache
     return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings), warmup_s=warm)

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..backends import warm_up
 from ..config import CACHE_DIR, Cell, Scale, owner_tag
 from ..errors import BuildError
 from ..execution import (
@@ -44,7 +45,6 @@ from ..execution import (
     index_cells,
     show_cell_finished,
     survey,
-    warm_up,
 )
 from ..progress import HISTORY_FILE, doit_reporter, make_progress
 from ..store import DOWN_MARKER, LOCK_FILE, CellResult, CompileOutcome, Store, is_key, once_key

@@ -12,7 +12,7 @@
   scaled by its size (``units``: a fixed part and one per layer, ``pipeline.compile_units``); else, for
   a plan, ``PLAN_S`` (plans compute the memory model only); else the mean of this run's finished
   compiles, else of the known kinds. Compile times are counted without their warm-up (the imports
-  of a process's first compile, measured apart: ``execution.warm_up``): a compile that runs (or
+  of a process's first compile, measured apart: ``backends.warm_up``): a compile that runs (or
   will run) first in a worker that has not warmed up is expected to take the median warm-up more. A running compile needs its
   expected time less what it has spent, and never less than a fifth of what it has spent compiling
   (its warm-up apart) or a second: an overrun is not "done". The compiles are then spread over the workers (each next one
