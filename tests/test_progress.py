@@ -539,3 +539,15 @@ def test_on_a_fresh_build_dir_the_time_left_is_within_2x_of_the_truth_from_the_f
     assert ratios, events
     worst = [r for r in ratios if not 0.5 <= r[0] <= 2.0]
     assert not worst, (worst, ratios)
+
+
+def test_a_history_of_the_schema_whose_durations_held_the_warm_up_is_not_used(tmp_path: Path) -> None:
+    """Schema 1 recorded each worker's first compile with its imports; read as a prior, that made a
+    rerun on a loaded machine say "~5s left" with 23 s to go. It reads as empty (no estimate yet)."""
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps({"schema": 1, "compiles": {LABEL: [11.7]}}))
+    assert CompileHistory(path).seconds == {}
+    history = CompileHistory(path)
+    history.record(LABEL, 11.7, warmup_s=8.0)  # rewritten in schema 2: the compile and the warm-up apart
+    again = CompileHistory(path)
+    assert again.seconds == {LABEL: [3.7]} and again.warmups == [8.0]

@@ -2,7 +2,8 @@
 
 * ``CompileHistory``: the last durations of each kind of compile (its label without key hashes), and
   the last warm-ups (a fresh process importing torch and transformers before its first program), in
-  ``<build_dir>/progress-history.json``; unreadable means empty; nothing hashed reads it.
+  ``<build_dir>/progress-history.json``; unreadable (or of another schema: schema 1's durations
+  held the warm-up) means empty; nothing hashed reads it.
 * ``TimeLeft``: the time left of the planned work. Each compile still to run is expected to take
   what its kind took before (the median of the history; of the same model on another target when
   the kind is new), times how much slower or faster this run's finished compiles were than their
@@ -55,6 +56,7 @@ class CompileHistory:
     """Recent compile durations by similar label, in a small JSON file; unreadable means empty."""
 
     KEEP = 8
+    SCHEMA = 2  # durations without the warm-up, and the warm-ups apart; another schema reads as empty
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -63,6 +65,8 @@ class CompileHistory:
         if path is not None:
             try:
                 data = json.loads(read_file(path))  # ours in the build dir, but never a FIFO or device read
+                if data.get("schema") != self.SCHEMA:  # schema 1's durations held each worker's warm-up
+                    raise ValueError(f"progress history of schema {data.get('schema')!r}")
                 self.seconds = {str(k): [float(x) for x in v] for k, v in data["compiles"].items()}
                 self.warmups = [float(x) for x in data.get("warmups", [])][-self.KEEP :]
             except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
@@ -84,7 +88,7 @@ class CompileHistory:
             self.warmups = (self.warmups + [round(warmup_s, 3)])[-self.KEEP :]
         if self.path is None:
             return
-        data = {"schema": 1, "compiles": dict(sorted(self.seconds.items())), "warmups": self.warmups}
+        data = {"schema": self.SCHEMA, "compiles": dict(sorted(self.seconds.items())), "warmups": self.warmups}
         body = json.dumps(data, indent=1) + "\n"
         tmp = self.path.with_name(f".tmp-{self.path.name}-{os.getpid()}")
         try:
