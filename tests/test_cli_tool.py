@@ -176,3 +176,25 @@ def test_every_example_of_the_help_builds_cleanly(example: str, tmp_path: Path) 
         timeout=900,
     )
     assert proc.returncode == 0, f"{example}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_the_version_agrees_everywhere_and_names_the_checkouts_commit(tmp_path: Path) -> None:
+    """pyproject.toml, rbln_build.__version__ and CHANGELOG.md's newest released heading say one
+    version; run from this git checkout, --version names its commit (``+modified`` when it differs)."""
+    import re
+    import subprocess
+    import tomllib
+
+    from rbln_build import __version__
+
+    root = Path(__file__).resolve().parent.parent
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"] == __version__
+    released = re.findall(r"^## \[(\d[^\]]*)\]", (root / "CHANGELOG.md").read_text(), flags=re.M)
+    assert released and released[0] == __version__, released
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not run from a git checkout")
+    proc = rbln(["--version"], tmp_path)
+    assert re.match(
+        rf"rbln-build {re.escape(__version__)} \(commit {head.stdout.strip()}(\+modified)?; torch ", proc.stdout
+    )

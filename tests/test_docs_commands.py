@@ -81,6 +81,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b [--json]": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.margin=512MB": Run(),
+    "python bench/eta.py --baseline main": Elsewhere(
+        "tests/test_progress.py::test_on_a_fresh_build_dir_the_time_left_is_within_2x_of_the_truth_from_the_first_compile_on",
+        "a benchmark (two fresh builds, minutes); the test replays a fresh build with a scripted clock",
+    ),
     "python bench/deploy_solver.py": Elsewhere(
         "tests/test_deploy_solver.py",
         "a benchmark (minutes of CPU); the test checks the same plans on generated deployments",

@@ -135,7 +135,7 @@ def test_compiles_up_to_date_count_as_done_beside_new_compiles_of_the_same_model
     lines = proc.stderr.splitlines()
     new = sorted(ln.split("] ")[1].split(":")[0] for ln in lines if ln.startswith("[compile "))
     assert new == [
-        f"{model} bs4 for {family} ({'torch'})"
+        f"{model} bs4 for {family} (plan)"  # recipes without weights: plans
         for model in ("llama3_2_1b", "qwen3_8b")
         for family in ("RBLN-CA x4", "RBLN-CR x1")
     ], lines

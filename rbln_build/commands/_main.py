@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ._version import version_text
+
 __all__ = ["main", "entry", "COMMANDS", "run_command", "version_text"]
 
 
@@ -96,22 +98,6 @@ COMMANDS: dict[str, Command] = {
 }
 _HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn"}
 _HYDRA_VALUE_FLAGS |= {"--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
-
-
-def version_text() -> str:
-    """rbln-build's version and the toolchain it runs with, read from the installed packages'
-    metadata (nothing heavy is imported)."""
-    from importlib import metadata
-
-    from .. import __version__
-
-    parts = []
-    for dist in ("torch", "transformers", "optimum-rbln", "hydra-core", "doit"):
-        try:
-            parts.append(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist} not installed")
-    return f"rbln-build {__version__} ({', '.join(parts)})"
 
 
 def top_help() -> str:

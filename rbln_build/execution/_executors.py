@@ -239,11 +239,13 @@ class Parallel:
         label = self.label(cell)
         self.shown.add(key)
         if done.error is not None:
-            self.display.compile_finished(label, done.elapsed_s, False, done.error, key)
+            self.display.compile_finished(label, done.elapsed_s, False, done.error, key, warmup_s=done.warmup_s)
         else:
             retried = f", after {done.attempt} retr{'y' if done.attempt == 1 else 'ies'}" if done.attempt else ""
             where = f"(worker {done.where}{retried})" if done.fresh else "from the cache"
-            self.display.compile_finished(label, done.elapsed_s, True, f"{done.produced} {where}", key)
+            self.display.compile_finished(
+                label, done.elapsed_s, True, f"{done.produced} {where}", key, warmup_s=done.warmup_s
+            )
 
     def _stale(self) -> set[str]:
         """Cell keys that had a record file when the run began (the ledger's): a cell redone now has

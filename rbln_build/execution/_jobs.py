@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..backends import warm_up
 from ..store import CellResult, CompileOutcome, Entry, Store, render_record
 from ._stages import Held, compile_once, make_cell
 
@@ -78,6 +79,7 @@ class CompileDone:
     retry: bool = False
     warnings: tuple[str, ...] = ()
     attempt: int = 0  # a Ray task run again after its worker died: 1, 2, ... (shown with the result)
+    warmup_s: float = 0.0  # of elapsed_s: importing the libraries this process had not loaded (``warm_up``)
 
 
 @dataclass(frozen=True)
@@ -112,15 +114,15 @@ def compile_job(ref: StoreRef, key: str, spec: CompileSpec, backend: str) -> Com
     warnings: list[str] = []
     store = ref.open(warnings.append)
     cached = store.lookup("compile", key)
+    warm = 0.0 if cached is not None else warm_up(spec)
     outcome = cached if cached is not None else compile_once(store, key, spec, backend)
     took = time.perf_counter() - started
     if isinstance(outcome, CompileOutcome):
-        return CompileDone(
-            key, None, False, took, _where(), outcome.error, outcome.error_kind, outcome.retry, tuple(warnings)
-        )
+        error = (outcome.error, outcome.error_kind, outcome.retry)
+        return CompileDone(key, None, False, took, _where(), *error, tuple(warnings), warmup_s=warm)
     assert isinstance(outcome, Entry)
     fresh = cached is None and outcome.made  # not made meanwhile by another build sharing the cache
-    return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings))
+    return CompileDone(key, outcome.meta["produced"], fresh, took, _where(), warnings=tuple(warnings), warmup_s=warm)
 
 
 def cells_job(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,6 +28,7 @@ __all__ = [
     "TracebackTrap",
     "cells_digest",
     "compile_label",
+    "compile_units",
     "display_label",
     "doit_config",
     "doit_said",
@@ -129,7 +130,21 @@ def display_label(cell: Cell) -> str:
     parts = cell.id.removeprefix(f"{cell.model}.{cell.device.name}.").split(".")
     options = list(itertools.takewhile(_ID_OPTION.fullmatch, parts[:-1]))
     model = " ".join([cell.recipe.name, *options])
-    return f"{model} for {cell.npu.family} x{cell.device.num_devices} ({cell.backend})"
+    # the built-in backends compile a recipe without weights into a plan (the memory model only)
+    kind = "plan" if cell.backend in ("torch", "rbln") and not cell.recipe.has_weights else cell.backend
+    return f"{model} for {cell.npu.family} x{cell.device.num_devices} ({kind})"
+
+
+def compile_units(cells: Iterable[Cell]) -> dict[str, float]:
+    """How big each compile (by ``display_label``) is, relative to another of its kind, for the
+    time-left estimate when its kind has no history: a fixed part and one per decoder layer
+    (``torch.export`` traces each layer)."""
+    out = {}
+    for cell in cells:
+        config = cell.recipe.hf_config
+        layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
+        out[display_label(cell)] = 1.0 + (layers if isinstance(layers, int) and layers > 0 else 0)
+    return out
 
 
 def cells_digest(cells: list[Cell]) -> str:

@@ -9,9 +9,8 @@ What is up to date is decided once per run, before any task, by one pass over th
 (``_ledger.survey``): each compile key's entry, each cell's stored result and each artifact entry
 is read and verified once. Every up-to-date check, the parallel scheduler, the manifest and the summary
 take their answer from that Ledger. A sweep of 10,000 cells is 2 doit tasks per compile key, not
-10,000 tiny ones (doit's own bookkeeping per task would cost more than the cells).
-
-The tasks and their up-to-date checks are made in ``_doit`` (``task_namespace``).
+10,000 tiny ones (doit's own bookkeeping per task would cost more than the cells). The tasks and
+their up-to-date checks are made in ``_doit`` (``task_namespace``).
 
 The content-addressed Store is the ground truth; doit's state (``<build_dir>/.doit.sqlite3``, the
 sqlite3 backend) only saves the checks, so a damaged state file is moved aside with a warning and the
@@ -22,6 +21,7 @@ outputs (manifest, links, summary) cannot be written, ``output_error`` says why 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..backends import warm_up
 from ..config import CACHE_DIR, Cell, Scale, owner_tag
 from ..errors import BuildError
 from ..execution import (
@@ -51,6 +52,7 @@ from ._doit import (
     NO_COMPILE,
     TracebackTrap,
     compile_label,
+    compile_units,
     display_label,
     doit_config,
     doit_said,
@@ -96,13 +98,8 @@ class BuildRun:
         self.publish = publish  # False: a sweep job of a launcher (the parent publishes the merged manifest)
         self.cache_dir = None if self.scale.cache_dir is None else Path(self.scale.cache_dir)  # shared (_layout)
         owner = "" if self.cache_dir is None else owner_tag(self.build_dir)
-        self.ref = StoreRef(
-            str(self.build_dir / CACHE_DIR),
-            self.scale.remote,
-            self.scale.require_remote,
-            owner,
-            self.scale.remote_options,
-        )
+        sc = self.scale
+        self.ref = StoreRef(str(self.build_dir / CACHE_DIR), sc.remote, sc.require_remote, owner, sc.remote_options)
         self.store: Store = self.ref.open(self._warn)
         self.parallel: Parallel | None = None  # what ran ahead of doit in worker processes / on Ray
         self.early = EarlyLinks(self.build_dir) if publish else None  # links made while the workers build
@@ -162,17 +159,18 @@ class BuildRun:
             return
         self.display.compile_started(label, key)
         started = time.perf_counter()
+        warm = warm_up(cell.spec)  # imports counted apart from the compile by the time-left estimate
         outcome = compile_once(self.store, key, cell.spec, cell.backend)
-        took = time.perf_counter() - started
-        self.took["compiles"][key] = took
+        took = self.took["compiles"][key] = time.perf_counter() - started
+        finished = functools.partial(self.display.compile_finished, label, took, key=key, warmup_s=warm)
         if isinstance(outcome, CompileOutcome):
-            self.display.compile_finished(label, took, False, outcome.error or "", key)
+            finished(False, outcome.error or "")
             return
         if not outcome.made:  # another build sharing the cache (cache.dir) made it while we waited
-            self.display.compile_finished(label, took, True, f"{outcome.meta['produced']} from the cache", key)
+            finished(True, f"{outcome.meta['produced']} from the cache")
             return
         self.compiled.append(key)
-        self.display.compile_finished(label, took, True, outcome.meta["produced"], key)
+        finished(True, outcome.meta["produced"])
 
     def _compile_stands(self, key: str) -> bool:
         return self.ledger.compile_done(key)
@@ -267,7 +265,8 @@ class BuildRun:
         self.build_dir.mkdir(parents=True, exist_ok=True)
         scope_inventory_cache(self.build_dir)
         self.prepare()
-        self.display.plan([display_label(c) for c in self.compiles.values()], len(self.cells))
+        labels = [display_label(c) for c in self.compiles.values()]
+        self.display.plan(labels, len(self.cells), units=compile_units(self.compiles.values()))
         (self.build_dir / "cache" / DOWN_MARKER).unlink(missing_ok=True)  # this run asks the remote afresh
         self.store = self.ref.open(self._warn)
         probe = getattr(self.store, "probe", None)  # a remote cache: reachable? (warns once, or raises)

@@ -1,15 +1,22 @@
 """How long a build has left: recorded compile durations, corrected by this run's, spread over its workers.
 
-* ``CompileHistory``: the last durations of each kind of compile (its label without key hashes), in
-  ``<build_dir>/progress-history.json``; unreadable means empty; nothing hashed reads it.
+* ``CompileHistory``: the last durations of each kind of compile (its label without key hashes), and
+  the last warm-ups (a fresh process importing torch and transformers before its first program), in
+  ``<build_dir>/progress-history.json``; unreadable (or of another schema: schema 1's durations
+  held the warm-up) means empty; nothing hashed reads it.
 * ``TimeLeft``: the time left of the planned work. Each compile still to run is expected to take
   what its kind took before (the median of the history; of the same model on another target when
   the kind is new), times how much slower or faster this run's finished compiles were than their
-  history said (an exponential moving average of the ratio); a kind with no history counts the
-  median of this run's finished compiles of its kind (else of its model), else the mean of this run's
-  finished compiles, else the mean of the known kinds. A running compile needs its
-  expected time less what it has spent, and never less than a fifth of what it has spent (or a
-  second): an overrun is not "done". The compiles are then spread over the workers (each next one
+  history said (an exponential moving average of the ratio). A kind with no history (a fresh build
+  dir) counts, in order: the median of this run's finished compiles of its kind, else of its model;
+  else this run's compiles of what it produces (``(torch)``, ``(rbln)``, ``(plan)``: the label's end)
+  scaled by its size (``units``: a fixed part and one per layer, ``pipeline.compile_units``); else, for
+  a plan, ``PLAN_S`` (plans compute the memory model only); else the mean of this run's finished
+  compiles, else of the known kinds. Compile times are counted without their warm-up (the imports
+  of a process's first compile, measured apart: ``backends.warm_up``): a compile that runs (or
+  will run) first in a worker that has not warmed up is expected to take the median warm-up more. A running compile needs its
+  expected time less what it has spent, and never less than a fifth of what it has spent compiling
+  (its warm-up apart) or a second: an overrun is not "done". The compiles are then spread over the workers (each next one
   to the worker that frees first, running ones first), and the time left is when the last ends.
   After the last compile, each cell left takes the wall time between this run's finished cells. Nothing to
   go on (no history and nothing finished yet) gives no estimate rather than a made-up one, and while
@@ -31,6 +38,13 @@ from .._documents import read_file
 __all__ = ["CompileHistory", "TimeLeft", "similar"]
 
 _HASH = re.compile(r"\b[0-9a-f]{8,}\b")
+_PRODUCES = re.compile(r"\((\w+)\)$")
+
+
+def produces(label: str) -> str:
+    """What a compile makes, from its label's end: ``torch``, ``rbln``, ``plan`` ('' when unsaid)."""
+    match = _PRODUCES.search(label)
+    return match.group(1) if match else ""
 
 
 def similar(label: str) -> str:
@@ -42,16 +56,21 @@ class CompileHistory:
     """Recent compile durations by similar label, in a small JSON file; unreadable means empty."""
 
     KEEP = 8
+    SCHEMA = 2  # durations without the warm-up, and the warm-ups apart; another schema reads as empty
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.seconds: dict[str, list[float]] = {}
+        self.warmups: list[float] = []
         if path is not None:
             try:
                 data = json.loads(read_file(path))  # ours in the build dir, but never a FIFO or device read
+                if data.get("schema") != self.SCHEMA:  # schema 1's durations held each worker's warm-up
+                    raise ValueError(f"progress history of schema {data.get('schema')!r}")
                 self.seconds = {str(k): [float(x) for x in v] for k, v in data["compiles"].items()}
+                self.warmups = [float(x) for x in data.get("warmups", [])][-self.KEEP :]
             except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-                self.seconds = {}
+                self.seconds, self.warmups = {}, []
 
     def expected(self, label: str) -> float | None:
         """Median of the recorded durations of this label's kind; else of the same model's; else None."""
@@ -61,12 +80,16 @@ class CompileHistory:
             times = [t for k, v in self.seconds.items() if k.split(" ")[0] == model for t in v]
         return statistics.median(times) if times else None
 
-    def record(self, label: str, seconds: float) -> None:
+    def record(self, label: str, seconds: float, warmup_s: float = 0.0) -> None:
+        """A compile of ``label`` took ``seconds``, of which ``warmup_s`` were its process's warm-up."""
         key = similar(label)
-        self.seconds[key] = (self.seconds.get(key, []) + [round(seconds, 3)])[-self.KEEP :]
+        self.seconds[key] = (self.seconds.get(key, []) + [round(max(0.0, seconds - warmup_s), 3)])[-self.KEEP :]
+        if warmup_s > 0:
+            self.warmups = (self.warmups + [round(warmup_s, 3)])[-self.KEEP :]
         if self.path is None:
             return
-        body = json.dumps({"schema": 1, "compiles": dict(sorted(self.seconds.items()))}, indent=1) + "\n"
+        data = {"schema": self.SCHEMA, "compiles": dict(sorted(self.seconds.items())), "warmups": self.warmups}
+        body = json.dumps(data, indent=1) + "\n"
         tmp = self.path.with_name(f".tmp-{self.path.name}-{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,10 +104,13 @@ class TimeLeft:
 
     SMOOTHING = 0.5  # weight of the newest observation in the moving averages
     OVERRUN = 0.2  # a compile past its expected time needs at least this share of what it spent
+    PLAN_S = 0.1  # a plan's compile before any was measured (0.0-0.1 s each on the default matrix)
 
     def __init__(self, history: CompileHistory) -> None:
         self.history = history
         self.known = dict(history.seconds)  # the history as the run started (record() adds this run's)
+        self.warmups = list(history.warmups)  # the warm-ups recorded, then this run's
+        self.units: dict[str, float] = {}  # label -> its size relative to others of its kind (``plan``)
         self.ratio: float | None = None  # this run's compiles took ratio x what the history said
         self.observed: list[float] = []  # this run's compile durations
         self.observed_by: dict[str, list[float]] = {}  # ... by similar label
@@ -100,7 +126,16 @@ class TimeLeft:
     def _smooth(self, old: float | None, new: float) -> float:
         return new if old is None else (1 - self.SMOOTHING) * old + self.SMOOTHING * new
 
-    def compile_took(self, label: str, seconds: float) -> None:
+    def warmup(self) -> float:
+        """What a process's warm-up is expected to take (0 before any was measured)."""
+        return statistics.median(self.warmups) if self.warmups else 0.0
+
+    def compile_took(self, label: str, seconds: float, warmup_s: float = 0.0, cold: bool = False) -> None:
+        """A compile finished after ``seconds``, ``warmup_s`` of them its process's warm-up; ``cold``:
+        its worker's first (its warm-up, even 0 s, is one more observation of what a warm-up takes)."""
+        if warmup_s > 0 or cold:
+            self.warmups.append(warmup_s)
+        seconds = max(0.0, seconds - warmup_s)
         prior = self._prior(label)
         if prior is not None and prior > 0 and seconds > 0:
             self.ratio = self._smooth(self.ratio, seconds / prior)
@@ -122,29 +157,61 @@ class TimeLeft:
         ]
         if mine:  # this run's compiles of its kind, else of its model
             return statistics.median(mine)
+        scaled = self._by_size(label)
+        if scaled is not None:
+            return scaled
+        if produces(label) == "plan":
+            return self.PLAN_S
         if self.observed:
             return statistics.mean(self.observed)
         means = [statistics.median(v) for v in self.known.values() if v]
         return statistics.mean(means) * (self.ratio or 1.0) if means else None
 
+    def _by_size(self, label: str) -> float | None:
+        """This run's seconds per unit of size of the compiles that produce what ``label`` does,
+        times ``label``'s size; None when none finished or a size is unknown."""
+        kind, size = produces(label), self.units.get(label)
+        rates = [
+            t / self.units[k]
+            for k, times in self.observed_by.items()
+            if produces(k) == kind and self.units.get(k)
+            for t in times
+        ]
+        return statistics.median(rates) * size if rates and kind and size else None
+
     def seconds(
-        self, pending: Sequence[str], running: Sequence[tuple[str, float]], cells_left: int, workers: int
+        self,
+        pending: Sequence[str],
+        running: Sequence[tuple[str, float]],
+        cells_left: int,
+        workers: int,
+        cold: tuple[Sequence[str], int] = ((), 0),
     ) -> float | None:
         """Seconds until ``pending`` compiles (labels, in order), ``running`` ones (label, seconds spent)
-        and ``cells_left`` cells are done on ``workers`` workers; None with nothing to go on."""
-        if not pending and not running and not cells_left:
-            return None
+        and ``cells_left`` cells are done on ``workers`` workers; None with nothing to go on. ``cold``:
+        the running labels that are their worker's first program, and how many more workers have not
+        warmed up (the next that many pending programs pay the warm-up)."""
+        if (not pending and not running and not cells_left) or (not self.known and not self.observed):
+            return None  # nothing to do, or nothing to go on: no history and nothing finished in this run
         slots = [0.0] * max(1, workers)
+        cold_running, cold_left = list(cold[0]), cold[1]
         for label, spent in sorted(running, key=lambda r: -r[1]):
             took = self.expected(label)
             if took is None:
                 return None
-            left = max(took - spent, self.OVERRUN * spent, 1.0)
+            compiling = spent  # of what it spent, the compile's share (the overrun is of that)
+            if label in cold_running:  # its worker's warm-up first, then the compile
+                cold_running.remove(label)
+                took, compiling = took + self.warmup(), max(0.0, spent - self.warmup())
+            left = max(took - spent, self.OVERRUN * compiling, 1.0)
             heapq.heapreplace(slots, slots[0] + left)
         for label in pending:
             took = self.expected(label)
             if took is None:
                 return None
+            if cold_left > 0:
+                cold_left -= 1
+                took += self.warmup()
             heapq.heapreplace(slots, slots[0] + max(took, 0.1))
         total = max(slots)
         if cells_left:

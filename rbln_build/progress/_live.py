@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TextIO
 
 from ._eta import CompileHistory
-from ._progress import LineProgress, Progress, plain, running
+from ._lines import LineProgress, running
+from ._progress import Progress, plain
 
 __all__ = ["LiveProgress", "make_progress"]
 
@@ -60,8 +61,8 @@ class LiveProgress(Progress):
             if self.running:
                 self._draw()
 
-    def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
-        super().plan(compiles, cells)
+    def plan(self, compiles: Sequence[str] | int, cells: int, units: dict[str, float] | None = None) -> None:
+        super().plan(compiles, cells, units)
         if self.ticker is None:
             self._start_ticker()
         self._draw()
@@ -72,9 +73,11 @@ class LiveProgress(Progress):
             self._draw()
         return number
 
-    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
+    def compile_finished(
+        self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None, warmup_s: float = 0.0
+    ) -> int:
         with self.lock:
-            number = super().compile_finished(label, seconds, ok, detail, key)
+            number = super().compile_finished(label, seconds, ok, detail, key, warmup_s)
             self._draw(self.compile_line(number, label, seconds, ok, detail))
         return number
 

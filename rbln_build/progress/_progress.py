@@ -16,7 +16,7 @@ The build reports events; a ``Progress`` decides how they look::
 Each compile gets one number when it starts (``[compile 3/8]``), kept until it finishes. Up-to-date
 compiles and cells count as done, so the counters reach N/N.
 
-* ``LineProgress`` (as Bazel's ``--curses=no``): one line per finished compile, per failed cell and
+* ``LineProgress`` (``_lines``, as Bazel's ``--curses=no``): one line per finished compile, per failed cell and
   per warning, and a count line (``[progress 40%] compiles 3/8 ...``) at most every ``every_s``
   seconds while work goes on, and where the run ended (after any other line: whichever event,
   finished or up to date, was the last). Used in CI (``CI`` set), when stderr is
@@ -25,7 +25,10 @@ compiles and cells count as done, so the counters reach N/N.
 * ``LiveProgress`` (``_live``): the same permanent lines; below them one status line, redrawn in
   place. ``make_progress`` (``_live``) chooses between the two.
 
-The percentage is of the compiles and cells of the plan, done or up to date. The time left is
+The percentage is of the time: elapsed over elapsed plus the time left while there is an estimate
+(never lower than it was shown before), else of the compiles and cells of the plan, done or up to
+date (a compile and a cell are not the same work: 8 compiles of 2 minutes and 18 cells of
+milliseconds counted alike showed 29 % with 6 s to go). The time left is
 ``_eta.TimeLeft``'s: the work still to do spread over the workers, from the durations of earlier
 compiles (``<build_dir>/progress-history.json``) corrected by this run's. What is printed under
 the table once the run is over is ``_summary``'s.
@@ -38,11 +41,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
 
 from ._eta import CompileHistory, TimeLeft, similar
 
-__all__ = ["HISTORY_FILE", "Progress", "LineProgress", "CompileHistory", "duration", "plain", "running", "similar"]
+__all__ = ["HISTORY_FILE", "Progress", "CompileHistory", "duration", "plain", "similar"]
 
 HISTORY_FILE = "progress-history.json"
 FAILURE_LINES = 10  # failed cells shown one line each as they come; the rest only in the end's summary by kind
@@ -74,13 +76,18 @@ class Progress:
         self.compiles_started = 0
         self.running: dict[str, tuple[int, str, float]] = {}  # key -> (number, label, start on self.clock)
         self.early: dict[str, str] = {}  # key -> label: started while every worker looked busy
+        self.cold: set[str] = set()  # running keys that are their worker's first program (its warm-up)
+        self.warmed = 0  # workers that started a program: the others still have their warm-up to do
+        self.shown_percent = 0
         self.started = self.clock()
         self.last_cell: float | None = None
         self.ticker: threading.Thread | None = None  # a display's thread that redraws or counts (``_tick``)
         self.stop = threading.Event()
 
-    def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
-        """Announce this run's work: the compiles it will run (labels, or just how many) and its cells."""
+    def plan(self, compiles: Sequence[str] | int, cells: int, units: dict[str, float] | None = None) -> None:
+        """Announce this run's work: the compiles it will run (labels, or just how many) and its cells;
+        ``units``: each label's size relative to others of its kind (for the estimate, ``_eta``)."""
+        self.eta.units = dict(units or {})
         self.pending = [] if isinstance(compiles, int) else list(compiles)
         self.compiles_total = compiles if isinstance(compiles, int) else len(compiles)
         self.cells_total = cells
@@ -103,11 +110,19 @@ class Progress:
         if label in self.pending:
             self.pending.remove(label)
         self.running[key] = (self.compiles_started, label, self.clock() - spent)
+        if self.warmed < self.workers:  # a worker's first compile (a plan too: it may build an inventory)
+            self.warmed += 1
+            self.cold.add(key)
         return self.compiles_started
 
-    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
-        """A compile ended after ``seconds``; returns its number (given now if its start was not seen)."""
+    def compile_finished(
+        self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None, warmup_s: float = 0.0
+    ) -> int:
+        """A compile ended after ``seconds`` (``warmup_s`` of them its process's warm-up); returns its
+        number (given now if its start was not seen)."""
         key = key or label
+        was_cold = key in self.cold
+        self.cold.discard(key)
         if key in self.running:
             number = self.running.pop(key)[0]
         else:  # its start was not seen (or waits in self.early): numbered now
@@ -118,8 +133,8 @@ class Progress:
                 self.pending.remove(label)
         self.compiles_done += 1
         if ok:
-            self.eta.compile_took(label, seconds)
-            self.history.record(label, seconds)
+            self.eta.compile_took(label, seconds, warmup_s, cold=warmup_s > 0 or was_cold)
+            self.history.record(label, seconds, warmup_s)
         for waiting, waiting_label in list(self.early.items())[: max(0, self.workers - len(self.running))]:
             self.compile_started(waiting_label, waiting)
         return number
@@ -206,12 +221,23 @@ class Progress:
         """The estimated seconds until the plan is done (``_eta.TimeLeft``); None with nothing to go on."""
         now = self.clock()
         running = [(label, now - start) for _, label, start in self.running.values()]
-        return self.eta.seconds(self.pending, running, self.cells_total - self.cells_done, self.workers)
+        cold = ([self.running[k][1] for k in self.cold if k in self.running], self.workers - self.warmed)
+        return self.eta.seconds(self.pending, running, self.cells_total - self.cells_done, self.workers, cold)
 
     def percent(self) -> int:
+        """Of the time while there is an estimate (see the module docstring), else of the counts."""
         total = self.compiles_total + self.cells_total
         done = self.compiles_done + self.cells_done
-        return 100 if not total else min(100, int(100 * done / total))
+        if not total or done >= total:
+            return 100
+        left = self.seconds_left()
+        if left is None:
+            share = int(100 * done / total)
+        else:
+            elapsed = self.clock() - self.started
+            share = min(99, int(100 * elapsed / (elapsed + left))) if elapsed + left > 0 else 0
+        self.shown_percent = max(self.shown_percent, share)
+        return self.shown_percent
 
     def counts(self) -> list[str]:
         """The numbers, most important first: counts, failures, times (no labels)."""
@@ -237,91 +263,3 @@ class Progress:
     def compile_line(self, number: int, label: str, seconds: float, ok: bool, detail: str) -> str:
         what = f"{detail or 'done'} in {seconds:.1f}s" if ok else f"FAILED after {seconds:.1f}s: {detail}"
         return f"[compile {number}/{self.compiles_total or number}] {label}: {what}"
-
-
-class LineProgress(Progress):
-    """Plain lines: CI logs, pipes, ``progress=false`` (see the module docstring)."""
-
-    def __init__(
-        self,
-        out: TextIO,
-        history: CompileHistory | None = None,
-        every_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(history, clock)
-        self.out = out
-        self.every_s = every_s
-        self.lock = threading.RLock()
-        self.said_at = self.clock()
-        self.said: tuple[Any, ...] = ()
-        self.spoke = False  # a line was printed: the log then ends with a count line of where it ended
-
-    def _line(self, text: str) -> None:
-        self._lines([text])
-
-    def _lines(self, texts: Sequence[str]) -> None:
-        with self.lock:
-            self.spoke = True
-            print("\n".join(plain(text) for text in texts), file=self.out, flush=True)
-
-    def _state(self) -> tuple[Any, ...]:
-        return (self.compiles_done, self.cells_done, self.failed, tuple(self.running))
-
-    def _counts(self, force: bool = False) -> None:
-        """The count line, rate-limited: at most every ``every_s``, and only when a count changed."""
-        with self.lock:
-            now = self._state()
-            quiet = self.clock() - self.said_at
-            if not force and (
-                quiet < self.every_s or (now == self.said and not (self.running and quiet >= 6 * self.every_s))
-            ):
-                return  # a running compile's time is repeated at most every 6 x every_s
-            self.said, self.said_at = now, self.clock()
-            self._line(f"[progress {self.percent()}%] " + " | ".join(self.counts()) + running(self.running_parts()))
-
-    def _tick(self) -> None:
-        while not self.stop.wait(min(1.0, self.every_s)):
-            self._counts()
-
-    def plan(self, compiles: Sequence[str] | int, cells: int) -> None:
-        super().plan(compiles, cells)
-        if self.ticker is None and (self.compiles_total or self.cells_total):
-            self._start_ticker()
-
-    def compile_finished(self, label: str, seconds: float, ok: bool, detail: str = "", key: str | None = None) -> int:
-        with self.lock:
-            number = super().compile_finished(label, seconds, ok, detail, key)
-            self._line(self.compile_line(number, label, seconds, ok, detail))
-        return number
-
-    def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
-        with self.lock:
-            super().cell_finished(cell_id, text, ok)
-            line = None if ok else self.failure_line(cell_id, text)
-            if line is not None:
-                self._line(line)
-            self._counts(force=self.cells_done == self.cells_total)
-
-    def cells_finished(self, done: Sequence[tuple[str, str, bool]]) -> None:
-        with self.lock:
-            lines = self._failure_lines(done)
-            if lines:
-                self._lines(lines)
-            self._counts(force=self.cells_done == self.cells_total)
-
-    def warn(self, message: str) -> None:
-        self._line(f"warning: {message}")
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.ticker is not None:
-            self.ticker.join()
-            stopped = self.cells_done < self.cells_total or self.compiles_done < self.compiles_total
-            if (self.spoke or stopped) and self._state() != self.said:  # where it ended or stopped, once
-                self._counts(force=True)
-
-
-def running(parts: list[str]) -> str:
-    """The running compiles' part of a count or status line (empty when none runs)."""
-    return (" | running " + ", ".join(parts)) if parts else ""
