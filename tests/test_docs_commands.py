@@ -81,6 +81,16 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b [--json]": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.margin=512MB": Run(),
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b --cards 2": Run(),
+    "rbln-build plan deployment=tiny_pair deployment.reservations.0.bytes=16720592896 --cards 2": Run(),
+    "python bench/deploy_server.py --models 4,8,12,16,24,32 --repeat 1 --time-limit 30": Elsewhere(
+        "tests/test_deploy_server.py",
+        "a benchmark (minutes of CPU); the test checks the server plans against an exhaustive oracle",
+    ),
+    "python bench/deploy_server.py --set small-llms --models 4,8,12,16 --repeat 1 --time-limit 30": Elsewhere(
+        "tests/test_deploy_server.py",
+        "a benchmark (minutes of CPU); the test checks the server plans against an exhaustive oracle",
+    ),
     "python bench/eta.py --baseline main": Elsewhere(
         "tests/test_progress.py::test_on_a_fresh_build_dir_the_time_left_is_within_2x_of_the_truth_from_the_first_compile_on",
         "a benchmark (two fresh builds, minutes); the test replays a fresh build with a scripted clock",

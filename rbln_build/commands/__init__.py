@@ -4,7 +4,7 @@ _main     dispatch, --help, --version, unknown commands, and the one error bound
 _build    the build (the default command): compose with Hydra, run the pipeline, print the table
 _compose_once  a plain run's config composed once (Hydra's run mode composes it twice)
 _table    the build's table (summary or every cell)
-_help     the build's help (this project's config groups and the overrides)
+_help     the build's help (this project's config groups and the overrides) and --version
 _status   status;  _gc: gc (_gc_remote: gc of cache.remote)
 _report   report: the reporting layer's command, answered by the no-op short cut when it can
 _guard    Hydra's errors condensed to one line, internal errors logged, a sweep's deferred files

@@ -20,9 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ._version import version_text
-
-__all__ = ["main", "entry", "COMMANDS", "run_command", "version_text"]
+__all__ = ["main", "entry", "COMMANDS", "run_command"]
 
 
 @dataclass(frozen=True)
@@ -183,6 +181,8 @@ def _closed_pipe() -> int:
 
 def dispatch(argv: list[str]) -> int:
     if argv in (["--version"], ["-V"]):
+        from ._help import version_text
+
         print(version_text())
         return 0
     if argv in (["help"],):
