@@ -104,6 +104,9 @@ def test_run_of_a_mistyped_cell_under_a_release_names_the_close_ones(plans: Path
     assert (
         f"did you mean {CELL}" in proc.stderr and "damaged" not in proc.stderr and "does not match" not in proc.stderr
     )
+    proc = rbln(["serve-command", str(typo)], cwd=work)  # serve-command names them too
+    _one_line(proc, 2, f"{typo}: no such cell in the release")
+    assert f"did you mean {CELL}" in proc.stderr and not proc.stdout
 
 
 def test_run_of_a_path_through_a_file_is_a_one_line_usage_error(tmp_path: Path) -> None:
