@@ -22,7 +22,7 @@ The release lands in <to>/<NAME>/ (default --to: <build dir>/releases): one fold
 files and a README.md model card, and release.json (every file's sha256 and size, every cell's
 manifest record, provenance). Releasing the same content again under NAME is a no-op; other content
 under an existing NAME is refused. Exit status: 0 published or unchanged; 1 an artifact does not match
-its manifest record, or the upload failed; 2 a usage error or a name that holds another release.
+its manifest record, or the destination URL could not be read or written; 2 a usage error or a name that holds another release.
 """
 
 VERIFY_EPILOG = """\
