@@ -92,7 +92,11 @@ def test_plan_of_an_infeasible_pair_names_the_conflict_and_verified_changes(
     ("args", "message"),
     [
         pytest.param([], "no deployment chosen: add deployment=<name>", id="none"),
-        pytest.param(["deployment=nope"], "Could not find 'deployment/nope'", id="unknown"),
+        pytest.param(
+            ["deployment=nope"],
+            "deployment=nope: no such option; (the options: qwen3_8b_llama3_2_1b, tiny_pair)",
+            id="unknown",
+        ),
         pytest.param(["deployment=tiny_pair", "deployment.mode=fast"], "Invalid value 'fast'", id="mode"),
     ],
 )
