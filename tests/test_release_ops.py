@@ -133,6 +133,13 @@ def test_releasing_again_over_a_damaged_release_says_it_is_damaged(plans: Path, 
     assert f"{CELL}/README.md: changed" in proc.stderr and "unchanged" not in proc.stdout
 
 
+def test_an_empty_destination_is_refused_not_taken_as_the_current_folder(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    proc = _release(work, "v2", "--to", "")  # `--to "$DEST"` with DEST unset
+    _one_line(proc, 2, "--to '': empty")
+    assert not (work / "v2").exists()
+
+
 @pytest.mark.parametrize("to", [pytest.param("/proc", id="proc"), pytest.param("/dev/null", id="a-device")])
 def test_a_destination_that_cannot_be_written_is_one_line(plans: Path, tmp_path: Path, to: str) -> None:
     work = copy(plans, tmp_path)

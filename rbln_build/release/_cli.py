@@ -86,6 +86,8 @@ def release_main(argv: list[str]) -> int:
             f"--hub-org {args.hub_org[:100]!r}: give a Hub user or organization name (letters, digits, . _ -) "
             "together with --layout hub."
         )
+    if args.to is not None and not args.to.strip():  # `--to "$DEST"` with DEST unset: not the current folder
+        raise UserError("--to '': empty; give the parent folder or URL of the release (or leave --to out).")
     project = find_project(args.project)
     build_dir = Path(args.build_dir) if args.build_dir else project.root / "build"
     to = args.to if args.to is not None else str(build_dir / "releases")
