@@ -92,7 +92,11 @@ def test_plan_of_an_infeasible_pair_names_the_conflict_and_verified_changes(
     ("args", "message"),
     [
         pytest.param([], "no deployment chosen: add deployment=<name>", id="none"),
-        pytest.param(["deployment=nope"], "Could not find 'deployment/nope'", id="unknown"),
+        pytest.param(
+            ["deployment=nope"],
+            "deployment=nope: no such option; (the options: qwen3_8b_llama3_2_1b, tiny_pair)",
+            id="unknown",
+        ),
         pytest.param(["deployment=tiny_pair", "deployment.mode=fast"], "Invalid value 'fast'", id="mode"),
     ],
 )
@@ -367,3 +371,22 @@ def test_built_tiny_deployment_fits_per_chiplet_and_each_pool_holds_its_planned_
         llama.check_request([[1] * 3073, [1] * 3071], 1)  # 3073 positions need 4 blocks
     out = llama.generate([[1] * 3071, [2] * 3071], 2)  # 3072 positions each: 3 blocks each
     assert [len(o) for o in out] == [2, 2]
+
+
+def test_a_deployment_build_keeps_the_matrix_cells_in_the_manifest(tmp_path: Path, env: dict[str, str]) -> None:
+    """A new user's puzzle (issue 36): a deployment build in a build dir that holds the matrix's build
+    replaced the manifest with the deployment's cells, so status then said every matrix cell would
+    finalize. The matrix is the deployment's declared one: its cells stay listed (as after a narrowed
+    build), status of the matrix says they are up to date, and the deployment's cells are listed too."""
+    build = [f"build_dir={tmp_path / 'build'}", "matrix=plans"]
+    check_ok(rbln(build, cwd=tmp_path, env=env))
+    matrix_cells = manifest(tmp_path / "build")["cells"]
+    check_ok(rbln([QL, *build], cwd=tmp_path, env=env))
+    after = manifest(tmp_path / "build")
+    assert {c: after["cells"][c] for c in matrix_cells} == matrix_cells
+    assert len(after["cells"]) > len(matrix_cells) and QL.split("=")[1] in after["deployments"]
+    proc = rbln(["status", "--json", *build], cwd=tmp_path, env=env)
+    check_ok(proc, 1)
+    status = json.loads(proc.stdout)
+    assert {c["state"] for c in status["cells"]} == {"up to date"}  # the deployment's cells: not in the matrix
+    assert sorted(status["removed"]) == sorted(set(after["cells"]) - set(matrix_cells))

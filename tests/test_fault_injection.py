@@ -344,3 +344,32 @@ def test_jobs_2_with_a_worker_killed_while_it_runs_a_batch_of_cells(env: dict[st
     assert again.returncode == 0, again.stderr
     assert (build / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes()
     assert not list(build.rglob(".tmp-*"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the pool's workers in /proc")
+@pytest.mark.parametrize("kill", ["self-compile", "sibling-compile", "self-finalize", "sibling-finalize"])
+def test_jobs_2_with_a_worker_killed_at_each_kind_of_point(env: dict[str, str], tmp_path: Path, kill: str) -> None:
+    """Issue 36's probe: a worker killed at some points of a jobs=2 build ended it with exit 3 (the
+    driver handed the next batch to the broken pool). A job SIGKILLs its own worker (after its compile's
+    work, or in a cell's finalize) or the other worker (busy or idle) the moment it gets there: the
+    build ends with exit 1 and the retry message when a job died with its worker, 0 when only an idle
+    worker died (everything resubmitted), never 3 nor a traceback; the next run builds it all."""
+    args = ["matrix=plans", "progress=false", "jobs=2", "matrix.backend=rbln_test_plugins:KillerBackend"]
+    killing = dict(env, RBLN_TEST_KILL=kill, RBLN_TEST_KILL_ONCE_FILE=str(tmp_path / "once"))
+    build = tmp_path / "build"
+    proc = rbln([*args, f"build_dir={build}"], tmp_path, killing)
+    assert (tmp_path / "once").exists(), "no job reached the kill point"
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    cells = json.loads((build / "manifest.json").read_text())["cells"]
+    failed = [e["error"] for e in cells.values() if e["status"] == "failed"]
+    if kill.startswith("self"):
+        assert proc.returncode == 1 and failed, proc.stderr
+    assert (proc.returncode == 1) == bool(failed)
+    assert all("died" in why and "retr" in why for why in failed), failed
+    again = rbln([*args, f"build_dir={build}"], tmp_path, env)
+    assert again.returncode == 0, again.stderr
+    assert all(
+        e["status"] in ("ok", "expected_failure")
+        for e in json.loads((build / "manifest.json").read_text())["cells"].values()
+    )

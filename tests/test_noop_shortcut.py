@@ -276,3 +276,24 @@ def test_a_package_appearing_in_a_pythonpath_folder_under_tmpdir_takes_the_full_
     (later / "transformers" / "__init__.py").write_text("__version__ = '99.0.0'\n")
     after = cli(project, "progress=false", env=env)
     assert after.path == "full" and after.code == 0, after.stderr
+
+
+def test_a_count_line_of_the_recorded_run_is_not_replayed(tmp_path: Path) -> None:
+    """A no-op whose full path printed the plain display's count line (a warning was shown, or it ran
+    past ``every_s`` on a busy machine) must not replay that line: its elapsed time was the recorded
+    run's, not the short cut's (issue 36)."""
+    from rbln_build.noop._check import TOOK
+    from rbln_build.noop._record import Recording
+
+    recording = Recording("key", tmp_path, [False], "stamp")
+    try:
+        print("warning: something to say")
+        print("[progress 100%] compiles 4/4 | cells 8/8 | 17s elapsed", file=sys.stderr)
+        print("8 cells: 0 compiled, 8 skipped (12.3s). Manifest: build/manifest.json")
+    finally:
+        recording.close()
+    chunks = recording._chunks(counts=True)
+    assert chunks is not None
+    text = "".join(t for _, t in chunks)
+    assert "[progress" not in text and "17s elapsed" not in text
+    assert text == f"warning: something to say\n8 cells: 0 compiled, 8 skipped {TOOK} Manifest: build/manifest.json\n"

@@ -94,3 +94,57 @@ def test_a_misspelt_override_names_the_closest(tmp_path: Path, override: str, sa
     line = one_line_error(code, err, "rbln-build: ")
     assert says in line and "search path" not in line and "To append" not in line, line
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(
+            ["plan", "deployment=tiny_pai"],
+            "deployment=tiny_pai: no such option; did you mean deployment=tiny_pair?",
+            id="plan-option",
+        ),
+        pytest.param(
+            ["plan", "deployment=tiny_pair", "budgt=3"], "budgt: no such key; did you mean budget?", id="plan-key"
+        ),
+        pytest.param(["serve-command", "deployment=tiny_pai"], "did you mean deployment=tiny_pair?", id="serve-option"),
+    ],
+)
+def test_a_misspelt_override_of_plan_and_serve_command_names_the_closest(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    """plan and serve-command compose the same config: the same one line, not Hydra's search path."""
+    code, _, err = run_cli([*args, f"build_dir={tmp_path / 'b'}"], tmp_path)
+    line = one_line_error(code, err, f"rbln-build {args[0]}: ")
+    assert says in line and "search path" not in line and "To append" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("args", "prefix", "says"),
+    [
+        pytest.param(
+            ["matrix.models=[tiny_lama]"],
+            "rbln-build: ",
+            "unknown model 'tiny_lama'; did you mean tiny_llama?",
+            id="matrix-models",
+        ),
+        pytest.param(
+            ["explain", "model=qwen3_8", "device=rebel100"],
+            "explain model=: ",
+            "did you mean qwen3_8b",
+            id="explain-model",
+        ),
+        pytest.param(
+            ["explain", "model=qwen3_8b", "device=rebel10"],
+            "explain device=: ",
+            "did you mean rebel100?",
+            id="explain-device",
+        ),
+    ],
+)
+def test_a_misspelt_model_or_device_in_a_list_names_the_closest(
+    tmp_path: Path, args: list[str], prefix: str, says: str
+) -> None:
+    code, _, err = run_cli([*args, f"build_dir={tmp_path / 'b'}"] if args[0] != "explain" else args, tmp_path)
+    line = one_line_error(code, err, prefix)
+    assert says in line and "known: " in line, line

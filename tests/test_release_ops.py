@@ -104,6 +104,9 @@ def test_run_of_a_mistyped_cell_under_a_release_names_the_close_ones(plans: Path
     assert (
         f"did you mean {CELL}" in proc.stderr and "damaged" not in proc.stderr and "does not match" not in proc.stderr
     )
+    proc = rbln(["serve-command", str(typo)], cwd=work)  # serve-command names them too
+    _one_line(proc, 2, f"{typo}: no such cell in the release")
+    assert f"did you mean {CELL}" in proc.stderr and not proc.stdout
 
 
 def test_run_of_a_path_through_a_file_is_a_one_line_usage_error(tmp_path: Path) -> None:
@@ -128,6 +131,13 @@ def test_releasing_again_over_a_damaged_release_says_it_is_damaged(plans: Path, 
     proc = _release(work, "v1")
     _one_line(proc, 1, "already holds this release, but it is damaged")
     assert f"{CELL}/README.md: changed" in proc.stderr and "unchanged" not in proc.stdout
+
+
+def test_an_empty_destination_is_refused_not_taken_as_the_current_folder(plans: Path, tmp_path: Path) -> None:
+    work = copy(plans, tmp_path)
+    proc = _release(work, "v2", "--to", "")  # `--to "$DEST"` with DEST unset
+    _one_line(proc, 2, "--to '': empty")
+    assert not (work / "v2").exists()
 
 
 @pytest.mark.parametrize("to", [pytest.param("/proc", id="proc"), pytest.param("/dev/null", id="a-device")])
@@ -191,3 +201,39 @@ def test_a_url_release_cleans_the_uploads_a_killed_one_left(plans: Path, tmp_pat
     check_ok(_release(work, "u1", "--to", f"file://{remote}"))
     assert not stale.exists() and young.is_dir()
     check_ok(rbln(["verify", f"file://{remote}/u1"], cwd=work))
+
+
+@pytest.mark.parametrize(
+    "to",
+    [
+        pytest.param("s3://bucket/releases", id="unreachable-endpoint"),
+        pytest.param("s3://AKIAMARKER:SECRETMARKER@bucket/releases", id="credentials-in-the-url"),
+    ],
+)
+def test_a_destination_that_does_not_answer_is_one_line_without_the_secret(
+    plans: Path, tmp_path: Path, to: str
+) -> None:
+    """Issue 36: the first look at an s3:// destination (does it hold this release?) was outside the
+    upload's error handling: an endpoint that refuses connections, or a bucket name that is not one
+    (credentials written into the URL), was an internal error (exit 3) whose traceback file held the
+    secret. Now one line (exit 1, as a failed upload), with no secret anywhere."""
+    pytest.importorskip("s3fs", reason="the remote extra: pip install 'rbln-build[remote]'")
+    import socket
+
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    work = copy(plans, tmp_path)
+    errors = tmp_path / "tmp"
+    errors.mkdir()
+    env = {
+        "AWS_ACCESS_KEY_ID": "AKIAMARKER",
+        "AWS_SECRET_ACCESS_KEY": "SECRETMARKER",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "TMPDIR": str(errors),  # where an internal error's traceback file would go (no build dir's logs/)
+    }
+    proc = rbln(["release", "v2", "--build-dir", str(work / "build"), "--to", to], cwd=work, env=env)
+    _one_line(proc, 1, "release v2: reading s3://bucket/releases/v2 failed (")
+    assert "Check the URL and the credentials" in proc.stderr and "SECRETMARKER" not in proc.stderr
+    assert not [p for p in errors.rglob("*") if p.is_file()]
+    assert not [p for p in (work / "build").rglob("*") if p.is_file() and b"SECRETMARKER" in p.read_bytes()]

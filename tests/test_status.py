@@ -296,7 +296,9 @@ def test_status_and_gc_agree_on_a_cell_the_manifest_still_lists(project: Path) -
     cid = "llama3_2_1b.rebel100.b0.5"
     out = check(rbln(["status", "matrix.budgets=[0.3,0.4]"], cwd=project), 1)
     (line,) = [x for x in out.splitlines() if x.startswith(cid)]
-    assert "removed" in line and "`rbln-build gc` keeps it until a build of this matrix drops it" in line
+    assert "not in matrix" in line and "removed" not in line
+    assert "`rbln-build gc` keeps it until a build of this matrix drops it" in line and "status` with those" in line
+    assert out.splitlines()[-1].startswith("2 cells: ") and "1 not in matrix" in out.splitlines()[-1]
     dry = json.loads(check(rbln(["gc", "--json", "--dry-run", "matrix.budgets=[0.3,0.4]"], cwd=project)))
     assert f"artifacts/{cid}" not in {r["path"] for r in dry["removed"]}
     assert (project / "build" / "artifacts" / cid).is_symlink()

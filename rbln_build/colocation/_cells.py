@@ -46,11 +46,11 @@ def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
 
 def declared_cells(jobs: list[BuildSettings], cells: list[Cell]) -> list[Cell]:
     """The cells of the declared (un-narrowed) matrices of narrowed jobs (``model=``, ``device=``,
-    ``budget=``) that are not among ``cells``: a narrowed run keeps their manifest entries, and
+    ``budget=``, or a deployment, which builds its own cells) that are not among ``cells``: a narrowed run keeps their manifest entries, and
     ``status`` does not call them removed. Empty when no job was narrowed."""
     from dataclasses import replace
 
-    declared = [replace(j, matrix=j.declared, declared=None) for j in jobs if j.declared is not None]
+    declared = [replace(j, matrix=j.declared, declared=None, deployment=None) for j in jobs if j.declared is not None]
     if not declared:
         return []
     ids = {c.id for c in cells}

@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import traceback
 from pathlib import Path
+
+from ..config import closest_names
 
 __all__ = ["one_line", "report_internal", "DeferredSweep", "LOG_DIR"]
 
@@ -49,43 +50,12 @@ def one_line(text: str) -> str:
         if line and not line.startswith(_NOISE):
             kept.append(line)
     message = " ".join(kept) or "invalid configuration"
-    closest = _closest_names(message)
+    closest = closest_names(message)
     if closest is not None:
         return closest
     if "Traceback (most recent call last)" in text:
         message += " (Hydra could not compose the configuration with these overrides; check that each key exists)"
     return message
-
-
-_NO_KEY = re.compile(r"Could not override '([^']+)'\..*?Key '([^']+)' not in '(\w+)'")
-_NO_OPTION = re.compile(
-    r"Could not find '([^'/]+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)\s*Config search path"
-)
-
-
-def _closest_names(message: str) -> str | None:
-    """Hydra's text for a misspelt key (``budgt=0.3``, ``matrix.budgts=[...]``) or group option
-    (``device=rebel10``) as one line with the closest names; None for any other message."""
-    import difflib
-
-    found = _NO_KEY.search(message)
-    if found is not None:
-        override, key, schema = found.groups()
-        from ..config import schema_field_names
-
-        names = schema_field_names(schema)
-        parent = override.rsplit(".", 1)[0] + "." if "." in override else ""
-        close = [parent + n for n in difflib.get_close_matches(key, names, n=3, cutoff=0.6)]
-        hint = f"did you mean {' or '.join(close)}?" if close else f"the keys there: {', '.join(names)}."
-        return f"{override}: no such key; {hint}"
-    found = _NO_OPTION.search(message)
-    if found is not None:
-        group, option, listed = found.groups()
-        options = listed.split()
-        close = difflib.get_close_matches(option, options, n=3, cutoff=0.6)
-        hint = f"did you mean {' or '.join(f'{group}={c}' for c in close)}? " if close else ""
-        return f"{group}={option}: no such option; {hint}(the options: {', '.join(options)})"
-    return None
 
 
 KEPT_ERRORS = 20  # traceback files kept in the temporary folder (no build dir): the newest, per user

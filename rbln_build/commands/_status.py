@@ -15,7 +15,8 @@ and the inputs that changed since the manifest was written (the previous entry o
 or, for a new id, the entry that differs from it only in budget or block count): recipe bytes,
 weights, build option, budget, device, toolchain version, backend code, estimator code; or a
 missing/damaged artifact or cache entry. Cells in the manifest but no longer in the matrix are
-listed as removed.
+listed as ``not in matrix`` (JSON: ``removed``): a build of this matrix would drop them from the
+manifest, and ``gc`` keeps them until one does.
 
 Nothing is written, no lock is taken, and neither torch nor transformers is imported: status reads
 the Store read-only (a damaged entry is reported, never removed). Exit status: 0 when every cell is
@@ -200,6 +201,9 @@ def _state(ledger: Ledger, cell: Cell, old: dict[str, Any] | None, links: str, e
     return UP_TO_DATE, ""
 
 
+OUTSIDE = "not in matrix"  # a cell manifest.json lists that this matrix does not build
+
+
 def render(statuses: list[CellStatus], removed: list[str], build_dir: Path | str) -> str:
     width = max([len(s.cell) for s in statuses] + [len(c) for c in removed] + [4])
     lines = [f"{'cell'.ljust(width)}  {'state'.ljust(16)}  why", f"{'-' * width}  {'-' * 16}  {'-' * 3}"]
@@ -207,13 +211,14 @@ def render(statuses: list[CellStatus], removed: list[str], build_dir: Path | str
         lines.append(f"{s.cell.ljust(width)}  {s.state.ljust(16)}  {'; '.join(s.reasons)}".rstrip())
     for cid in removed:
         lines.append(
-            f"{cid.ljust(width)}  {'removed'.ljust(16)}  not in this matrix; manifest.json still lists it, so "
-            "`rbln-build gc` keeps it until a build of this matrix drops it from the manifest"
+            f"{cid.ljust(width)}  {OUTSIDE.ljust(16)}  manifest.json lists it (a build with other overrides, such "
+            "as model=...: `rbln-build status` with those checks it); `rbln-build gc` keeps it until a build of "
+            "this matrix drops it from the manifest"
         )
     counts: dict[str, int] = {}
     for s in statuses:
         counts[s.state] = counts.get(s.state, 0) + 1
-    parts = [f"{n} {state}" for state, n in sorted(counts.items())] + ([f"{len(removed)} removed"] if removed else [])
+    parts = [f"{n} {state}" for state, n in sorted(counts.items())] + ([f"{len(removed)} {OUTSIDE}"] if removed else [])
     lines.append(f"{len(statuses)} cells: {', '.join(parts)}. Build dir: {build_dir}")
     return "\n".join(lines)
 

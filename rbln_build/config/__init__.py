@@ -22,12 +22,13 @@ from ._layout import CACHE_DIR, check_contained, link_shared_cache, owner_tag
 from ._matrix import BUILD_OPTIONS, Cell, expand
 from ._project import MARKER, PROJECT_ENV, Project, find_project, split_project_arg
 from ._scale import Scale
-from ._schema import schema_field_names
+from ._schema import closest_names, schema_field_names
 from ._settings import BuildSettings, Device, Matrix, Model, SubMatrix
 from ._shard import assign as assign_shards
 from ._shard import select as select_shard
 
 __all__ = [
+    "closest_names",
     "schema_field_names",
     "BUILD_OPTIONS",
     "BuildSettings",

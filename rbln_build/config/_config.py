@@ -275,6 +275,7 @@ def settings_from_config(
                 "apply to it (set them in conf/deployment/<name>.yaml)."
             )
         deployment = deployment_from_config(str(choices.get("deployment")), cfg.deployment, conf_dirs)
+        declared = matrix  # a deployment builds its cells alone; the manifest keeps the matrix's others
     build_dir = check_build_dir(cfg.build_dir, cwd)
     if cfg.recipes_dir is not None:
         explicit = Path(str(cfg.recipes_dir))

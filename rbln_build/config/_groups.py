@@ -48,9 +48,13 @@ def load_group_option(group: str, name: str, where: str, conf_dir: Path | Sequen
     found = [d / group / f"{name}.yaml" for d in dirs] if isinstance(name, str) else []
     path = next((f for f in found if f.is_file()), None)
     if path is None:
-        known = ", ".join(list_group_options(group, dirs))
+        import difflib
+
+        options = list_group_options(group, dirs)
+        close = difflib.get_close_matches(str(name), options, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
         places = ", ".join(str(d / group) for d in dirs)
-        raise ConfigError(f"{where}: unknown {group} {name!r}; known: {known} (files in {places}).")
+        raise ConfigError(f"{where}: unknown {group} {name!r}; {hint}known: {', '.join(options)} (files in {places}).")
     problem = yaml_problem(read_document(path, limit=MAX_CONFIG_BYTES, error=ConfigError))
     if problem is not None:
         raise ConfigError(f"{where}: {path}: {problem}.")

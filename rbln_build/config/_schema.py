@@ -8,6 +8,7 @@ per-file ignore).
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -159,3 +160,32 @@ def schema_field_names(schema: str) -> list[str]:
         if isinstance(cls, type) and dataclasses.is_dataclass(cls)
         else []
     )
+
+
+_NO_KEY = re.compile(r"Could not override '([^']+)'\..*?Key '([^']+)' not in '(\w+)'")
+_NO_OPTION = re.compile(
+    r"Could not find '([^'/]+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)\s*Config search path"
+)
+
+
+def closest_names(message: str) -> str | None:
+    """Hydra's text for a misspelt key (``budgt=0.3``, ``matrix.budgts=[...]``) or group option
+    (``device=rebel10``) as one line with the closest names; None for any other message."""
+    import difflib
+
+    found = _NO_KEY.search(message)
+    if found is not None:
+        override, key, schema = found.groups()
+        names = schema_field_names(schema)
+        parent = override.rsplit(".", 1)[0] + "." if "." in override else ""
+        close = [parent + n for n in difflib.get_close_matches(key, names, n=3, cutoff=0.6)]
+        hint = f"did you mean {' or '.join(close)}?" if close else f"the keys there: {', '.join(names)}."
+        return f"{override}: no such key; {hint}"
+    found = _NO_OPTION.search(message)
+    if found is not None:
+        group, option, listed = found.groups()
+        options = listed.split()
+        close = difflib.get_close_matches(option, options, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(f'{group}={c}' for c in close)}? " if close else ""
+        return f"{group}={option}: no such option; {hint}(the options: {', '.join(options)})"
+    return None

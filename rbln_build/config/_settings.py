@@ -103,6 +103,7 @@ class BuildSettings:
     deployment: Any = None  # a _deployment.Deployment: build its planned cells instead of the matrix
     recipe_dirs: tuple[Path, ...] = ()  # searched in order (a project's recipes/, then the shipped); () = recipes_dir
     scale: Scale = Scale()  # jobs, executor, remote cache (rbln_build.config._scale)
-    # The matrix as declared, when model=/device=/budget= narrowed ``matrix`` (else None): a narrowed
+    # The matrix as declared, when model=/device=/budget= narrowed ``matrix`` or a deployment replaced
+    # it (else None): a narrowed
     # run keeps the manifest entries of the declared matrix's other cells (_cells.declared_cells).
     declared: Matrix | None = None

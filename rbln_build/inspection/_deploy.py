@@ -49,7 +49,7 @@ def _compose(overrides: list[str]) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ..config import compose_settings, find_project, split_project_arg
+    from ..config import closest_names, compose_settings, find_project, split_project_arg
 
     chosen, overrides = split_project_arg(overrides)
     try:
@@ -57,7 +57,8 @@ def _compose(overrides: list[str]) -> Any:
     except (HydraException, OmegaConfBaseException) as exc:
         cause = exc.__cause__
         detail = "" if cause is None or str(cause) in str(exc) else f"\n{str(cause).strip()}"
-        raise ConfigError(str(exc).strip() + detail) from None
+        text = str(exc).strip() + detail
+        raise ConfigError(closest_names(" ".join(text.split())) or text) from None  # a misspelt name: the closest
     if settings.deployment is None:
         raise ConfigError("no deployment chosen: add deployment=<name> (conf/deployment/<name>.yaml).")
     return settings

@@ -38,11 +38,13 @@ def _load(path: Path) -> Any:
 
 def serving_of_dir(cell_dir: Path) -> tuple[str, dict[str, Any]]:
     """(cell id, manifest entry) of a built or released cell folder; UserError naming what is missing."""
-    if absent(cell_dir, hint="pass a cell folder") or not (cell_dir / RECORD_FILE).is_file():
-        raise UserError(f"{cell_dir}: no {RECORD_FILE}; {_what_instead(cell_dir)}")
-    cell_dir = Path(os.path.abspath(cell_dir))  # '.' inside a cell names it; links are not followed
     from ..release import check_released_cell
 
+    if absent(cell_dir, hint="pass a cell folder") or not (cell_dir / RECORD_FILE).is_file():
+        if not os.path.lexists(cell_dir) and not absent(cell_dir.parent / "release.json"):
+            check_released_cell(Path(os.path.abspath(cell_dir)))  # a mistyped cell: the closest names
+        raise UserError(f"{cell_dir}: no {RECORD_FILE}; {_what_instead(cell_dir)}")
+    cell_dir = Path(os.path.abspath(cell_dir))  # '.' inside a cell names it; links are not followed
     check_released_cell(cell_dir)  # a released cell is checked against release.json first, as run does
     cid = cell_dir.name
     manifest = _load(cell_dir.parent.parent / "manifest.json")  # the literal path: artifacts/<id> is a link

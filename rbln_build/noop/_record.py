@@ -34,6 +34,7 @@ __all__ = ["Recording", "Recorder", "ReportRecorder"]
 
 KEEP_STAMPS = 16  # per build directory (one per distinct invocation; the oldest go first)
 _COUNTS = re.compile(r"\((\d+\.\d)s\)\. Manifest: ")  # the counts line's own time (_build)
+_PROGRESS = re.compile(r"^\[progress \d+%\] [^\n]*\n", re.MULTILINE)  # a plain display's count line
 _OPENED: set[str] | None = None  # what the current recording saw opened for reading
 _HOOKED = False
 
@@ -148,6 +149,8 @@ class Recording:
             return None  # a live display: not something to replay
         if not counts:
             return self.chunks
+        for chunk in self.chunks:  # the display's count lines tell this run's times: not replayed
+            chunk[1] = _PROGRESS.sub("", chunk[1])
         for chunk in reversed(self.chunks):
             if chunk[0] == 1:
                 found = list(_COUNTS.finditer(chunk[1]))

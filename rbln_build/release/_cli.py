@@ -22,7 +22,7 @@ The release lands in <to>/<NAME>/ (default --to: <build dir>/releases): one fold
 files and a README.md model card, and release.json (every file's sha256 and size, every cell's
 manifest record, provenance). Releasing the same content again under NAME is a no-op; other content
 under an existing NAME is refused. Exit status: 0 published or unchanged; 1 an artifact does not match
-its manifest record, or the upload failed; 2 a usage error or a name that holds another release.
+its manifest record, or the destination URL could not be read or written; 2 a usage error or a name that holds another release.
 """
 
 VERIFY_EPILOG = """\
@@ -86,6 +86,8 @@ def release_main(argv: list[str]) -> int:
             f"--hub-org {args.hub_org[:100]!r}: give a Hub user or organization name (letters, digits, . _ -) "
             "together with --layout hub."
         )
+    if args.to is not None and not args.to.strip():  # `--to "$DEST"` with DEST unset: not the current folder
+        raise UserError("--to '': empty; give the parent folder or URL of the release (or leave --to out).")
     project = find_project(args.project)
     build_dir = Path(args.build_dir) if args.build_dir else project.root / "build"
     to = args.to if args.to is not None else str(build_dir / "releases")

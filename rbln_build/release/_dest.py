@@ -241,10 +241,15 @@ def _publish_url(
     where = f"{redact(to)}/{name}"
     if local_check is not None and (local_check.is_symlink() or (local_check.exists() and not local_check.is_dir())):
         raise ReleaseConflict(f"{local_check} exists and is not a release folder; choose another name or --to.")
-    fs.invalidate_cache()
-    existing = _cat_bounded(fs, f"{final}/{RELEASE_FILE}", MAX_RELEASE_JSON_BYTES)
+    try:  # the destination's answer to the first question: an unreachable or refused URL is said here
+        fs.invalidate_cache()
+        existing = _cat_bounded(fs, f"{final}/{RELEASE_FILE}", MAX_RELEASE_JSON_BYTES)
+        old_sig = None if existing is None else _cat_bounded(fs, f"{final}/{SIGNATURE_FILE}", 128)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise _failed(name, where, to, exc, "reading") from None
     if existing is not None:
-        old_sig = _cat_bounded(fs, f"{final}/{SIGNATURE_FILE}", 128)
         return where, _compare(where, existing, data, old_sig, signature, f"{to}/{name}")
     rels = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
     payload = [r for r in rels if r not in (RELEASE_FILE, SIGNATURE_FILE)]
@@ -280,11 +285,7 @@ def _publish_url(
     except UserError:
         raise
     except Exception as exc:
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
-        raise BuildError(
-            f"release {name}: uploading to {where} failed ({why}); nothing was made visible ({RELEASE_FILE} goes "
-            "last). Check the URL and the credentials in the environment, then run the same release again."
-        ) from None
+        raise _failed(name, where, to, exc, "uploading to") from None
     finally:
         try:
             if fs.exists(tmp):
@@ -292,3 +293,18 @@ def _publish_url(
         except Exception:
             pass
     return where, "published"
+
+
+def _failed(name: str, where: str, to: str, exc: Exception, doing: str) -> BuildError:
+    """The one line of a destination that failed: its error's first line, any user:password the URL
+    held removed from it (a library may quote the URL, or its host part, in its message)."""
+    why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+    netloc = to.partition("://")[2].split("/", 1)[0]
+    if "@" in netloc:
+        userinfo = netloc.rsplit("@", 1)[0]
+        for secret in {userinfo, *userinfo.split(":")} - {""}:
+            why = why.replace(secret, "***")
+    return BuildError(
+        f"release {name}: {doing} {where} failed ({why}); nothing was made visible ({RELEASE_FILE} goes "
+        "last). Check the URL and the credentials in the environment, then run the same release again."
+    )

@@ -82,3 +82,54 @@ class FlakyBackend(TorchExportBackend):
                 raise InputFailure("the compiler says this model does not fit", "insufficient_memory")
             raise BuildError("compiler crashed")
         return super().compile(spec, out_dir)
+
+
+KILL_ENV = "RBLN_TEST_KILL"  # "<self|sibling>-<compile|finalize>": who is killed, and where
+KILL_ONCE_ENV = "RBLN_TEST_KILL_ONCE_FILE"  # created exclusively by the one job that kills
+
+
+def _first(path: str | None) -> bool:
+    """Whether this job is the build's first to get here (creates ``path`` exclusively)."""
+    if not path:
+        return False
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _kill(where: str) -> None:
+    """SIGKILL, as the OOM killer does: this worker ("self-...") or the pool's other workers
+    ("sibling-...", busy or idle), the first time a job reaches ``where``."""
+    import signal
+
+    who, _, at = (os.environ.get(KILL_ENV) or "").partition("-")
+    if at != where or not _first(os.environ.get(KILL_ONCE_ENV)):
+        return
+    if who == "self":
+        os.kill(os.getpid(), signal.SIGKILL)
+    parent = os.getppid()
+    for pid in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if pid.isdigit() and int(pid) != os.getpid() and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            if b"resource_tracker" not in cmd and b"rbln_build.cli" not in cmd:
+                os.kill(int(pid), signal.SIGKILL)
+
+
+class KillerBackend(TorchExportBackend):
+    """The real torch backend whose first compile or first finalize (RBLN_TEST_KILL) SIGKILLs its own
+    worker, after the compile's work, or the pool's other workers, then goes on (Linux /proc)."""
+
+    def compile(self, spec: Any, out_dir: Path) -> Any:
+        result = super().compile(spec, out_dir)
+        _kill("compile")
+        return result
+
+    def finalize(self, spec: Any, baseline_dir: Path, num_blocks: int, out_dir: Path) -> None:
+        _kill("finalize")
+        super().finalize(spec, baseline_dir, num_blocks, out_dir)
