@@ -1,0 +1,63 @@
+"""A Ray compile task's scratch folder on its node, and the ones interrupted tasks left there.
+
+A task compiles in ``<node TMPDIR>/rbln-build-ray-<pid>-<random>`` and removes it in ``finally``.
+A task stopped hard (``ray.cancel(force=True)`` after Ctrl-C on the driver, a worker killed by Ray
+when its driver went away, the OOM killer) runs no ``finally``: its folder stays. So the build first
+cancels gently (Ray raises KeyboardInterrupt in the task, whose ``finally`` runs; ``close`` in
+``_ray`` waits a moment before it forces), and every task, when it starts, removes the scratch
+folders on its node whose process is gone (``sweep``). The name carries the pid of the worker that
+made it; only folders of that exact form are touched, and only when no process has that pid (a pid
+reused by another process keeps its folder until that one ends too). A private cluster
+(``executor.address=local``) runs on the driver's machine: the driver sweeps there after it stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["scratch_folder", "sweep", "PREFIX"]
+
+PREFIX = "rbln-build-ray-"
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
+
+
+def scratch_folder() -> Path:
+    """A new scratch folder for this task, named with this process's pid."""
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def sweep(base: str | None = None) -> list[str]:
+    """Remove the scratch folders under ``base`` (this process's temp dir) whose process is gone;
+    the names removed."""
+    root = Path(base or tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    for entry in entries:
+        match = _NAME.fullmatch(entry.name)
+        if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
