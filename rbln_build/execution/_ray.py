@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..store import CompileOutcome, Store
-from ._cluster import Credentials, auth_hint, carried, prepare_auth, scratch_folder, sweep
+from ._cluster import Credentials, auth_hint, carried, prepare_auth, scratch_folder, sweep, sweep_every_node
 from ._jobs import CompileDone, StoreRef, _where, compile_job
 from ._task_inputs import InputPacker, TaskInputs, driver_text, materialize, plugin_loaded
 
@@ -259,7 +259,7 @@ class RayCompiler:
             remove_temp_dir(self._temp_dir)
             sweep()  # the private cluster's workers ran here: scratch folders of those stopped hard
 
-    def _cancel(self, grace_s: float = 5.0) -> None:
+    def _cancel(self, grace_s: float = 2.0) -> None:
         """Cancel the tasks still running: gently first (a KeyboardInterrupt in the task, whose
         ``finally`` removes its scratch folder), then, after ``grace_s``, by killing the workers."""
         pending = list(self._refs)
@@ -276,3 +276,5 @@ class RayCompiler:
                 self.ray.cancel(ref, force=True)
             except Exception:
                 pass  # finished already
+        if pending:  # killed workers leave their scratch folders: remove them on every node now
+            sweep_every_node(self.ray)

@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from ._auth import auth_hint, prepare_auth
 from ._credentials import Credentials, carried
-from ._scratch import scratch_folder, sweep
+from ._scratch import scratch_folder, sweep, sweep_every_node
 
-__all__ = ["Credentials", "auth_hint", "carried", "prepare_auth", "scratch_folder", "sweep"]
+__all__ = ["Credentials", "auth_hint", "carried", "prepare_auth", "scratch_folder", "sweep", "sweep_every_node"]

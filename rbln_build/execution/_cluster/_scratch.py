@@ -7,8 +7,11 @@ cancels gently (Ray raises KeyboardInterrupt in the task, whose ``finally`` runs
 ``_ray`` waits a moment before it forces), and every task, when it starts, removes the scratch
 folders on its node whose process is gone (``sweep``). The name carries the pid of the worker that
 made it; only folders of that exact form are touched, and only when no process has that pid (a pid
-reused by another process keeps its folder until that one ends too). A private cluster
-(``executor.address=local``) runs on the driver's machine: the driver sweeps there after it stops it.
+reused by another process keeps its folder until that one ends too). Ray's gentle cancel raises
+KeyboardInterrupt only when the task's thread runs Python again (a compile inside one long C call,
+or ``time.sleep``, does not see it), so when the driver had to force, it also runs a sweep on
+every node at once (``sweep_every_node``). A private cluster (``executor.address=local``) runs on
+the driver's machine: the driver sweeps there after it stops it.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["scratch_folder", "sweep", "PREFIX"]
+__all__ = ["scratch_folder", "sweep", "sweep_every_node", "PREFIX"]
 
 PREFIX = "rbln-build-ray-"
 _NAME = re.compile(re.escape(PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
@@ -61,3 +66,38 @@ def sweep(base: str | None = None) -> list[str]:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.name)
     return removed
+
+
+def sweep_for_a_while(seconds: float = 2.0) -> list[str]:
+    """``sweep`` now and again until ``seconds`` have passed (a worker Ray was told to kill may
+    take a moment to go); the names removed."""
+    removed = sweep()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        removed += sweep()
+    return removed
+
+
+def sweep_every_node(ray: Any, timeout_s: float = 10.0) -> int:
+    """Run ``sweep_for_a_while`` on every alive node of the cluster (a task pinned to each, 0 CPUs):
+    after tasks were killed, their scratch folders go now, not when the next build runs there.
+    Returns how many folders were removed (what answered within ``timeout_s``)."""
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        task = ray.remote(sweep_for_a_while)
+        refs = [
+            task.options(
+                num_cpus=0,
+                max_retries=0,
+                name="rbln-build sweep scratch folders",
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            ).remote()
+            for node in ray.nodes()
+            if node.get("Alive")
+        ]
+        ready, _late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        return sum(len(ray.get(ref)) for ref in ready)
+    except Exception:
+        return 0  # the cluster is going away as well: the next task on each node sweeps
