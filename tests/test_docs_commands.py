@@ -50,6 +50,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "pip install 'rbln-build[ray]'": Elsewhere(".ci/run", INSTALL),
     "pip install 'rbln-build[remote]'": Elsewhere(".ci/run", INSTALL),
     "pip install hydra-joblib-launcher": Elsewhere(".ci/run", INSTALL),
+    "pip install hydra-submitit-launcher": Elsewhere(".ci/run", INSTALL),
+    "rbln-build -m hydra/launcher=submitit_local matrix=plans budget=0.3,0.5": Elsewhere(
+        "tests/test_cluster_recipes.py", "the submitit launcher's local executor: a sweep of processes"
+    ),
     "rbln-build": Run(),
     "rbln-build --help": Run(),
     "rbln-build status": Run(),
