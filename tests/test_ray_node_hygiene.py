@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rbln_build.execution._cluster import Credentials, carried, scratch_folder, sweep
+from rbln_build.execution._cluster._scratch import _host
 
 
 def _dead_pid() -> int:
@@ -23,20 +24,21 @@ def _dead_pid() -> int:
 
 
 def test_sweep_removes_only_scratch_folders_whose_worker_is_gone(tmp_path: Path) -> None:
-    dead, alive = _dead_pid(), os.getppid()
-    gone = tmp_path / f"rbln-build-ray-{dead}-abc123"
+    dead, alive, host = _dead_pid(), os.getppid(), _host()
+    gone = tmp_path / f"rbln-build-ray-{host}-{dead}-abc123"
     (gone / "cache").mkdir(parents=True)
     (gone / "cache" / "x.bin").write_bytes(b"x" * 10)
     kept = [
-        tmp_path / f"rbln-build-ray-{alive}-def456",  # its worker still runs
-        tmp_path / f"rbln-build-ray-{os.getpid()}-ghi789",  # this process's own
+        tmp_path / f"rbln-build-ray-{host}-{alive}-def456",  # its worker still runs
+        tmp_path / f"rbln-build-ray-{host}-{os.getpid()}-ghi789",  # this process's own
+        tmp_path / f"rbln-build-ray-other.host-{dead}-abc123",  # another host's (a shared TMPDIR)
         tmp_path / "rbln-build-ray-notapid",  # not our name form
         tmp_path / f"other-{dead}-abc",  # not ours at all
     ]
     for folder in kept:
         folder.mkdir()
-    link = tmp_path / f"rbln-build-ray-{dead}-link"
-    link.symlink_to(kept[3])  # a link of our name form: never followed, never removed
+    link = tmp_path / f"rbln-build-ray-{host}-{dead}-link"
+    link.symlink_to(kept[-1])  # a link of our name form: never followed, never removed
     assert sweep(str(tmp_path)) == [gone.name]
     assert not gone.exists() and all(f.is_dir() for f in kept) and link.is_symlink()
 
@@ -47,7 +49,7 @@ def test_a_scratch_folder_carries_its_workers_pid(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(tempfile, "tempdir", None)
     folder = scratch_folder()
-    assert folder.parent == tmp_path and folder.name.startswith(f"rbln-build-ray-{os.getpid()}-")
+    assert folder.parent == tmp_path and folder.name.startswith(f"rbln-build-ray-{_host()}-{os.getpid()}-")
     assert sweep(str(tmp_path)) == [] and folder.is_dir()  # this process's own: kept
 
 

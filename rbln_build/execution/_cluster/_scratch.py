@@ -1,12 +1,13 @@
 """A Ray compile task's scratch folder on its node, and the ones interrupted tasks left there.
 
-A task compiles in ``<node TMPDIR>/rbln-build-ray-<pid>-<random>`` and removes it in ``finally``.
+A task compiles in ``<node TMPDIR>/rbln-build-ray-<host>-<pid>-<random>`` and removes it in ``finally``.
 A task stopped hard (``ray.cancel(force=True)`` after Ctrl-C on the driver, a worker killed by Ray
 when its driver went away, the OOM killer) runs no ``finally``: its folder stays. So the build first
 cancels gently (Ray raises KeyboardInterrupt in the task, whose ``finally`` runs; ``close`` in
 ``_ray`` waits a moment before it forces), and every task, when it starts, removes the scratch
-folders on its node whose process is gone (``sweep``). The name carries the pid of the worker that
-made it; only folders of that exact form are touched, and only when no process has that pid (a pid
+folders on its node whose process is gone (``sweep``). The name carries the host and the pid of the
+worker that made it; only folders of that exact form with this host's name are touched (a TMPDIR
+shared by several hosts keeps the others' folders), and only when no process has that pid (a pid
 reused by another process keeps its folder until that one ends too). Ray's gentle cancel raises
 KeyboardInterrupt only when the task's thread runs Python again (a compile inside one long C call,
 or ``time.sleep``, does not see it), so when the driver had to force, it also runs a sweep on
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -27,12 +29,16 @@ from typing import Any
 __all__ = ["scratch_folder", "sweep", "sweep_every_node", "PREFIX"]
 
 PREFIX = "rbln-build-ray-"
-_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
+
+
+def _host() -> str:
+    """This host's name as a folder name may hold it."""
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 
 
 def scratch_folder() -> Path:
     """A new scratch folder for this task, named with this process's pid."""
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-"))
 
 
 def _alive(pid: int) -> bool:
@@ -49,13 +55,14 @@ def sweep(base: str | None = None) -> list[str]:
     """Remove the scratch folders under ``base`` (this process's temp dir) whose process is gone;
     the names removed."""
     root = Path(base or tempfile.gettempdir())
+    name = re.compile(re.escape(f"{PREFIX}{_host()}-") + r"(\d+)-[A-Za-z0-9_]+")
     removed = []
     try:
         entries = list(os.scandir(root))
     except OSError:
         return []
     for entry in entries:
-        match = _NAME.fullmatch(entry.name)
+        match = name.fullmatch(entry.name)
         if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
             continue
         try:
