@@ -5,8 +5,9 @@ a worker node started without them must still reach the cache. Ray writes a task
 (its ``env_vars`` with their values) in plain text to every worker node's
 ``runtime_env_agent.log`` and keeps it in the cluster's task records, so the values never go
 there. They travel as one small argument of the task instead: Ray inlines an argument under
-100 KiB in the task's message to the worker (held in memory, never in a log or the object store's
-spill files), and the task sets the variables in its own process only while it runs
+100 KiB in the task's message to the worker rather than putting it in the object store, and logs
+no argument (tests/test_ray_cluster_ops.py greps every file of both nodes' Ray folders for
+marker values), and the task sets the variables in its own process only while it runs
 (``Credentials.applied``), then restores what was there. Its ``repr`` shows names, never values,
 so an error message or a log line that prints the task's arguments cannot leak them.
 
