@@ -50,6 +50,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "pip install 'rbln-build[ray]'": Elsewhere(".ci/run", INSTALL),
     "pip install 'rbln-build[remote]'": Elsewhere(".ci/run", INSTALL),
     "pip install hydra-joblib-launcher": Elsewhere(".ci/run", INSTALL),
+    "pip install hydra-submitit-launcher": Elsewhere(".ci/run", INSTALL),
+    "rbln-build -m hydra/launcher=submitit_local matrix=plans budget=0.3,0.5": Elsewhere(
+        "tests/test_cluster_recipes.py", "the submitit launcher's local executor: a sweep of processes"
+    ),
     "rbln-build": Run(),
     "rbln-build --help": Run(),
     "rbln-build status": Run(),
@@ -165,10 +169,19 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build matrix=release executor=ray +executor.resources.rbln_sdk=1 executor.num_cpus=8": Elsewhere(
         "tests/test_ray.py", "a cluster with an rbln_sdk resource"
     ),
-    "ray start --head --port=6379 --include-dashboard=false": Elsewhere("tests/test_ray.py", CLUSTER),
-    "ray start --address=HEAD:6379 --resources='{\"rbln_sdk\": 1}'": Elsewhere("tests/test_ray.py", CLUSTER),
+    # the token set-up: tests/test_ray_cluster_ops.py runs the block line by line on 127.0.0.1
+    "ray get-auth-token --generate": Elsewhere("tests/test_ray_cluster_ops.py", CLUSTER),
+    "ray start --head --node-ip-address=HEAD --port=6379 --include-dashboard=false": Elsewhere(
+        "tests/test_ray_cluster_ops.py", CLUSTER
+    ),
+    "ray get-auth-token": Elsewhere("tests/test_ray_cluster_ops.py", CLUSTER),
+    "ray start --address=HEAD:6379 --node-ip-address=WORKER --resources='{\"rbln_sdk\": 1}'": Elsewhere(
+        "tests/test_ray_cluster_ops.py", CLUSTER
+    ),
     "rbln-build matrix=release matrix.backend=rbln executor=ray executor.address=HEAD:6379 "
-    "cache.remote=s3://team-bucket/rbln-cache": Elsewhere("tests/test_ray.py", CLUSTER),
+    "executor.auth_token_env=CLUSTER_TOKEN cache.remote=s3://team-bucket/rbln-cache": Elsewhere(
+        "tests/test_ray_cluster_ops.py", "a cluster address, the SDK backend and a bucket (the test: matrix=plans)"
+    ),
     "rbln-build cache.remote=file:///mnt/shared/rbln-cache": Elsewhere("tests/test_remote.py", "a shared folder"),
     "rbln-build cache.remote=s3://team-bucket/rbln-cache": Elsewhere("tests/test_remote.py", CLUSTER),
     "rbln-build cache.remote=s3://team-bucket/rbln-cache cache.require_remote=true": Elsewhere(
@@ -227,9 +240,6 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     ),
     'doit info "$task"': Elsewhere("tests/test_cli.py", "the same doit test, on the task it looked up"),
     'doit forget "$task"': Elsewhere("tests/test_cli.py", "the same doit test, on the task it looked up"),
-    "rbln-build matrix=release executor=ray executor.address=HEAD:6379 executor.auth_token_env=CLUSTER_TOKEN": Elsewhere(
-        "tests/test_ray_auth.py", CLUSTER
-    ),
     "rbln-build cache.remote=s3://team-bucket/rbln-cache cache.remote_mode=read": Elsewhere(
         "tests/test_remote_safety.py", CLUSTER
     ),

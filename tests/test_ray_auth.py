@@ -1,8 +1,8 @@
 """executor=ray against the cluster a team starts by hand: ``ray start --head`` (Ray 2.60 turns token
 authentication on when ``~/.ray/auth_token`` exists, which any earlier local ``ray.init()`` leaves),
-all on 127.0.0.1. The build finds
-the token (``~/.ray/auth_token`` or ``executor.auth_token_env``) and gives a local build's manifest;
-without a token it is a configuration error that says how to give one. A private cluster under a
+all on 127.0.0.1. The driver asks the cluster whether it wants a token, finds its token
+(``executor.auth_token_env`` here) and gives a local build's manifest; without a token it is a
+configuration error that says how to give one. A private cluster under a
 temp dir too long for Ray's Unix sockets still starts (the build gives it a short folder)."""
 
 from __future__ import annotations
@@ -119,7 +119,10 @@ def test_a_token_authenticated_cluster_builds_and_a_missing_token_says_how_to_gi
 
     denied = rbln([*args, f"build_dir={tmp_path / 'denied'}"], cwd=tmp_path, env=_env(stranger), timeout=300)
     check_ok(denied, 2)
-    assert "executor.address: cannot reach the Ray cluster" in denied.stderr
+    assert (
+        f"executor.address: the Ray cluster at '{address}' uses token authentication and this driver has no token"
+        in denied.stderr
+    )
     assert "executor.auth_token_env" in denied.stderr and "Traceback" not in denied.stderr
 
     out = tmp_path / "by-variable"  # the token in a variable the config names (a CI secret)

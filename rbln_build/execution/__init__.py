@@ -6,7 +6,8 @@ _index      a cell's record read without changing the Store; each compile key's 
 _jobs       the picklable jobs a worker runs (a process here or a Ray task) and what they report
 _executors  Parallel: compiles (and cells) scheduled ahead of doit, on the chosen executor
 _workers    worker processes on this machine (LocalPool) and in-process cells (InlineCells)
-_ray        compile keys as Ray tasks;  _ray_setup: temp dir, token auth, the workers' environment
+_ray        compile keys as Ray tasks;  _ray_setup: a private cluster's temp dir
+_cluster/   Ray across machines: token auth from the cluster, credentials Ray never logs, scratch folders
 _task_inputs     what a Ray compile task reads, carried by content (no driver paths)
 _input_digests   the digests a compile key holds for a recipe and a checkpoint, recomputed from bytes
 

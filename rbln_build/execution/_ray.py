@@ -20,14 +20,14 @@ custom resource ``rbln_sdk`` that only hosts with the Rebellions SDK advertise (
 from __future__ import annotations
 
 import shutil
-import tempfile
+import time
 from concurrent.futures import Future
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..store import CompileOutcome, Store
+from ._cluster import Credentials, auth_hint, carried, prepare_auth, scratch_folder, sweep, sweep_every_node
 from ._jobs import CompileDone, StoreRef, _where, compile_job
 from ._task_inputs import InputPacker, TaskInputs, driver_text, materialize, plugin_loaded
 
@@ -62,12 +62,30 @@ def _compile_task(
     require: bool,
     options: Any,
     inputs: TaskInputs,
+    credentials: Credentials | None = None,
 ) -> tuple[CompileDone, bytes | None, str | None]:
     """Runs on a Ray worker: (what happened, the entry packed as a tar, its content hash). It reads
-    its inputs from ``inputs`` (``_task_inputs``), never from the driver's paths."""
+    its inputs from ``inputs`` (``_task_inputs``), never from the driver's paths, and the remote
+    cache's credentials from ``credentials`` (``_cluster._credentials``), or its node's environment."""
+    sweep()  # scratch folders of tasks stopped hard on this node (``_cluster._scratch``)
+    if credentials is None:
+        return _compile_in_scratch(key, spec, backend, remote, require, options, inputs)
+    with credentials.applied():
+        return _compile_in_scratch(key, spec, backend, remote, require, options, inputs)
+
+
+def _compile_in_scratch(
+    key: str,
+    spec: CompileSpec,
+    backend: str,
+    remote: str | None,
+    require: bool,
+    options: Any,
+    inputs: TaskInputs,
+) -> tuple[CompileDone, bytes | None, str | None]:
     from ..store import pack_entry
 
-    work = Path(tempfile.mkdtemp(prefix="rbln-build-ray-"))
+    work = scratch_folder()
     try:
         ref = StoreRef(str(work / "cache"), remote, require, options=options)
         why = None if remote is None else _cannot_use(ref)
@@ -171,7 +189,7 @@ class RayCompiler:
         self.owns_cluster = False  # this build started the cluster (and stops it); not `started`: the scheduler asks LocalPool.started()
         self._temp_dir: str | None = None  # a short folder of ours for a private cluster (_ray_setup)
         if not ray.is_initialized():
-            from ._ray_setup import auth_hint, prepare_auth, remove_temp_dir, short_temp_dir
+            from ._ray_setup import remove_temp_dir, short_temp_dir
 
             address = None if scale.address == "local" else scale.address
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
@@ -182,7 +200,7 @@ class RayCompiler:
                     kwargs["_temp_dir"] = self._temp_dir
             else:
                 kwargs["address"] = address
-                prepare_auth(scale.auth_token_env)
+                prepare_auth(address, scale.auth_token_env)  # from the cluster, never a stray token file
             try:
                 ray.init(**kwargs)
             except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RayError) as exc:
@@ -211,16 +229,13 @@ class RayCompiler:
             landed.set_result(CompileDone(key, None, False, 0.0, _where(), message, kind, retry))
             return landed
         options = resources_for(backend, self.scale)
-        from ._ray_setup import task_env
-
-        env = task_env(self.ref.options.env_names()) if self.ref.options is not None and self.ref.remote else {}
-        ref = self._task.options(
+        named = self.ref.options.env_names() if self.ref.options is not None and self.ref.remote else ()
+        ref = self._task.options(  # never a runtime_env with credentials: Ray logs it (_cluster._credentials)
             max_retries=self.scale.max_retries,
-            **({"runtime_env": env} if env else {}),
             retry_exceptions=False,
             name=f"rbln-build compile {spec.recipe.name} {spec.npu.family} {key[:12]}",
             **options,
-        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options, inputs)
+        ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options, inputs, carried(named))
         self._refs.append(ref)
         ref.future().add_done_callback(lambda f: self._land(key, f, landed))
         return landed
@@ -266,13 +281,30 @@ class RayCompiler:
 
     def close(self, cancel: bool) -> None:
         if cancel:
-            for ref in self._refs:
-                try:
-                    self.ray.cancel(ref, force=True)
-                except Exception:
-                    pass  # finished already
+            self._cancel()
         if self.owns_cluster:
             self.ray.shutdown()
             from ._ray_setup import remove_temp_dir
 
             remove_temp_dir(self._temp_dir)
+            sweep()  # the private cluster's workers ran here: scratch folders of those stopped hard
+
+    def _cancel(self, grace_s: float = 2.0) -> None:
+        """Cancel the tasks still running: gently first (a KeyboardInterrupt in the task, whose
+        ``finally`` removes its scratch folder), then, after ``grace_s``, by killing the workers."""
+        pending = list(self._refs)
+        for ref in pending:  # a finished task's cancel is a no-op
+            try:
+                self.ray.cancel(ref)
+            except Exception:
+                pass  # finished already
+        deadline = time.monotonic() + grace_s
+        while pending and time.monotonic() < deadline:
+            _ready, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.2, fetch_local=False)
+        for ref in pending:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:
+                pass  # finished already
+        if pending:  # killed workers leave their scratch folders: remove them on every node now
+            sweep_every_node(self.ray)
