@@ -8,6 +8,9 @@ Two figures, both computed through the paged program interface of the torch back
   ``max_seq_len``, at most ``MAX_WINDOW``; the text's first ``MAX_TOKENS``), each row fed one token at a time from position 0
   (teacher forcing), ``exp`` of the mean negative log-likelihood of every next token. Once for the
   variant, once for the float weights: ``perplexity_increase`` is their ratio minus 1.
+  The rows of a group (at most the cell's ``batch_size``) go through the program together, one call
+  per position (the runtime serves one sequence per call: a batched call may round the last bits of a
+  logit differently; both sides are measured alike, and a call per row would cost ``batch_size`` x).
 * **greedy agreement** on the fixed prompts (``_text.PROMPTS``): ``GREEDY_TOKENS`` greedy tokens per
   prompt from each; the share of tokens the variant produces identical to the float ones before its
   first difference (1.0: every prompt's continuation is the same).
@@ -84,15 +87,15 @@ class _Runner:
                 if not live:
                     return
                 keys = torch.arange(t + 1, dtype=torch.long)  # the keys a row at position t attends to
-                for r in live:  # one sequence per call, as the program's runtime calls it (_runtime._step)
-                    logits = self.step(
-                        torch.tensor([[tokens[r][t]]], dtype=torch.long),
-                        torch.tensor([[t]], dtype=torch.long),
-                        table[[r]],
-                        keys,
-                        *pools,
-                    )
-                    nxt = feed(r, t, logits[0])
+                logits = self.step(  # every live row of the group in one call (B rows, T = 1)
+                    torch.tensor([[tokens[r][t]] for r in live], dtype=torch.long),
+                    torch.full((len(live), 1), t, dtype=torch.long),
+                    table[live],
+                    keys,
+                    *pools,
+                )
+                for i, r in enumerate(live):
+                    nxt = feed(r, t, logits[i])
                     if nxt is not None and len(tokens[r]) == t + 1:
                         tokens[r].append(nxt)
 
