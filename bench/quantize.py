@@ -75,7 +75,7 @@ def main() -> int:
                 t_stage, (compiled, _record) = _timed(quantized_spec, store, spec)
                 files = out_dir()
                 t_compile, result = _timed(backend.compile, compiled, files)
-                t_quality, figures = _timed(measure_variant, spec, compiled, files, result.produced)
+                t_quality, figures = _timed(measure_variant, store, spec, compiled, files, result.produced)
                 t_hit, _ = _timed(quantized_spec, store, spec)  # the stage again: a cache hit
                 for what, t in (
                     ("stage", t_stage),

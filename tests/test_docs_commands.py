@@ -144,6 +144,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     'python -m rbln_build.run build/artifacts/smollm2_135m_instruct.atom_max.b1450MB --prompt "The capital of France is" --max-new-tokens 12': Elsewhere(
         "tests/test_gguf_e2e.py", "needs the SmolLM2 cell (the slow test runs --prompt against transformers)"
     ),
+    'python -m rbln_build.run build/artifacts/smollm2_135m_instruct.atom_max.b1450MB --chat "What is the capital of France?" --max-new-tokens 24': Elsewhere(
+        "tests/test_smollm2_chat.py", "needs the SmolLM2 cell (the slow test runs --chat against transformers)"
+    ),
     "rbln-build recipe add smol --from SmolLM2-135M-Instruct.Q4_1.gguf": Elsewhere(
         "tests/test_gguf.py", "a GGUF of the user's (the test writes a tiny one with GGUFWriter)"
     ),

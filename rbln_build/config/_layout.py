@@ -25,7 +25,7 @@ from ..errors import ConfigError
 __all__ = ["CACHE_DIR", "check_cache_dir", "check_contained", "link_shared_cache", "owner_tag"]
 
 CACHE_DIR = "cache"
-CACHE_KINDS = ("compile", "artifacts", "results", "failures", "inventory", "weights", "quantized", "locks")
+CACHE_KINDS = ("compile", "artifacts", "results", "failures", "inventory", "weights", "quantized", "quality", "locks")
 # Everything else rbln-build writes directly in build_dir (files and folders; see docs/security.md).
 # ``artifacts`` is checked where it is written (publish: an output error naming it; gc: on removal).
 OWN_NAMES = (

@@ -35,6 +35,9 @@ __all__ = [
     "GENERATION_CONFIG",
     "checkpoint_companions",
     "checkpoint_license",
+    "checkpoint_language",
+    "languages_of",
+    "parse_language",
     "parse_companions",
     "parse_license",
     "copy_companions",
@@ -153,26 +156,63 @@ LICENSE_FILE_NAMES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENCE", "LICENC
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|\Z)", re.S)
 
 
+def _readme_front_matter(directory: Path) -> dict[str, Any]:
+    """The Hub front matter of a checkpoint folder's ``README.md`` ({} when there is none or it is not YAML)."""
+    import yaml
+
+    readme = directory / "README.md"
+    if not readme.is_file():
+        return {}
+    try:
+        text = readme.read_bytes()[: 1 << 20].decode("utf-8", errors="replace")
+        match = _FRONT_MATTER.match(text)
+        meta = yaml.safe_load(match.group(1)) if match else None
+    except yaml.YAMLError:
+        meta = None
+    return meta if isinstance(meta, dict) else {}
+
+
 def checkpoint_license(directory: Path) -> tuple[str | None, str | None]:
     """A checkpoint folder's licence: ``(id, file)``, the ``license:`` of its ``README.md``'s Hub front
     matter (when it is a Hub licence identifier) and its licence file (``LICENSE``, ...), each None when
     absent. What ``recipe add`` copies into the recipe as ``license: {id, file}``."""
-    import yaml
-
     name = next((n for n in LICENSE_FILE_NAMES if (directory / n).is_file()), None)
-    ident: str | None = None
-    readme = directory / "README.md"
-    if readme.is_file():
-        try:
-            text = readme.read_bytes()[: 1 << 20].decode("utf-8", errors="replace")
-            match = _FRONT_MATTER.match(text)
-            meta = yaml.safe_load(match.group(1)) if match else None
-        except yaml.YAMLError:
-            meta = None
-        value = meta.get("license") if isinstance(meta, dict) else None
-        if isinstance(value, str) and _LICENSE_ID.fullmatch(value):
-            ident = value
+    value = _readme_front_matter(directory).get("license")
+    ident = value if isinstance(value, str) and _LICENSE_ID.fullmatch(value) else None
     return ident, name
+
+
+# A language code as the Hub's model cards take it: ISO 639-1/2/3, optionally with a region or script.
+_LANGUAGE = re.compile(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})?")
+
+
+def languages_of(value: Any) -> list[str]:
+    """``value`` (one code or a list of them, as a card's ``language:`` or a GGUF's ``general.languages``)
+    as the codes that are language codes, in order, each once; [] for anything else."""
+    codes = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    out: list[str] = []
+    for code in codes:
+        if isinstance(code, str) and _LANGUAGE.fullmatch(code) and code not in out:
+            out.append(code)
+    return out
+
+
+def checkpoint_language(directory: Path) -> list[str]:
+    """The ``language:`` of a checkpoint folder's ``README.md`` front matter ([] when it names none)."""
+    return languages_of(_readme_front_matter(directory).get("language"))
+
+
+def parse_language(recipe_file: Path, meta: dict[str, Any]) -> tuple[str, ...]:
+    """``language`` of a recipe.yaml mapping, checked: the languages of the weights, () when not given."""
+    value = meta.get("language")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or languages_of(value) != value:
+        raise RecipeError(
+            f"{recipe_file}: language must be null or a list of language codes (ISO 639, such as [en] or "
+            f"[en, fr]), each once, got {str(value)[:80]!r}."
+        )
+    return tuple(value)
 
 
 def companion_names(tokenizer: tuple[str, ...] | None, generation: str | None) -> list[str]:

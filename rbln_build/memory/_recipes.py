@@ -18,6 +18,7 @@ no-op path can hash it cheaply. ``recipe.yaml`` fields::
     generation_config: generation_config.json   # likewise (or null); see _companions
     license: {id: apache-2.0, file: LICENSE}    # the weights' licence: a Hub licence id (or null) and
                                                 # its text, a file beside recipe.yaml (or null); or null
+    language: [en]                  # the languages of the weights (ISO 639 codes; or null): the cards' language
 
 The content hash covers both files' bytes (and the companion files'), so any edit to a recipe changes
 its compile key.
@@ -36,7 +37,7 @@ from .._documents import MAX_CONFIG_BYTES, parse_json, parse_yaml, read_document
 from ..errors import RecipeError
 from ..estimator import count_problem, name_problem
 from ..gguf import GgufWeights, gguf_digest, locate_gguf, parse_gguf_weights
-from ._companions import companion_names, parse_companions, parse_license
+from ._companions import companion_names, parse_companions, parse_language, parse_license
 from ._geometry import Geometry, geometry_from_config
 from ._quantized import QuantizedLayout
 from ._shipped import shipped_dir
@@ -60,6 +61,7 @@ _RECIPE_KEYS = {
     "tokenizer",
     "generation_config",
     "license",
+    "language",
 }
 
 
@@ -81,6 +83,7 @@ class Recipe:
     generation_config: str | None = None  # a file in the recipe's folder; None: none
     license_id: str | None = None  # a Hub licence identifier (apache-2.0, mit, llama3.2, other, ...); None: unknown
     license_file: str | None = None  # the licence's text, a file in the recipe's folder; None: none
+    language: tuple[str, ...] = ()  # the weights' languages (ISO 639 codes, recipe.yaml ``language``); (): unknown
     gguf: GgufWeights | None = None  # weights: {gguf: ...}; weights_path is then its de-quantized cache folder
     quantized: QuantizedLayout | None = None  # the checkpoint is already quantized in optimum-rbln's format
 
@@ -247,6 +250,7 @@ def load_recipe(
         raise RecipeError(f"{recipe_file}: build must be a mapping of build options, got {build!r}.")
     tokenizer_files, generation_config = parse_companions(recipe_file, meta)
     license_id, license_file = parse_license(recipe_file, meta)
+    language = parse_language(recipe_file, meta)
     digest = hashlib.sha256()
     for part in (b"recipe.yaml\0", recipe_bytes, b"\0config.json\0", config_bytes):
         digest.update(part)
@@ -270,6 +274,7 @@ def load_recipe(
         generation_config=generation_config,
         license_id=license_id,
         license_file=license_file,
+        language=language,
         gguf=gguf,
         quantized=quantized,
     )

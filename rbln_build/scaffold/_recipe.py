@@ -46,7 +46,7 @@ def add_recipe(
     max_seq_len: int | None = None,
     batch_size: int = 1,
 ) -> list[Path]:
-    from ..memory import checkpoint_companions, checkpoint_license, inspect_checkpoint
+    from ..memory import checkpoint_companions, checkpoint_language, checkpoint_license, inspect_checkpoint
 
     # what the build would refuse is refused here, by the build's own checks, before anything is written
     problem = name_problem(name)
@@ -82,6 +82,7 @@ def add_recipe(
     checkpoint = inspect_checkpoint(source, config)
     tokenizer, generation = checkpoint_companions(source)
     license_id, license_file = checkpoint_license(source)
+    language = checkpoint_language(source)
     directory = recipes_dir / name
     companions = [*tokenizer, *([generation] if generation else []), *([license_file] if license_file else [])]
     targets = [directory / "recipe.yaml", directory / "config.json", *(directory / n for n in companions)]
@@ -101,7 +102,7 @@ def add_recipe(
     project_root = recipes_dir.resolve().parent
     inside = source.is_relative_to(project_root)  # then the project can move as a whole
     weights_path = os.path.relpath(source, project_root / recipes_dir.name / name) if inside else str(source)
-    recipe = {
+    recipe: dict[str, Any] = {
         "name": name,
         "family": str(text.get("model_type") or config.get("model_type") or ""),
         "source": {"model_id": config.get("_name_or_path") or None, "revision": None},
@@ -116,6 +117,8 @@ def add_recipe(
     }
     if license_id or license_file:  # only then: a checkpoint without one gets the recipe it always got
         recipe["license"] = {"id": license_id, "file": license_file}
+    if language:  # the README's language: (every cell's card says it)
+        recipe["language"] = language
     header = (
         f"# Written by `rbln-build recipe add {name} --from {source.name}` from the checkpoint's config.json and\n"
         "# safetensors headers. weights.path: the checkpoint (a relative path is relative to this folder). The weights' content is part of the\n"

@@ -8,6 +8,9 @@ Two figures, both computed through the paged program interface of the torch back
   ``max_seq_len``, at most ``MAX_WINDOW``; the text's first ``MAX_TOKENS``), each row fed one token at a time from position 0
   (teacher forcing), ``exp`` of the mean negative log-likelihood of every next token. Once for the
   variant, once for the float weights: ``perplexity_increase`` is their ratio minus 1.
+  The rows of a group (at most the cell's ``batch_size``) go through the program together, one call
+  per position (the runtime serves one sequence per call: a batched call may round the last bits of a
+  logit differently; both sides are measured alike, and a call per row would cost ``batch_size`` x).
 * **greedy agreement** on the fixed prompts (``_text.PROMPTS``): ``GREEDY_TOKENS`` greedy tokens per
   prompt from each; the share of tokens the variant produces identical to the float ones before its
   first difference (1.0: every prompt's continuation is the same).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +34,23 @@ from ..quantization import PROMPTS, TEXT, TEXT_VERSION
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["measure", "unmeasured", "GREEDY_TOKENS", "MAX_WINDOW", "gate_problem"]
+__all__ = [
+    "measure",
+    "unmeasured",
+    "inputs",
+    "side",
+    "compare",
+    "Inputs",
+    "GREEDY_TOKENS",
+    "MAX_WINDOW",
+    "MAX_TOKENS",
+    "gate_problem",
+]
 
 GREEDY_TOKENS = 16
 MAX_WINDOW = 512
 MAX_TOKENS = 2048  # of the text: a few thousand tokens at most, one program call per token and row
+NO_TOKENIZER = "the recipe has no tokenizer.json: the shipped text cannot be tokenized"
 Step = Callable[..., "torch.Tensor"]  # the paged program: (ids, positions, block table, *pools) -> logits
 
 
@@ -71,15 +87,15 @@ class _Runner:
                 if not live:
                     return
                 keys = torch.arange(t + 1, dtype=torch.long)  # the keys a row at position t attends to
-                for r in live:  # one sequence per call, as the program's runtime calls it (_runtime._step)
-                    logits = self.step(
-                        torch.tensor([[tokens[r][t]]], dtype=torch.long),
-                        torch.tensor([[t]], dtype=torch.long),
-                        table[[r]],
-                        keys,
-                        *pools,
-                    )
-                    nxt = feed(r, t, logits[0])
+                logits = self.step(  # every live row of the group in one call (B rows, T = 1)
+                    torch.tensor([[tokens[r][t]] for r in live], dtype=torch.long),
+                    torch.full((len(live), 1), t, dtype=torch.long),
+                    table[live],
+                    keys,
+                    *pools,
+                )
+                for i, r in enumerate(live):
+                    nxt = feed(r, t, logits[i])
                     if nxt is not None and len(tokens[r]) == t + 1:
                         tokens[r].append(nxt)
 
@@ -112,6 +128,68 @@ def _greedy(runner: _Runner, prompts: list[list[int]]) -> list[list[int]]:
     return out
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What both sides are fed: the text's rows and the prompts, as token ids of the recipe's tokenizer."""
+
+    rows: list[list[int]]
+    prompts: list[list[int]]
+    text_tokens: int
+    window: int
+
+
+def inputs(recipe_dir: Path, tokenizer_files: Sequence[str] | None, max_seq_len: int) -> Inputs | None:
+    """The shipped text and prompts tokenized for a cell of ``max_seq_len``; None without a tokenizer."""
+    tokenizer = _tokenizer(recipe_dir, tokenizer_files)
+    if tokenizer is None:
+        return None
+    window = min(max_seq_len, MAX_WINDOW)
+    ids = tokenizer.encode(TEXT).ids[:MAX_TOKENS]
+    rows = [ids[i : i + window] for i in range(0, len(ids), window)]
+    prompts = [tokenizer.encode(p).ids[: window - GREEDY_TOKENS] for p in PROMPTS]
+    return Inputs([r for r in rows if len(r) > 1], prompts, len(ids), window)
+
+
+def side(
+    step: Step, pools: Callable[[int], list[torch.Tensor]], fed: Inputs, *, block_size: int, batch_size: int
+) -> dict[str, Any]:
+    """One side's figures: ``perplexity`` on the text and its ``greedy`` tokens for each prompt (JSON)."""
+    runner = _Runner(step, pools, block_size, fed.window)
+    total = 0.0
+    scored = 0
+    for i in range(0, len(fed.rows), batch_size):  # at most batch_size rows at once, as the program allows
+        group = fed.rows[i : i + batch_size]
+        n = sum(len(r) - 1 for r in group)
+        total += math.log(_perplexity(runner, group)) * n
+        scored += n
+    greedy = [
+        t for i in range(0, len(fed.prompts), batch_size) for t in _greedy(runner, fed.prompts[i : i + batch_size])
+    ]
+    return {"perplexity": math.exp(total / scored), "greedy": greedy}
+
+
+def compare(variant: dict[str, Any], reference: dict[str, Any], fed: Inputs) -> dict[str, Any]:
+    """The quality record of a variant's ``side`` against the float weights' ``side``."""
+    same = 0
+    for a, b in zip(variant["greedy"], reference["greedy"], strict=True):
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            same += 1
+    produced = sum(len(b) for b in reference["greedy"])
+    return {
+        "measured": True,
+        "text": TEXT_VERSION,
+        "text_tokens": fed.text_tokens,
+        "window": fed.window,
+        "perplexity": round(variant["perplexity"], 6),
+        "float_perplexity": round(reference["perplexity"], 6),
+        "perplexity_increase": round(variant["perplexity"] / reference["perplexity"] - 1.0, 6),
+        "greedy_agreement": round(same / produced, 6),
+        "greedy_tokens": produced,
+    }
+
+
 def measure(
     variant: Step,
     reference: Step,
@@ -123,48 +201,13 @@ def measure(
     block_size: int,
     batch_size: int,
 ) -> dict[str, Any]:
-    """The figures of ``variant`` against ``reference`` (both paged programs of one geometry)."""
-    tokenizer = _tokenizer(recipe_dir, tokenizer_files)
-    if tokenizer is None:
-        return unmeasured("the recipe has no tokenizer.json: the shipped text cannot be tokenized")
-    window = min(max_seq_len, MAX_WINDOW)
-    ids = tokenizer.encode(TEXT).ids[:MAX_TOKENS]
-    rows = [ids[i : i + window] for i in range(0, len(ids), window)]
-    rows = [r for r in rows if len(r) > 1]
-    prompts = [tokenizer.encode(p).ids[: window - GREEDY_TOKENS] for p in PROMPTS]
-    figures: dict[str, float] = {}
-    greedy: dict[str, list[list[int]]] = {}
-    for name, step in (("variant", variant), ("float", reference)):
-        runner = _Runner(step, pools, block_size, window)
-        total = 0.0
-        scored = 0
-        for i in range(0, len(rows), batch_size):  # at most batch_size rows at once, as the program allows
-            group = rows[i : i + batch_size]
-            n = sum(len(r) - 1 for r in group)
-            total += math.log(_perplexity(runner, group)) * n
-            scored += n
-        figures[name] = math.exp(total / scored)
-        greedy[name] = [
-            t for i in range(0, len(prompts), batch_size) for t in _greedy(runner, prompts[i : i + batch_size])
-        ]
-    same = 0
-    for a, b in zip(greedy["variant"], greedy["float"], strict=True):
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            same += 1
-    produced = sum(len(b) for b in greedy["float"])
-    return {
-        "measured": True,
-        "text": TEXT_VERSION,
-        "text_tokens": len(ids),
-        "window": window,
-        "perplexity": round(figures["variant"], 6),
-        "float_perplexity": round(figures["float"], 6),
-        "perplexity_increase": round(figures["variant"] / figures["float"] - 1.0, 6),
-        "greedy_agreement": round(same / produced, 6),
-        "greedy_tokens": produced,
-    }
+    """The figures of ``variant`` against ``reference`` (both paged programs of one geometry), both
+    measured here (``_stage.measure_variant`` measures the float side once per text and geometry)."""
+    fed = inputs(recipe_dir, tokenizer_files, max_seq_len)
+    if fed is None:
+        return unmeasured(NO_TOKENIZER)
+    sides = [side(s, pools, fed, block_size=block_size, batch_size=batch_size) for s in (variant, reference)]
+    return compare(sides[0], sides[1], fed)
 
 
 def gate_problem(quality: dict[str, Any] | None, gate: Sequence[tuple[str, float]] | None) -> str | None:
