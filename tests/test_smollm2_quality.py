@@ -6,7 +6,8 @@ shipped text: perplexity and greedy agreement, beside the blocks the variant gai
 
 The figures are in the manifest (its cells' ``quality``) and printed (run with ``-s``); the ones in
 docs/building.md ("Quality") come from this test. It takes about 36 minutes on a shared 2-core machine
-(three torch exports; three sides of 512 program calls each, 4 rows at once): run it by node id.
+(three torch exports; three sides of 512 program calls each, 4 rows at once), so CI's slow suite leaves
+it out (the ``measurement`` marker): run it by node id.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 from _registry import registry_wheel
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.measurement, pytest.mark.integration]
 
 # batch 4 x 2048 tokens in 1024-token partitions: a pool of 8 blocks at most, 5 at least; 1200MB per
 # device cuts the float cell's pool (rbln-build explain). The quality window is 512 tokens: the text's
