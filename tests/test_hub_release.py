@@ -9,6 +9,7 @@ GenerationConfig), and serve-command of the downloaded copy pinning the device c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ import pytest
 from _checkpoints import EOS_IDS, make_checkpoint
 from _hub import LOAD, snapshot
 from _rbln_sdk import needs_optimum_rbln, sdk_env
+
+from rbln_build.release import SELF_HASH_KEY, self_hash
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, needs_optimum_rbln]
 
@@ -131,6 +134,16 @@ def test_a_downloaded_cell_verifies_alone_and_serves_on_the_device_count_vllm_rb
     config = json.loads((copy / "rbln_config.json").read_text())
     for entry in config["_compile_cfgs"]:
         entry["num_devices"] = None
-    (copy / "rbln_config.json").write_text(json.dumps(config))
+    edited = json.dumps(config).encode()
+    (copy / "rbln_config.json").write_bytes(edited)
+    # as edited, it no longer matches the cell's integrity file: refused before anything in it is read
+    err = cli(["serve-command", str(copy)], cwd=root, code=2)
+    assert "rbln_config.json: changed" in err and "does not match" in err and "vllm serve" not in err, err
+    # re-listed in the integrity file (as a hand-made cell would be): the device count itself is refused
+    files = json.loads((copy / "rbln-build-files.json").read_text())
+    files["files"]["rbln_config.json"] = {"sha256": hashlib.sha256(edited).hexdigest(), "size": len(edited)}
+    files[SELF_HASH_KEY] = self_hash(files)
+    (copy / "rbln-build-files.json").write_text(json.dumps(files))
+    assert "match rbln-build-files.json" in cli(["verify", str(copy)], cwd=root)
     err = cli(["serve-command", str(copy)], cwd=root, code=2)
     assert "compiled for 4 device(s)" in err and "vllm serve" not in err
