@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from test_cli import PLANS, check_ok, rbln
-from test_remote import s3  # noqa: F401  (moto's S3 server on 127.0.0.1 with a bucket)
+from test_remote import s3, seeded  # noqa: F401  (moto's S3 server on 127.0.0.1; a build that filled a file:// remote)
 
 pytest.importorskip(
     "fsspec",
@@ -30,6 +30,30 @@ def _files(root: Path) -> dict[str, bytes]:
 def _s3_files(fs: Any, root: str) -> dict[str, bytes]:
     fs.invalidate_cache()
     return {p[len(root) + 1 :]: bytes(fs.cat_file(p)) for p in sorted(fs.find(root))}
+
+
+def test_a_build_dir_holding_only_the_manifest_releases_from_a_file_remote(
+    seeded: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """What a merge leaves (its manifest is a full build's, byte for byte: tests/test_shard.py), released
+    from a file:// remote: the same files as the full build dir's release, and nothing left behind."""
+    import shutil
+
+    full, seed = seeded
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    shutil.copyfile(full / "manifest.json", merged / "manifest.json")
+    to = tmp_path / "releases"
+    args = ["release", "r1", "--to", str(to), "--json"]
+    check_ok(rbln([*args, "--build-dir", str(full), "--cells", "*.b0.3"], cwd=tmp_path))
+    expected = _files(to / "r1")
+    shutil.rmtree(to)
+    proc = rbln([*args, "--build-dir", str(merged), "--cells", "*.b0.3", f"cache.remote=file://{seed}"], cwd=tmp_path)
+    check_ok(proc)
+    assert json.loads(proc.stdout)["from_remote"] == len(json.loads(proc.stdout)["cells"]) > 0
+    assert _files(to / "r1") == expected
+    assert sorted(p.name for p in merged.iterdir()) == [".lock", "manifest.json"]  # the lock; no cache, no links
 
 
 @pytest.mark.slow  # about 22 s on 2 shared cores: a build, a merge, four releases against S3

@@ -1,7 +1,8 @@
 """Stage a release: the selected cells of a built manifest, verified, as real files and ``release.json``.
 
 Every cell's files are copied out of the build's Store (``artifacts/<cell id>`` is a link into
-``cache/``) into ``<staging>/<cell id>/``; the copy is hashed with the Store's own content hash
+``cache/``; a cell without a link, in a merge's build dir, from the remote cache: ``_remote_source``)
+into ``<staging>/<cell id>/``; the copy is hashed with the Store's own content hash
 and compared with the manifest's ``artifact.content_hash`` before anything is published, so what is
 released is byte for byte what the build recorded. The model card (``README.md``) is added after
 that check, then the cell's own integrity file (``rbln-build-files.json``: every other file's size

@@ -125,7 +125,7 @@ def release_main(argv: list[str], remote_for: RemoteOpener | None = None) -> int
                 f"{_count(len(linkless), 'selected cell')} of {build_dir} ha{'s' if len(linkless) == 1 else 've'} no "
                 f"artifact link (e.g. {linkless[0]}): a merge's build dir (shard=merge/N) holds no programs. Give the "
                 "remote cache they are on, as the build did: rbln-build release NAME cache.remote=URL "
-                "[cache.key_env=... ...], or run a build of the matrix with the remote first."
+                "[cache.key_env=... ...], or run rbln-build (a build of the matrix) to make the links."
             )
     if args.sign:  # the key too: a bad one is refused before any folder is made
         from ._sign import sign
