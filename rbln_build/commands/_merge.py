@@ -21,25 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["merge", "release_main"]
-
-
-def release_main(argv: list[str]) -> int:
-    """``rbln-build release``: the release command, which composes the project's ``cache.*`` (with the
-    command line's ``cache.KEY=VALUE``) only when a selected cell has no program in the build dir (a
-    merge's): the remote cache the cells are taken from, with the build's credential options."""
-    from ..release import release_main as release
-
-    return release(argv, _remote_of)
-
-
-def _remote_of(overrides: list[str], project: str | None) -> Any:
-    from ._build import compose
-
-    jobs = compose([*(["--project", project] if project else []), *overrides], prog="rbln-build release")
-    if not jobs or jobs[0].scale.remote is None:
-        return None
-    return str(jobs[0].scale.remote), jobs[0].scale.remote_options
+__all__ = ["merge"]
 
 
 def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> int:
