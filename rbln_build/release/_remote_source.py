@@ -68,7 +68,7 @@ class RemoteSource:
         except CacheError as exc:  # an error that will not pass (auth, a missing bucket)
             raise BuildError(f"cell {cid!r}: artifact {key} could not be read from {self.url}: {exc}") from None
         if entry is None:
-            why = self.warnings[before].split("; skipped")[0] if len(self.warnings) > before else "no such entry"
+            why = self.warnings[before].split("; ")[0] if len(self.warnings) > before else "no such entry"
             raise BuildError(
                 f"cell {cid!r}: artifact {key} is not usable on {self.url} ({why}); nothing was published. "
                 "Run the shard that built it again (or a build of the matrix with the remote), then release again."
