@@ -1,4 +1,5 @@
-"""``rbln-build gc --remote [--dry-run] [--json] [--min-age SECONDS] MANIFEST... [overrides]``.
+"""``rbln-build gc --remote [--dry-run] [--json] [--min-age SECONDS] MANIFEST... [overrides]``, and the
+remote cache ``rbln-build release`` copies a merge's cells from (``release_main``).
 
 Cleans the remote cache (``cache.remote``, with its ``cache.*`` options, from the composed config):
 
@@ -34,7 +35,7 @@ from .._documents import read_file
 from ..errors import ConfigError
 from ..store import INPUTS_DIR, bounded, is_key, open_filesystem
 
-__all__ = ["RemotePlan", "referenced", "plan_remote_gc", "main"]
+__all__ = ["RemotePlan", "referenced", "plan_remote_gc", "main", "release_main"]
 
 POINTER_KINDS = ("compile", "artifacts")
 DEFAULT_MIN_AGE_S = 3600.0
@@ -263,3 +264,22 @@ def main(argv: list[str]) -> int:
         f"kept {plan.inputs_young} younger than {min_age:g}s."
     )
     return 0
+
+
+def release_main(argv: list[str]) -> int:
+    """``rbln-build release``: the release command, given the remote cache of the composed config
+    (``cache.*`` with the command line's ``cache.KEY=VALUE``), composed only when a selected cell has
+    no program in the build dir (a merge's): the cells are copied from it, with the build's credential
+    options (``release._remote_source``)."""
+    from ..release import release_main as release
+
+    return release(argv, _remote_of)
+
+
+def _remote_of(overrides: list[str], project: str | None) -> tuple[str, Any] | None:
+    from ._build import compose
+
+    jobs = compose([*(["--project", project] if project else []), *overrides], prog="rbln-build release")
+    if not jobs or jobs[0].scale.remote is None:
+        return None
+    return str(jobs[0].scale.remote), jobs[0].scale.remote_options

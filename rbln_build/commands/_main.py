@@ -79,7 +79,7 @@ COMMANDS: dict[str, Command] = {
         "",
     ),
     "release": Command(
-        "rbln_build.release:release_main",
+        "rbln_build.commands._gc_remote:release_main",
         "built cells as self-contained folders + release.json, to a folder or URL (--sign)",
         "",
     ),

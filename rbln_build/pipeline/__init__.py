@@ -16,7 +16,7 @@ The stages, the ledger and the executors are ``rbln_build.execution``; what the 
 from __future__ import annotations
 
 from ..backends import check_compiled_devices, compiled_num_devices
-from ..execution import Ledger, entry_state, read_record, survey
+from ..execution import Ledger, artifact_key_of, entry_state, read_record, survey
 from ..progress import failure_summary, warning_summary
 from . import _sweep as sweep_jobs  # a namespace: sweep_jobs.begin(), .in_worker(), .run_job(), .finish()
 from ._deploy_compile import compile_for_planning
@@ -37,6 +37,7 @@ __all__ = [
     "sweep_jobs",
     "BuildRun",
     "Ledger",
+    "artifact_key_of",
     "STATE_FILE",
     "check_compiled_devices",
     "check_serving",

@@ -1,6 +1,7 @@
 """Releases: a built matrix's cells as self-contained, verifiable folders (docs/releasing.md).
 
 _bundle      select cells of a manifest, copy and verify their artifacts, write release.json
+_remote_source  a cell's artifact from the remote cache, for a merge's build dir (no programs in it)
 _card        each cell's README.md (model card: budget, blocks, serve command, load lines)
 _provenance  every input the manifest records, rbln-build's version, the project's git commit
 _format      release.json's names, rendering and self-hash (shared by the writer and verify)

@@ -1,7 +1,8 @@
 """Stage a release: the selected cells of a built manifest, verified, as real files and ``release.json``.
 
 Every cell's files are copied out of the build's Store (``artifacts/<cell id>`` is a link into
-``cache/``) into ``<staging>/<cell id>/``; the copy is hashed with the Store's own content hash
+``cache/``; a cell without a link, in a merge's build dir, from the remote cache: ``_remote_source``)
+into ``<staging>/<cell id>/``; the copy is hashed with the Store's own content hash
 and compared with the manifest's ``artifact.content_hash`` before anything is published, so what is
 released is byte for byte what the build recorded. The model card (``README.md``) is added after
 that check, then the cell's own integrity file (``rbln-build-files.json``: every other file's size
@@ -27,6 +28,7 @@ from ..store import ENTRY_FILE, content_hash, is_key
 from ._card import card_for
 from ._format import CARD_FILE, CELL_FILES, CELL_FORMAT, FORMAT, RELEASE_FILE, render_release
 from ._provenance import provenance_for
+from ._remote_source import RemoteSource
 
 __all__ = ["Selection", "StagedRelease", "check_name", "read_manifest", "select_cells", "stage_release"]
 
@@ -132,9 +134,19 @@ def select_cells(manifest: dict[str, Any], selection: Selection, where: str) -> 
     return released, skipped
 
 
-def _copy_verified(build_dir: Path, cid: str, record: dict[str, Any], dest: Path) -> None:
-    """Copy the cell's artifact into ``dest`` (real files) and check it against the manifest record."""
+def _copy_verified(
+    build_dir: Path, cid: str, record: dict[str, Any], dest: Path, remote: RemoteSource | None = None
+) -> None:
+    """Copy the cell's artifact into ``dest`` (real files) and check it against the manifest record:
+    from its link in the build dir, or, where there is none (a merge's build dir), from ``remote``."""
     link = build_dir / "artifacts" / cid
+    if remote is not None and not link.is_symlink() and not link.exists():
+        entry = remote.fetch(cid, record)
+        try:
+            _copy_checked(entry.files, entry.meta, cid, record, dest, f"{remote.url} (artifact of cell {cid!r})")
+        finally:
+            remote.drop(entry)
+        return
     cache = (build_dir / "cache" / "artifacts").resolve()
     try:
         source = link.resolve(strict=True)
@@ -152,6 +164,11 @@ def _copy_verified(build_dir: Path, cid: str, record: dict[str, Any], dest: Path
         meta = parse_json(read_document(entry_file), str(entry_file))["meta"]
     except (UserError, KeyError, TypeError) as exc:
         raise IntegrityError(f"{entry_file}: unreadable cache entry of cell {cid!r} ({exc}); rebuild it.") from None
+    _copy_checked(source, meta, cid, record, dest, str(link))
+
+
+def _copy_checked(source: Path, meta: Any, cid: str, record: dict[str, Any], dest: Path, where: str) -> None:
+    """Copy ``source`` (an entry's files) into ``dest`` as real files; its content hash must be the record's."""
     for folder, dirs, names in os.walk(source):
         dirs.sort()
         here = Path(folder)
@@ -160,7 +177,7 @@ def _copy_verified(build_dir: Path, cid: str, record: dict[str, Any], dest: Path
             rel = path.relative_to(source)
             if path.is_symlink():
                 target = path.resolve()
-                if source not in target.parents or not target.is_file():
+                if source.resolve() not in target.parents or not target.is_file():
                     raise IntegrityError(f"{path}: a link out of cell {cid!r}'s artifact; rebuild the cell.")
             elif not path.is_file():
                 raise IntegrityError(f"{path}: not a regular file in cell {cid!r}'s artifact; rebuild the cell.")
@@ -172,7 +189,7 @@ def _copy_verified(build_dir: Path, cid: str, record: dict[str, Any], dest: Path
     recorded = record["artifact"].get("content_hash")
     if actual != recorded:
         raise IntegrityError(
-            f"{link}: content hash {actual} does not match {recorded} recorded for cell {cid!r} in the manifest; "
+            f"{where}: content hash {actual} does not match {recorded} recorded for cell {cid!r} in the manifest; "
             "the artifact changed after the build. Nothing was released: rebuild the cell (rbln-build) and release again."
         )
 
@@ -199,10 +216,12 @@ def stage_release(
     project_root: Path,
     exclude: tuple[Path, ...] = (),
     hub_org: str | None = None,
+    remote: RemoteSource | None = None,
 ) -> StagedRelease:
     """Write the release ``name`` of ``build_dir``'s manifest into ``staging`` (created; must not exist).
     ``project_root``: whose git commit is recorded; ``exclude``: paths git's clean check ignores;
-    ``hub_org``: the Hub organization the cells are uploaded under (``--layout hub``), named in the cards."""
+    ``hub_org``: the Hub organization the cells are uploaded under (``--layout hub``), named in the cards;
+    ``remote``: where cells without an ``artifacts/`` link in ``build_dir`` are taken from (``_remote_source``)."""
     check_name(name, "release name")
     manifest_path = build_dir / "manifest.json"
     manifest_bytes, manifest = read_manifest(build_dir)
@@ -215,7 +234,7 @@ def stage_release(
         record = manifest["cells"][cid]
         cell_dir = staging / cid
         cell_dir.mkdir()
-        _copy_verified(build_dir, cid, record, cell_dir)
+        _copy_verified(build_dir, cid, record, cell_dir, remote)
         card = cell_dir / CARD_FILE
         if card.exists():
             raise IntegrityError(

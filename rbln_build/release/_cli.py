@@ -12,8 +12,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BuildError, UsageParser, UserError
+
+if TYPE_CHECKING:  # the store and the pipeline load only when a release needs the remote cache
+    from ._remote_source import RemoteOpener
 
 __all__ = ["release_main", "verify_main"]
 
@@ -21,8 +25,10 @@ RELEASE_EPILOG = """\
 The release lands in <to>/<NAME>/ (default --to: <build dir>/releases): one folder per cell with real
 files and a README.md model card, and release.json (every file's sha256 and size, every cell's
 manifest record, provenance). Releasing the same content again under NAME is a no-op; other content
-under an existing NAME is refused. Exit status: 0 published or unchanged; 1 an artifact does not match
-its manifest record, or the destination URL could not be read or written; 2 a usage error or a name that holds another release.
+under an existing NAME is refused. A merge's build dir (shard=merge/N) holds no programs: each cell is
+then copied from the remote cache (cache.remote=URL and its options, as the build was given them, or the
+project's config), verified by its content hash. Exit status: 0 published or unchanged; 1 an artifact does not match
+its manifest record or is not on the remote cache, or the destination URL could not be read or written; 2 a usage error or a name that holds another release.
 """
 
 VERIFY_EPILOG = """\
@@ -67,14 +73,23 @@ def _release_parser() -> argparse.ArgumentParser:
         help="with --layout hub: the repos are ORG/<cell id> (named in the cards)",
     )
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="cache.KEY=VALUE",
+        help="the remote cache a merge's build dir (shard=merge/N, no programs) takes its cells from, as the "
+        "build was given it: cache.remote=URL and its credential options (default: the project's config)",
+    )
     return p
 
 
 _HUB_ORG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
-def release_main(argv: list[str]) -> int:
-    args = _release_parser().parse_args(argv)
+def release_main(argv: list[str], remote_for: RemoteOpener | None = None) -> int:
+    """``remote_for(overrides, project)``: the remote cache of the project's config with ``cache.*``
+    overrides (composed by the caller, only when a selected cell has no link in the build dir)."""
+    args = _release_parser().parse_intermixed_args(argv)
     from ..config import find_project
     from ._bundle import Selection, check_name, read_manifest, select_cells, stage_release
     from ._dest import is_url, local_staging, publish
@@ -92,9 +107,26 @@ def release_main(argv: list[str]) -> int:
     build_dir = Path(args.build_dir) if args.build_dir else project.root / "build"
     to = args.to if args.to is not None else str(build_dir / "releases")
     selection = Selection(tuple(args.cells), args.deployment, args.allow_failed)
+    for override in args.overrides:
+        if not override.startswith("cache.") or "=" not in override:
+            raise UserError(
+                f"{override[:100]!r}: release takes only cache.KEY=VALUE overrides (the remote cache a merge's "
+                "cells are on, e.g. cache.remote=s3://bucket/cache); see rbln-build release --help."
+            )
     # the manifest and the selection are checked before anything is created (a usage error writes
     # nothing); stage_release reads the manifest again under the build directory's lock
-    select_cells(read_manifest(build_dir)[1], selection, str(build_dir / "manifest.json"))
+    chosen, _ = select_cells(read_manifest(build_dir)[1], selection, str(build_dir / "manifest.json"))
+    linkless = [c for c in chosen if not (build_dir / "artifacts" / c).is_symlink()]
+    spec: tuple[str, Any] | None = None
+    if linkless:  # a merge's build dir (shard=merge/N): the programs are on the remote cache only
+        spec = remote_for(args.overrides, args.project) if remote_for is not None else None
+        if spec is None:
+            raise UserError(
+                f"{_count(len(linkless), 'selected cell')} of {build_dir} ha{'s' if len(linkless) == 1 else 've'} no "
+                f"artifact link (e.g. {linkless[0]}): a merge's build dir (shard=merge/N) holds no programs. Give the "
+                "remote cache they are on, as the build did: rbln-build release NAME cache.remote=URL "
+                "[cache.key_env=... ...], or run rbln-build (a build of the matrix) to make the links."
+            )
     if args.sign:  # the key too: a bad one is refused before any folder is made
         from ._sign import sign
 
@@ -114,6 +146,12 @@ def release_main(argv: list[str]) -> int:
             ) from None
         staging = local_staging(parent, args.name)
         exclude = (build_dir, parent)
+    fetch_root, remote = None, None
+    if spec is not None:
+        from ._remote_source import RemoteSource
+
+        fetch_root = Path(tempfile.mkdtemp(prefix="rbln-release-cache-"))
+        remote = RemoteSource(spec[0], spec[1], fetch_root)
     lock = None
     if (build_dir / "manifest.json").is_file():  # no build rewrites links and records while cells are copied
         from ..store import acquire_build_lock
@@ -124,7 +162,9 @@ def release_main(argv: list[str]) -> int:
             lock = None  # a build directory we cannot write (a read-only copy): nothing can build there either
     try:
         try:
-            staged = stage_release(build_dir, args.name, selection, staging, project.root, exclude, args.hub_org)
+            staged = stage_release(
+                build_dir, args.name, selection, staging, project.root, exclude, args.hub_org, remote
+            )
         finally:
             if lock is not None:
                 lock.release()
@@ -144,6 +184,8 @@ def release_main(argv: list[str]) -> int:
         return 1
     finally:
         shutil.rmtree(parent if is_url(to) else staging, ignore_errors=True)
+        if fetch_root is not None:
+            shutil.rmtree(fetch_root, ignore_errors=True)
     size = sum(f["size"] for f in staged.files.values())
     if args.json:
         out = {
@@ -156,6 +198,7 @@ def release_main(argv: list[str]) -> int:
             "bytes": size,
             "signed": bool(args.sign),
             "layout": args.layout,
+            "from_remote": remote.fetched if remote is not None else 0,
         }
         sys.stdout.write(json.dumps(out, sort_keys=True, indent=2) + "\n")
         return 0
@@ -165,6 +208,11 @@ def release_main(argv: list[str]) -> int:
     else:
         signed = f", signed ({SIGNATURE_FILE})" if args.sign else ""
         print(f"release {args.name}: {what}{signed} -> {location}")
+    if remote is not None and remote.fetched:
+        print(
+            f"  {_count(remote.fetched, 'cell')} taken from the remote cache {redact(remote.url)} "
+            f"({remote.fetched_bytes:,} bytes, each verified by its content hash)"
+        )
     for cid, status in sorted(staged.not_released.items()):
         print(f"  not released: {cid} ({status})")
     print(f"check it where it is used: rbln-build verify {redact(location)}")
