@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._documents import absent, load_json
+from .._documents import absent, load_json, read_file
 from ..errors import ConfigError
 from ..pipeline import ours
 from ..store import ENTRY_FILE, PACK_SUFFIX, RECORD_KINDS, CellResult, Store, is_key, read_pack
@@ -72,8 +72,8 @@ def _compile_meta(store: Store, key: str) -> dict[str, Any]:
     """A compile entry's metadata as it says ({} when there is none or it cannot be read). Not verified:
     gc only keeps more on its word, and a dry run must not remove a damaged entry as a lookup would."""
     try:
-        record = json.loads((store.entry_path("compile", key) / ENTRY_FILE).read_bytes())
-    except (OSError, ValueError):
+        record = json.loads(read_file(store.entry_path("compile", key) / ENTRY_FILE))  # bounded, no devices
+    except (OSError, ValueError, RecursionError):
         return {}
     meta = record.get("meta") if isinstance(record, dict) else None
     return meta if isinstance(meta, dict) else {}
