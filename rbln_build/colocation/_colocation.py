@@ -10,8 +10,9 @@ so a deployment's cells have the same keys, tasks, artifacts and manifest entrie
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..config import (
     BUILD_OPTIONS,
@@ -57,6 +58,14 @@ def _options(dm: DeploymentModel, recipe: Recipe) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+class _Plan(Protocol):
+    @property
+    def feasible(self) -> bool: ...
+
+
+P = TypeVar("P", bound=_Plan)
+
+
 class Tenants:
     """The deployment's models as planner tenants, on its target or (for suggestions) another one."""
 
@@ -81,6 +90,20 @@ class Tenants:
             return CompileSpec.for_recipe(self.recipes[dm.name], target.npu, target.num_devices, **options)
         except EstimateError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+
+    def settle(self, plan_with: Callable[[list[Tenant]], P]) -> P:
+        """``plan_with`` the deployment's models as configured; the reports read on the way are kept
+        (written to the build directory when staging) only when the plan fits."""
+        try:
+            plan = plan_with([self.make(m, _options(m, self.recipes[m.name])) for m in self.deployment.models])
+        except BaseException:
+            self.reports.discard()
+            raise
+        if plan.feasible:
+            self.reports.commit()
+        else:
+            self.reports.discard()
+        return plan
 
     def make(self, dm: DeploymentModel, options: dict[str, Any], target: Target | None = None) -> Tenant:
         spec = self.spec(dm, options, target)
@@ -124,10 +147,9 @@ def plan_for(settings: BuildSettings, stage: bool = False) -> DeploymentPlan:
     """Plan the configured deployment (both modes; suggestions when its mode has no plan).
     ``stage``: write into the build directory only when the plan fits (a build's planning)."""
     tenants = Tenants(settings, stage)
-    try:
-        d = tenants.deployment
-        built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
-        plan = plan_deployment(
+    d = tenants.deployment
+    return tenants.settle(
+        lambda built: plan_deployment(
             tenants.target,
             built,
             d.reservations,
@@ -138,14 +160,7 @@ def plan_for(settings: BuildSettings, stage: bool = False) -> DeploymentPlan:
             margins=d.margins,
             solver=d.solver,
         )
-    except BaseException:
-        tenants.reports.discard()
-        raise
-    if plan.feasible:
-        tenants.reports.commit()
-    else:
-        tenants.reports.discard()
-    return plan
+    )
 
 
 def deployment_cells(settings: BuildSettings, toolchain: dict[str, str]) -> tuple[DeploymentPlan, list[Cell]]:

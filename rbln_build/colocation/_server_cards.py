@@ -18,7 +18,7 @@ from ..config import BuildSettings, Deployment
 from ..deploy import BUDGET
 from ..deploy.server import Card, Server, ServerPlan, plan_server
 from ..errors import ConfigError
-from ._colocation import Tenants, _options
+from ._colocation import Tenants
 from ._deploy_overrides import _mapping, _model_entry
 
 __all__ = ["card_overrides", "server_plan_for"]
@@ -29,19 +29,9 @@ def server_plan_for(settings: BuildSettings, cards: int, pins: Mapping[str, int]
     if cards < 1:
         raise ConfigError(f"deployment: a server needs at least one card, got {cards}.")
     tenants = Tenants(settings)
-    try:
-        d = tenants.deployment
-        built = [tenants.make(m, _options(m, tenants.recipes[m.name])) for m in d.models]
-        server = Server(tenants.target, (Card(d.reservations, d.margins),) * cards)
-        plan = plan_server(server, built, d.mode, pins, d.solver)
-    except BaseException:
-        tenants.reports.discard()
-        raise
-    if plan.feasible:
-        tenants.reports.commit()
-    else:
-        tenants.reports.discard()
-    return plan
+    d = tenants.deployment
+    server = Server(tenants.target, (Card(d.reservations, d.margins),) * cards)
+    return tenants.settle(lambda built: plan_server(server, built, d.mode, pins, d.solver))
 
 
 def card_overrides(d: Deployment, plan: ServerPlan) -> list[tuple[int, list[str]]]:
