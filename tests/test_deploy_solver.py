@@ -176,3 +176,35 @@ def test_a_bad_solver_setting_is_one_clear_error(override: str, message: str) ->
 
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
         compose_settings(["deployment=tiny_pair", override])
+
+
+def test_a_stage_stopped_before_any_solution_does_not_trust_the_solvers_bound(monkeypatch) -> None:
+    """CP-SAT stopped by the clock before its first solution may report a bound that nothing founded
+    (below the plan kept: the server's packer met it). The gap printed must still bound the optimum:
+    here the first stage is stopped with such a bound (1, in the solver's integer units), as CP-SAT
+    reports it, and the plan's gap is checked against the proven optimum."""
+    from ortools.sat.python import cp_model
+
+    target = Target("rebel100", CR, 1)
+    tenants = similar(16, 1)
+    reservations = tight_room(target, tenants, Fraction(1, 2))
+    exact = Problem(target, tenants, reservations, solver=Solver(CP_SAT, time_limit=120)).solve("blocks")
+    assert exact.proof.optimal
+
+    class Stopped(cp_model.CpSolver):  # the real solver, stopped before it finds anything
+        def solve(self, model, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return cp_model.UNKNOWN
+
+        @property
+        def best_objective_bound(self) -> float:
+            return 1.0
+
+    monkeypatch.setattr(cp_model, "CpSolver", Stopped)
+    rushed = Problem(target, tenants, reservations, solver=Solver(CP_SAT, time_limit=30)).solve("blocks")
+    assert rushed.feasible and min(rushed.headroom()) >= 0 and not rushed.proof.optimal
+    assert rushed.objective.min_share == exact.objective.min_share
+    gap = exact.objective.weighted_share - rushed.objective.weighted_share
+    assert gap > 0  # the kept plan (the admissible minimum) is below the optimum
+    assert rushed.proof.gap >= gap  # and the printed gap says so: at most every model at its full pool
+    full = sum(t.weight for t in tenants)  # every share 1
+    assert rushed.proof.gap == full - rushed.objective.weighted_share

@@ -118,17 +118,20 @@ def cp_sat(
         for j, var in enumerate(row):
             model.add_hint(var, j == 0)
     found, proven = run(weighted)
+    trivial = sum(v * opts[-1][0] for v, opts in zip(value, choices, strict=True))  # every model at its full pool
     if not found:  # only the clock can do this: keep the admissible minimum
+        # no solution in this stage, so no bound to trust (CP-SAT may report one below the plan kept, as
+        # the server's packer found): claim only the trivial one
         best = [opts[0][0] for opts in choices]
-        bound = Fraction(math.floor(solver.best_objective_bound), scale)
-        if not math.isfinite(solver.best_objective_bound) or bound <= 0:
-            bound = Fraction(sum(v * opts[-1][0] for v, opts in zip(value, choices, strict=True)), scale)
-        gap = bound - Fraction(sum(v * n for v, n in zip(value, best, strict=True)), scale)
+        gap = Fraction(trivial - sum(v * n for v, n in zip(value, best, strict=True)), scale)
         return Solved(best, False, gap, _unproven(time_limit, gap))
     best = counts()
     if not proven:
-        bound = Fraction(math.floor(solver.best_objective_bound), scale)
-        gap = max(bound - Fraction(round(solver.objective_value), scale), Fraction(0))
+        achieved = sum(v * n for v, n in zip(value, best, strict=True))
+        bound = solver.best_objective_bound
+        if not math.isfinite(bound) or bound < achieved:  # a bound below a plan found is no bound
+            bound = trivial
+        gap = Fraction(math.floor(bound) - achieved, scale)
         return Solved(best, False, gap, _unproven(time_limit, gap))
     model.add(weighted == round(solver.objective_value))
     stages = [total, *count]
