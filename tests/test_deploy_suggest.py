@@ -160,32 +160,40 @@ def test_a_fixed_budget_below_the_floor_is_named_with_the_estimators_reason_and_
 
 
 def apply_and_plan(plan: DeploymentPlan, s: Suggestion) -> Any:
-    """Apply a suggestion from what it says (kind, subject, new value, further changes), rebuilding each
-    changed model's report here, and plan again in the configured mode (or the one it sets)."""
+    """Apply a suggestion from what it says (kind, subject, new value, further changes; a combination's
+    changes one after the other), rebuilding each changed model's report here, and plan again in the
+    configured mode (or the one it sets)."""
+    target, mode, tenants, reservations = applied(plan, s)
+    return plan_deployment(target, tenants, reservations, mode, margins=plan.margins).chosen
+
+
+def applied(plan: DeploymentPlan, s: Suggestion) -> tuple[Target, str, list[Tenant], list[Reservation]]:
+    """The deployment with the suggestion applied: its target, mode, models and reservations."""
     target, mode = plan.target, plan.mode
     tenants, reservations = list(plan.tenants), list(plan.reservations)
-    also = {k: new for k, _, new in s.also}
-    if s.kind == "mode":
-        mode = BLOCKS
-    elif s.kind == "device":
-        target = next(t for t in TARGETS if t.name == s.new)
-        tenants = [retarget(t, target) for t in tenants]
-    elif s.kind == "drop_model":
-        tenants = [t for t in tenants if t.name != s.subject]
-    elif s.kind in ("reservation", "drop_reservation"):
-        r = next(r for r in reservations if r.name == s.subject)
-        reservations = [x for x in reservations if x is not r]
-        if s.kind == "reservation":
-            reservations.append(replace(r, nbytes=s.new))  # type: ignore[arg-type]
-    else:
-        i = next(i for i, t in enumerate(tenants) if t.name == s.subject)
-        t = tenants[i]
-        if s.kind in ("batch_size", "max_seq_len"):
-            t = _rebuild(t, **{s.kind: s.new})
+    for p in s.parts or (s,):
+        also = {k: new for k, _, new in p.also}
+        if p.kind == "mode":
+            mode = BLOCKS
+        elif p.kind == "device":
+            target = next(t for t in TARGETS if t.name == p.new)
+            tenants = [retarget(t, target) for t in tenants]
+        elif p.kind == "drop_model":
+            tenants = [t for t in tenants if t.name != p.subject]
+        elif p.kind in ("reservation", "drop_reservation"):
+            r = next(r for r in reservations if r.name == p.subject)
+            reservations = [x for x in reservations if x is not r]
+            if p.kind == "reservation":
+                reservations.append(replace(r, nbytes=p.new))  # type: ignore[arg-type]
         else:
-            t = replace(t, **{s.kind: s.new})
-        tenants[i] = replace(t, **also)
-    return plan_deployment(target, tenants, reservations, mode).chosen
+            i = next(i for i, t in enumerate(tenants) if t.name == p.subject)
+            t = tenants[i]
+            if p.kind in ("batch_size", "max_seq_len"):
+                t = _rebuild(t, **{p.kind: p.new})
+            else:
+                t = replace(t, **{p.kind: p.new})
+            tenants[i] = replace(t, **also)
+    return target, mode, tenants, reservations
 
 
 @st.composite

@@ -4,6 +4,8 @@
 ``rbln-build plan deployment=<name> <overrides>`` plans the changed deployment (the tests run every
 printed line). A change keeps everything it does not name: dropping a model or a reservation lists
 the ones that stay with every key they were configured with, and each model's port, so no port moves.
+A combination of changes is one set of overrides: a model dropped with another one changed gives one
+list of the models that stay, the change folded into its entry.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def overrides_for(d: Deployment) -> Callable[[Suggestion], list[str]]:
     index = {m.name: i for i, m in enumerate(d.models)}
 
     def apply(s: Suggestion) -> list[str]:
+        if s.kind == "combination":
+            return _combined(d, s, apply)
         if s.kind == "mode":
             return [f"deployment.mode={s.new}"]
         if s.kind == "device":
@@ -94,3 +98,39 @@ def overrides_for(d: Deployment) -> Callable[[Suggestion], list[str]]:
         return out
 
     return apply
+
+
+_MODEL_KINDS = ("batch_size", "max_seq_len", "min_blocks", "memory_budget")
+
+
+def _combined(d: Deployment, s: Suggestion, single: Callable[[Suggestion], list[str]]) -> list[str]:
+    """A combination's overrides: the models' changes (folded into one list when one is dropped), the
+    reservations' (likewise), then the rest; one value per key, the later part's."""
+    dropped = {p.subject for p in s.parts if p.kind == "drop_model"}
+    changes: dict[str, dict[str, Any]] = {}
+    for p in s.parts:
+        if p.kind in _MODEL_KINDS:
+            changes.setdefault(p.subject, {})[p.kind] = p.new
+            changes[p.subject].update({key: new for key, _, new in p.also})
+    out: list[str] = []
+    if dropped:
+        kept = [_mapping({**_model_entry(m), **changes.get(m.name, {})}) for m in d.models if m.name not in dropped]
+        out.append("deployment.models=[" + ",".join(kept) + "]")
+    else:
+        index = {m.name: i for i, m in enumerate(d.models)}
+        for name, change in changes.items():
+            out += [f"deployment.models.{index[name]}.{key}={_value(new)}" for key, new in change.items()]
+    gone = {p.subject for p in s.parts if p.kind == "drop_reservation"}
+    sizes = {p.subject: p.new for p in s.parts if p.kind == "reservation"}
+    if gone:
+        kept = [
+            _mapping({"name": r.name, "bytes": sizes.get(r.name, r.nbytes), "chiplet": r.chiplet})
+            for r in d.reservations
+            if r.name not in gone
+        ]
+        out.append("deployment.reservations=[" + ",".join(kept) + "]")
+    for p in s.parts:
+        if p.kind in ("mode", "device", "margin") or (p.kind == "reservation" and not gone):
+            out += single(p)
+    last = {o.split("=", 1)[0]: o for o in out}
+    return list(dict.fromkeys(last[o.split("=", 1)[0]] for o in out))

@@ -7,7 +7,7 @@
     _planner   one mode's plan (budget: the smallest budget per planned count; blocks: explicit counts)
     _modeplan  that plan: each model's count, budget and usage, the objective, the conflicts
     _conflict  an infeasible plan's every conflicting model, each with its reason
-    _suggest   changes that make it fit, each verified by planning again
+    suggest/   changes that make it fit, each verified by planning again (single, then pairs)
     _plan      both modes, and for an infeasible plan its conflicts and suggestions
     _render    the plan and the per-chiplet table as text and as JSON
     server/    a server: each model placed on one of several cards of the target (CP-SAT)
@@ -21,7 +21,7 @@ from __future__ import annotations
 from ._conflict import Conflict
 from ._inputs import Demand, Grid, Margin, Margins, Reservation, Target, Tenant, Traffic
 from ._modeplan import Assignment, ModePlan, Objective, Proof
-from ._plan import MEASURE, DeploymentPlan, Reshape, Retarget, Suggestion, plan_deployment
+from ._plan import MEASURE, PLAN_LIMIT, DeploymentPlan, Reshape, Retarget, Suggestion, plan_deployment
 from ._planner import (
     ACCOUNTING,
     BLOCKS,
@@ -52,6 +52,7 @@ __all__ = [
     "DeploymentPlan",
     "Grid",
     "MEASURE",
+    "PLAN_LIMIT",
     "Margin",
     "Margins",
     "MODES",

@@ -90,6 +90,10 @@ def _suggestion_json(s: Suggestion, overrides: Overrides | None) -> dict[str, An
         "overrides": None if overrides is None else list(overrides(s)),
         "device": s.plan.target.name,
         "plan": {a.name: a.kvcache_num_blocks for a in s.plan.assignments},
+        "parts": [
+            {"kind": p.kind, "subject": p.subject, "old": p.old, "new": p.new, "also": [list(a) for a in p.also]}
+            for p in s.parts
+        ],
     }
 
 
@@ -135,6 +139,9 @@ def plan_json(
         "suggestions": [_suggestion_json(s, overrides) for s in plan.suggestions],
         "fits_alone_on": {n: list(where) for n, where in plan.elsewhere},
         "suggestion_measure": MEASURE,
+        "combination_search": None
+        if plan.combined is None
+        else {"plans": plan.combined[0], "limit": plan.combined[1], "complete": plan.combined[0] < plan.combined[1]},
     }
 
 
@@ -277,6 +284,14 @@ def render_plan(
         out.append("")
         places = ", ".join(targets) if targets else "none of the other device targets"
         out.append(f"{model} cannot fit even alone on {plan.target.name}; alone it fits on: {places}.")
+    if plan.combined is not None:
+        plans, limit = plan.combined
+        out.append("")
+        out.append(
+            f"no single change fits; pairs of changes searched with {plans} plan(s) of at most {limit}"
+            + (" (the bound: more pairs may fit)" if plans >= limit else "")
+            + (": none fits." if not plan.suggestions else ".")
+        )
     if plan.suggestions:
         out.append("")
         out.append(f"changes that fit, each verified by planning again (smallest first; {MEASURE}):")
@@ -285,7 +300,7 @@ def render_plan(
             out.append(f"  {s.describe()}: gives up {float(s.given_up):.4f}; plan: {counts}")
             if overrides is not None:
                 out.append(f"      {' '.join(shlex.quote(o) for o in overrides(s))}")
-    elif not plan.feasible:
+    elif not plan.feasible and plan.combined is None:
         out.append("")
         out.append(
             "no single change found that fits (device, batch_size, max_seq_len, min_blocks, a fixed budget, "

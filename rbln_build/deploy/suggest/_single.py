@@ -21,77 +21,19 @@ model), so this module stays pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from fractions import Fraction
 
-from ..errors import BuildError, EstimateError, UserError
-from ._inputs import NO_MARGIN, Margin, Margins, Reservation, Target, Tenant
-from ._modeplan import ModePlan
-from ._planner import BLOCKS, BUDGET, DEFAULT_SOLVER, Problem, Solver, budget_value
+from ...errors import BuildError, EstimateError, UserError
+from .._inputs import NO_MARGIN, Margin, Margins, Reservation, Target, Tenant
+from .._modeplan import ModePlan
+from .._planner import BLOCKS, BUDGET, DEFAULT_SOLVER, Problem, Solver, budget_value
+from ._change import Also, Reshape, Retarget, Suggestion, out_of_plans, replan
 
-__all__ = ["Suggestion", "Reshape", "Retarget", "MEASURE", "suggestions", "fits_alone_on"]
+__all__ = ["fits_alone_on", "smaller_margin", "smaller_reservation", "reshaped", "suggestions", "tenant_changes"]
 
-Reshape = Callable[[Tenant, dict[str, int]], Tenant]
-Retarget = Callable[[Tenant, Target], Tenant]
 MiB = 2**20
-Also = tuple[tuple[str, object, object], ...]
-
-MEASURE = (
-    "what a change gives up: batch_size or max_seq_len, the fraction of the model's tokens in flight "
-    "(batch_size x max_seq_len); min_blocks, the fraction of its full pool no longer guaranteed; a fixed "
-    "memory_budget, the fraction of the budget; a reservation or the margin, the fraction of its bytes; dropping a model, "
-    "all of it (1); switching to mode blocks or to another device target, nothing of the models (0)"
-)
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    kind: str  # mode | device | batch_size | max_seq_len | min_blocks | memory_budget | reservation | drop_reservation | margin | drop_model
-    subject: str  # the model or reservation it changes ('' for mode and device)
-    old: object
-    new: object
-    given_up: Fraction
-    plan: ModePlan  # the plan with the change applied: proof that it fits
-    also: Also = ()  # further changes it makes: (key, old, new)
-
-    def describe(self) -> str:
-        if self.kind == "mode":
-            return "set mode: blocks (explicit kvcache_num_blocks: every count, not only those a budget resolves to)"
-        if self.kind == "device":
-            return f"device {self.old} -> {self.new} (the whole deployment on another device target)"
-        if self.kind == "drop_model":
-            return f"drop model {self.subject}"
-        if self.kind == "drop_reservation":
-            return f"drop reservation {self.subject} ({self.old:,} bytes per device)"
-        if self.kind == "reservation":
-            return f"reservation {self.subject}: bytes {self.old:,} -> {self.new:,} (the largest whole MiB that fits)"
-        if self.kind == "margin":
-            what = "no margin" if not self.new else "the largest whole MiB that fits"
-            return f"margin: {self.old:,} -> {self.new:,} bytes per chiplet ({what})"
-        text = f"{self.subject}: {self.kind} {self.old!r} -> {self.new!r}"
-        for key, old, new in self.also:
-            text += f", {key} {old!r} -> {new!r}"
-        return text
-
-
-def _variant(
-    target: Target,
-    mode: str,
-    tenants: Sequence[Tenant],
-    reservations: Sequence[Reservation],
-    margins: Margins = NO_MARGIN,
-    solver: Solver = DEFAULT_SOLVER,
-) -> ModePlan | None:
-    """The plan with a change applied, when it fits (and the changed inputs are valid), under the
-    deployment's margins."""
-    try:
-        changed = Problem(target, tenants, reservations, margins, solver)
-        if not changed.fits_at_floors(mode):
-            return None
-        return changed.solve(mode)
-    except (UserError, EstimateError):
-        return None
 
 
 def _with(tenants: Sequence[Tenant], index: int, tenant: Tenant) -> list[Tenant]:
@@ -120,7 +62,7 @@ def fits_alone_on(
             moved = retarget(tenant, target)
         except (UserError, EstimateError):
             continue
-        if _variant(target, mode, [moved], reservations, margins, solver) is not None:
+        if replan(target, mode, [moved], reservations, margins, solver) is not None:
             out.append(target.name)
     return tuple(out)
 
@@ -152,25 +94,25 @@ def suggestions(
             # per-device margins follow only onto a target of the same device count (overrides_for drops
             # them otherwise); the deployment's margin always does
             margins = problem.margins if other.num_devices == target.num_devices else Margins(problem.margins.default)
-            variant = _variant(other, mode, moved, reservations, margins, problem.solver)
+            variant = replan(other, mode, moved, reservations, margins, problem.solver)
             if variant is not None:
                 add(-len(targets) - 1 + i, Suggestion("device", "", target.name, other.name, Fraction(0), variant))
     for index, tenant in enumerate(tenants):
         if tenant.name not in chosen.conflict:
             continue
-        for suggestion in _tenant_changes(problem, mode, tenants, reservations, index, reshape):
+        for suggestion in tenant_changes(problem, mode, tenants, reservations, index, reshape):
             add(index, suggestion)
     n = len(tenants)
-    lowered = _smaller_margin(problem, mode, tenants, reservations)
+    lowered = smaller_margin(problem, mode, tenants, reservations)
     if lowered is not None:
         add(n + len(reservations) - 1, lowered)  # after the reservations, before dropping a model
     for index in range(len(reservations)):
-        smaller = _smaller_reservation(problem, mode, tenants, reservations, index)
+        smaller = smaller_reservation(problem, mode, tenants, reservations, index)
         if smaller is not None:
             add(n + index, smaller)
     if n > 1:
         for index, tenant in enumerate(tenants):
-            variant = _variant(
+            variant = replan(
                 target, mode, tenants[:index] + tenants[index + 1 :], reservations, problem.margins, problem.solver
             )
             if variant is not None:
@@ -181,7 +123,7 @@ def suggestions(
     return [s for _, _, s in sorted(found, key=lambda f: (f[0], f[1]))]
 
 
-def _smaller_margin(
+def smaller_margin(
     problem: Problem, mode: str, tenants: list[Tenant], reservations: list[Reservation]
 ) -> Suggestion | None:
     """The largest deployment margin (whole MiB per chiplet) at which the plan fits, verified by
@@ -204,13 +146,15 @@ def _smaller_margin(
     if not room or min(room) < 0:
         return None
     new = min(min(room) // MiB * MiB, (old - 1) // MiB * MiB)
-    variant = _variant(target, mode, tenants, reservations, Margins(Margin(new), margins.devices), problem.solver)
+    variant = replan(target, mode, tenants, reservations, Margins(Margin(new), margins.devices), problem.solver)
     if variant is None:
+        if out_of_plans():
+            return None
         raise BuildError(f"planner: a margin of {new} bytes should fit and does not; a bug.")
     return Suggestion("margin", "", old, new, Fraction(old - new, old), variant)
 
 
-def _smaller_reservation(
+def smaller_reservation(
     problem: Problem, mode: str, tenants: list[Tenant], reservations: list[Reservation], index: int
 ) -> Suggestion | None:
     """The largest whole number of MiB below the reservation's size at which the plan fits (else,
@@ -240,7 +184,7 @@ def _smaller_reservation(
     k = min(largest // MiB, (r.nbytes - 1) // MiB)
     if k >= 1:
         nbytes = k * MiB
-        variant = _variant(
+        variant = replan(
             target,
             mode,
             tenants,
@@ -249,15 +193,17 @@ def _smaller_reservation(
             problem.solver,
         )
         if variant is None:
+            if out_of_plans():
+                return None
             raise BuildError(f"planner: reservation {r.name} at {nbytes} bytes should fit and does not; a bug.")
         return Suggestion("reservation", r.name, r.nbytes, nbytes, Fraction(r.nbytes - nbytes, r.nbytes), variant)
-    variant = _variant(target, mode, tenants, rest, problem.margins, problem.solver)
+    variant = replan(target, mode, tenants, rest, problem.margins, problem.solver)
     if variant is None:
         return None
     return Suggestion("drop_reservation", r.name, r.nbytes, None, Fraction(1), variant)
 
 
-def _tenant_changes(
+def tenant_changes(
     problem: Problem,
     mode: str,
     tenants: list[Tenant],
@@ -271,11 +217,11 @@ def _tenant_changes(
 
     def first_fit(kind: str, old: object, candidates: Iterable[tuple[object, Tenant, Fraction, Also]]) -> None:
         for new, changed, given_up, also in candidates:
-            variant = _variant(
+            variant = replan(
                 problem.target, mode, _with(tenants, index, changed), reservations, problem.margins, problem.solver
             )
             if variant is not None:
-                out.append(Suggestion(kind, tenant.name, old, new, given_up, variant, also))
+                out.append(Suggestion(kind, tenant.name, old, new, given_up, variant, also, changed))
                 return
 
     if tenant.fixed:
@@ -317,7 +263,7 @@ def _tenant_changes(
         (  # lazily: each candidate needs a report
             (b, changed[0], Fraction(att.batch_size - b, att.batch_size), changed[1])
             for b in range(att.batch_size - 1, 0, -1)
-            if (changed := _reshaped(reshape, tenant, {"batch_size": b})) is not None
+            if (changed := reshaped(reshape, tenant, {"batch_size": b})) is not None
         ),
     )
     step = att.kvcache_partition_len if att.attn_impl == "flash_attn" else None
@@ -328,13 +274,13 @@ def _tenant_changes(
             (
                 (s, changed[0], Fraction(att.max_seq_len - s, att.max_seq_len), changed[1])
                 for s in range(att.max_seq_len - step, 0, -step)
-                if (changed := _reshaped(reshape, tenant, {"max_seq_len": s})) is not None
+                if (changed := reshaped(reshape, tenant, {"max_seq_len": s})) is not None
             ),
         )
     return out
 
 
-def _reshaped(reshape: Reshape, tenant: Tenant, change: dict[str, int]) -> tuple[Tenant, Also] | None:
+def reshaped(reshape: Reshape, tenant: Tenant, change: dict[str, int]) -> tuple[Tenant, Also] | None:
     """The tenant at another geometry, keeping its ``min_blocks`` where it still lies between the new
     floor and full pool; else moved to the nearest of the two, and that change is returned too.
     None when the options are invalid there."""
