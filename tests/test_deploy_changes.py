@@ -179,3 +179,42 @@ def test_a_model_that_cannot_fit_even_alone_gets_the_devices_where_it_fits(
     for overrides in found.values():
         code, _ = run([*base, *overrides], capsys)
         assert code == 0, overrides
+
+
+def test_pairs_of_changes_are_printed_and_apply_as_printed(
+    cache_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # three tiny models on a Rebel100 whose own margin (device_margins) leaves 0.28 % of each chiplet:
+    # no single change fits (the deployment's margin, 0.999, holds only on other devices of another
+    # count), pairs do; each printed pair, applied as printed, plans with its printed counts
+    monkeypatch.setenv("RBLN_BUILD_CACHE", str(cache_dir))
+    base = [
+        "deployment=tiny_pair",
+        "deployment.device=rebel100",
+        "deployment.models=[{model:tiny_qwen3,name:q1},{model:tiny_qwen3,name:q2},{model:tiny_llama,name:l1}]",
+        "deployment.reservations=[]",
+        "deployment.margin=0.999",
+        "deployment.device_margins=[0.9972]",
+        f"build_dir={tmp_path / 'build'}",
+    ]
+    code, out = run(base, capsys)
+    assert code == 1
+    assert "no single change fits; pairs of changes searched with " in out
+    found = printed_suggestions(out)
+    printed = {what: overrides for what, _, overrides in found}
+    assert all(" AND " in what for what in printed)
+    assert {"drop model q2 AND drop model q1", "drop model l1 AND drop model q1"} <= set(printed)
+    # a dropped model and a change to another: one list of the models that stay, the change folded in
+    assert printed["q2: max_seq_len 8192 -> 7168 AND drop model q1"] == [
+        "deployment.models=[{model:tiny_qwen3,name:q2,max_seq_len:7168,port:8101},{model:tiny_llama,name:l1,port:8102}]"
+    ]
+    for what, counts, overrides in found:
+        code, again = run([*base, *overrides, "--json"], capsys)
+        assert code == 0, (what, overrides, again[-2000:])
+        data = json.loads(again)
+        assert {n: m["kvcache_num_blocks"] for n, m in data["plans"][data["mode"]]["models"].items()} == counts, what
+    code, raw = run([*base, "--json"], capsys)
+    data = json.loads(raw)
+    assert data["combination_search"]["complete"] and data["combination_search"]["limit"] == 400
+    assert all(len(s["parts"]) == 2 and s["kind"] == "combination" for s in data["suggestions"])
+    assert [s["overrides"] for s in data["suggestions"]] == [o for _, _, o in found]
