@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._figures import (
         MissingExtra,
         Point,
+        bytes_axis,
         curve_figure,
         draw_curve,
         new_figure,
@@ -43,6 +44,7 @@ _DRAWING = {
         [
             "MissingExtra",
             "Point",
+            "bytes_axis",
             "curve_figure",
             "draw_curve",
             "new_figure",
@@ -70,6 +72,7 @@ __all__ = [
     "Point",
     "STACK_PARTS",
     "blocks_curve",
+    "bytes_axis",
     "curve_figure",
     "dram_figure",
     "dram_stacks",

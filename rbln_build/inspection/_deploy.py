@@ -24,8 +24,8 @@ from ..errors import ConfigError, InputError, RblnBuildError, UserError
 __all__ = ["main", "USAGE"]
 
 USAGE = """\
-usage: rbln-build plan deployment=<name> [--json] [OVERRIDE ...]
-       rbln-build plan deployment=<name> --cards N [--pin MODEL=CARD ...] [--json] [OVERRIDE ...]
+usage: rbln-build plan deployment=<name> [--json] [--plot FILE] [OVERRIDE ...]
+       rbln-build plan deployment=<name> --cards N [--pin MODEL=CARD ...] [--json] [--plot FILE] [OVERRIDE ...]
        rbln-build serve-command deployment=<name> [--json] [OVERRIDE ...]
        rbln-build serve-command CELL_DIR [--port N] [--devices IDS] [--json]
        rbln-build explain deployment=<name> [--json] [OVERRIDE ...]
@@ -33,7 +33,8 @@ usage: rbln-build plan deployment=<name> [--json] [OVERRIDE ...]
 plan           the budgets and block counts that let the deployment's models share its device,
                exactly optimal for the objective it prints; when they cannot, which models conflict
                and the smallest changes that fit (each verified by planning again); with --cards, the
-               models placed on a server of N cards of its device, and each card's build and serve command
+               models placed on a server of N cards of its device, and each card's build and serve command;
+               --plot FILE (.png or .svg) draws each card's chiplets: the models, reservations, margin, headroom
 serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
                pinned to the deployment's devices, on its own port, with flags that agree with the artifact;
                or the command of one built or released cell folder (its tokenizer, its compiled model)
@@ -64,12 +65,16 @@ def _compose(overrides: list[str]) -> Any:
     return settings
 
 
-def _plan(settings: Any, as_json: bool) -> int:
+def _plan(settings: Any, as_json: bool, plot: Path | None = None) -> int:
     from ..colocation import overrides_for, plan_for
     from ..deploy import plan_json, render_plan
 
     plan = plan_for(settings)
     name = settings.deployment.name
+    if plot is not None:
+        from ._plot_plan import plot_plan
+
+        sys.stderr.write(plot_plan(plot, name, plan=plan) + "\n")
     overrides = overrides_for(settings.deployment)
     if as_json:
         sys.stdout.write(json.dumps(plan_json(plan, name, overrides=overrides), sort_keys=True, indent=2) + "\n")
@@ -211,13 +216,18 @@ def main(argv: list[str]) -> int:
     try:
         cards: int | None = None
         pins: dict[str, int] = {}
+        plot: Path | None = None
         if command == "plan":
+            from ._plot_plan import take_plot
             from ._server import parse_server_args, plan_server_command
 
+            plot, overrides = take_plot(overrides)
             cards, pins, overrides = parse_server_args(overrides)
         settings = _compose(overrides)
         if cards is not None:
-            return plan_server_command(settings, overrides, cards, pins, as_json)
+            return plan_server_command(settings, overrides, cards, pins, as_json, plot)
+        if plot is not None:
+            return _plan(settings, as_json, plot)
         run = {"plan": _plan, "serve-command": _serve, "explain": _explain}[command]
         return run(settings, as_json)
     except UserError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -46,12 +47,18 @@ def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list
     return cards, pins, others
 
 
-def plan_server_command(settings: Any, overrides: list[str], cards: int, pins: dict[str, int], as_json: bool) -> int:
+def plan_server_command(
+    settings: Any, overrides: list[str], cards: int, pins: dict[str, int], as_json: bool, plot: Path | None = None
+) -> int:
     from ..colocation import card_overrides, server_plan_for
     from ..deploy import OBJECTIVE, render_chiplets
 
     d = settings.deployment
     plan = server_plan_for(settings, cards, pins)
+    if plot is not None:
+        from ._plot_plan import plot_plan
+
+        sys.stderr.write(plot_plan(plot, d.name, server=plan) + "\n")
     per_card = dict(card_overrides(d, plan)) if plan.feasible and plan.mode == "budget" else {}
     given = [o for o in overrides if not o.startswith(("deployment=", "build_dir="))]
     build_dir = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("build_dir=")), "build")

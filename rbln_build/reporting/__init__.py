@@ -20,7 +20,7 @@ from ..figures import BlocksCurve, ChipletStack, blocks_curve, dram_stacks
 from ._changes import FIELDS, cells_of, diff_manifests, document_path
 from ._cli import main, write_report
 from ._data import BuildView, Group, load_build
-from ._plot import plot_explanation
+from ._plot import plot_deployment, plot_explanation, plot_format
 from ._rows import cell_rows, markdown_rows, quality_columns, text_rows
 
 __all__ = [
@@ -39,7 +39,9 @@ __all__ = [
     "load_build",
     "main",
     "markdown_rows",
+    "plot_deployment",
     "plot_explanation",
+    "plot_format",
     "text_rows",
     "write_report",
 ]

@@ -4,20 +4,62 @@ Per deployment: its models (cell, planned and built counts, budget, port) and, p
 what each model occupies at its built count, the reservations, the margin and the headroom, as a
 table and as one stacked bar per chiplet drawn to the chiplet's available DRAM (plain HTML, no
 figure library). The numbers are the record's own: the built reports at the built counts.
+
+``chiplet_parts`` is the bars' content, shared with ``plan --plot`` (``_plot.plot_deployment``), which
+draws the same parts, colors and order from a plan's own per-chiplet numbers (the same record shape).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 from ._html import num, size, table
 
-__all__ = ["deployments_section"]
+__all__ = ["Chiplet", "chiplet_parts", "deployments_section", "model_colors"]
 
 # one color per model (in order), then the reservations and the margin; headroom is left blank
 _COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
 _RESERVED, _MARGIN = "#bab0ac", "#e15759"
+
+
+@dataclass(frozen=True)
+class Chiplet:
+    """One (device, chiplet) of a deployment: what fills it, left to right, and what is left."""
+
+    node: int
+    chiplet: int
+    parts: tuple[tuple[str, int, str], ...]  # (label, bytes, color): each model, then reserved and margin
+    headroom: int
+    available: int
+
+
+def model_colors(names: Iterable[str]) -> dict[str, str]:
+    """One color per model, in order (a server's cards share it: a model keeps its color)."""
+    return {n: _COLORS[i % len(_COLORS)] for i, n in enumerate(names)}
+
+
+def chiplet_parts(record: dict[str, Any], colors: dict[str, str] | None = None) -> list[Chiplet]:
+    """Per (device, chiplet) of a deployment record (``models[*].usage``, ``per_chiplet``: a built
+    deployment's, or a plan's), its parts in the bars' order."""
+    models = record.get("models", {})
+    per = record.get("per_chiplet") or {}
+    colors = colors or model_colors(models)
+    available = per.get("available") or 1
+    reserved, margin, headroom = per.get("reserved", []), per.get("margin", []), per.get("headroom", [])
+    out = []
+    for node, row in enumerate(reserved):
+        for chiplet in range(len(row)):
+            used = tuple(
+                (n, (m.get("usage") or [[0] * len(row)] * len(reserved))[node][chiplet], colors[n])
+                for n, m in models.items()
+            )
+            held = margin[node][chiplet] if margin else 0
+            parts = (*used, ("reserved", row[chiplet], _RESERVED), ("margin", held, _MARGIN))
+            out.append(Chiplet(node, chiplet, parts, headroom[node][chiplet], available))
+    return out
 
 
 def _bar(parts: list[tuple[str, int, str]], available: int) -> str:
@@ -53,7 +95,7 @@ def _one(name: str, record: dict[str, Any]) -> str:
         f"{'fits' if record.get('fits') else 'DOES NOT FIT'}</h3>",
         table(["model", "cell", "planned", "built", "full pool", "memory_budget", "port"], rows),
     ]
-    legend = [(n, _COLORS[i % len(_COLORS)]) for i, n in enumerate(models)] + [
+    legend = list(model_colors(models).items()) + [
         ("reserved", _RESERVED),
         ("margin", _MARGIN),
     ]
@@ -62,27 +104,15 @@ def _one(name: str, record: dict[str, Any]) -> str:
         + " ".join(f'<span style="color:{c}">&#9632;</span> {escape(label)}' for label, c in legend)
         + " &#9633; headroom; each bar is one chiplet's available DRAM.</p>"
     )
-    chiplet_rows = []
-    reserved, margin = per.get("reserved", []), per.get("margin", [])
-    totals, headroom = per.get("total", []), per.get("headroom", [])
-    for node, row in enumerate(totals):
-        for chiplet in range(len(row)):
-            used = [
-                (n, (m.get("usage") or [[0] * len(row)] * len(totals))[node][chiplet], _COLORS[i % len(_COLORS)])
-                for i, (n, m) in enumerate(models.items())
-            ]
-            held = margin[node][chiplet] if margin else 0
-            parts = [*used, ("reserved", reserved[node][chiplet], _RESERVED), ("margin", held, _MARGIN)]
-            chiplet_rows.append(
-                [
-                    f"device {node} chiplet {chiplet}",
-                    *(size(b) for _, b, _ in used),
-                    size(reserved[node][chiplet]),
-                    size(held),
-                    size(headroom[node][chiplet]),
-                    _bar(parts, available),
-                ]
-            )
+    chiplet_rows = [
+        [
+            f"device {c.node} chiplet {c.chiplet}",
+            *(size(b) for _, b, _ in c.parts),
+            size(c.headroom),
+            _bar(list(c.parts), available),
+        ]
+        for c in chiplet_parts(record)
+    ]
     header = ["", *(escape(n) for n in models), "reserved", "margin", "headroom", f"of {escape(size(available))}"]
     out.append(table(header, chiplet_rows))
     for p in record.get("problems", []):
