@@ -1,4 +1,4 @@
-"""An infeasible deployment's answers (rbln_build.deploy._conflict, _suggest): every model that cannot
+"""An infeasible deployment's answers (rbln_build.deploy._conflict, suggest): every model that cannot
 fit with its reason, where a model that cannot fit even alone would fit, and changes that keep every
 constraint they do not mention; each suggestion applied by this test, independently, plans as feasible.
 
