@@ -108,7 +108,8 @@ def plot_deployment(title: str, cards: Sequence[tuple[str, dict[str, Any]]], pat
             ax.set_xlabel(unit, fontsize=7)
             ax.set_title(heading, loc="left", fontsize=8.5)
         fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
-        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=min(len(seen), 6), fontsize=7)
+        order = [n for n in [*names, "reserved", "margin"] if n in seen]  # the models first, as in the report
+        fig.legend([seen[n] for n in order], order, loc="outside lower center", ncols=min(len(order), 6), fontsize=7)
     from ._cli import write_file
 
     try:
