@@ -351,7 +351,9 @@ def test_the_grid_picture_outlines_the_changed_and_added_squares_only() -> None:
 def test_report_compare_marks_the_grid_picture_and_its_table() -> None:
     budgets = [round(0.02 * i, 2) for i in range(1, 31)]  # 30 columns: drawn as a picture
     old = {e["cell"]: e for e in [entry("a", b, int(b * 1000), "ok", 40) for b in budgets]}
-    new = [entry("a", b, int(b * 1000), "ok", 40 if b != 0.3 else 39) for b in budgets] + [entry("b", 0.3, 300, "ok", 4)]
+    new = [entry("a", b, int(b * 1000), "ok", 40 if b != 0.3 else 39) for b in budgets] + [
+        entry("b", 0.3, 300, "ok", 4)
+    ]
     plain, compared = render_page(view_of(new)).decode(), render_page(view_of(new), old).decode()
     images = [re.findall(r'<img alt="grid of d" src="([^"]+)"', p) for p in (plain, compared)]
     assert len(images[0]) == len(images[1]) == 1 and images[0] != images[1]  # the picture is marked

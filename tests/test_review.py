@@ -110,7 +110,10 @@ def test_report_compare_marks_exactly_the_changed_squares_in_the_grid(pair: Path
     # release against the build: 7 changed, and the build's expected failure added (marked apart)
     check_ok(rbln(["report", "bs4", "--compare", "releases/v8"], cwd=pair))
     marked = _marked((pair / "bs4" / "report" / "index.html").read_text())
-    assert marked == {"changed": changed - {"qwen3_8b.atom_max_x4.bs4.b0.3"}, "added": {"qwen3_8b.atom_max_x4.bs4.b0.3"}}
+    assert marked == {
+        "changed": changed - {"qwen3_8b.atom_max_x4.bs4.b0.3"},
+        "added": {"qwen3_8b.atom_max_x4.bs4.b0.3"},
+    }
     # without --compare nothing is marked
     check_ok(rbln(["report", "bs4"], cwd=pair))
     page = (pair / "bs4" / "report" / "index.html").read_text()

@@ -180,6 +180,9 @@ def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: i
     return fig
 
 
+_MARK_LINES: dict[str, Any] = {"changed": "-", "added": (0, (2, 1))}  # report --compare: solid, dashed
+
+
 def grid_figure(
     rows: Sequence[str],
     columns: Sequence[str],
@@ -214,7 +217,7 @@ def grid_figure(
         for r, row in enumerate(marks or ()):
             for c, mark in enumerate(row):
                 if mark is not None:
-                    style_ = "-" if mark == "changed" else (0, (2, 1))
+                    style_ = _MARK_LINES[mark]
                     for inset, color, lw in ((0.06, "black", 1.6), (0.2, "white", 0.8)):
                         side = 1 - 2 * inset
                         box = Rectangle((c - 0.5 + inset, r - 0.5 + inset), side, side, fill=False, lw=lw)
@@ -231,9 +234,9 @@ def grid_figure(
             Patch(facecolor=OUTCOME_COLORS[n], edgecolor="#555555", label=f"{OUTCOME_GLYPHS[n]} {n.replace('_', ' ')}")
             for n in shown
         ]
-        for kind, dash, text in (("changed", "-", "\u0394 changed"), ("added", (0, (2, 1)), "+ added")):
+        for kind, text in (("changed", "\u0394 changed"), ("added", "+ added")):
             if any(kind in row for row in marks or ()):
-                handles.append(Line2D([], [], color="black", linestyle=dash, lw=1.6, label=text))
+                handles.append(Line2D([], [], color="black", linestyle=_MARK_LINES[kind], lw=1.6, label=text))
         fig.legend(handles=handles, loc="outside upper right", ncols=len(handles), fontsize=7, frameon=False)
         fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
     return fig

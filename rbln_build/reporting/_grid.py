@@ -118,7 +118,10 @@ def grid_section(
             if marks:  # only then: an unmarked picture keeps its arguments, so its cached figure
                 args += (
                     [
-                        [marks[by_col[c]["cell"]][0] if c in by_col and by_col[c]["cell"] in marks else None for c in order]
+                        [
+                            marks[by_col[c]["cell"]][0] if c in by_col and by_col[c]["cell"] in marks else None
+                            for c in order
+                        ]
                         for _, by_col in sorted(rows.items())
                     ],
                 )
