@@ -7,6 +7,7 @@ installs that tag from a ``git+file://`` URL."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -150,5 +151,13 @@ def test_the_pinned_install_line_installs_the_tagged_version(tmp_path: Path) -> 
         timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (target / f"rbln_build-{version}.dist-info").is_dir()
+    dist = target / f"rbln_build-{version}.dist-info"
+    assert dist.is_dir()
+    vcs = json.loads((dist / "direct_url.json").read_text())["vcs_info"]  # pip records what it checked out
+    assert vcs["requested_revision"] == f"v{version}"
+    assert (
+        vcs["commit_id"]
+        == _git(repo, "rev-parse", f"v{version}^{{commit}}").strip()
+        != _git(repo, "rev-parse", "HEAD").strip()
+    )
     assert f'__version__ = "{version}"' in (target / "rbln_build" / "__init__.py").read_text()
