@@ -320,3 +320,43 @@ def test_report_arguments(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> 
     assert main([str(tmp_path), f"build_dir={tmp_path}"]) == 2
     assert "two build directories" in capsys.readouterr().err
     assert main(["--frobnicate"]) == 2 and "usage: rbln-build report [[build_dir=]PATH]" in capsys.readouterr().err
+
+
+def test_the_grid_picture_outlines_the_changed_and_added_squares_only() -> None:
+    columns = [f"0.{i:02d}" for i in range(1, 31)]
+    outcomes = [["full_pool"] * len(columns), ["cut"] * len(columns)]
+    marks: list[list[str | None]] = [[None] * len(columns), [None] * len(columns)]
+    marks[0][3], marks[1][7] = "changed", "added"
+    fig = grid_figure(["a", "b"], columns, outcomes, "marked", marks)
+    img = PIL.open(io.BytesIO(render(fig))).convert("RGB")
+    ax, height = fig.axes[0], img.size[1]
+
+    def dark_on_left_edge(col: int, row: int) -> int:
+        """Near-black pixels on a strip just inside the square's left side (its outline's place)."""
+        found = 0
+        for step in range(-30, 31):
+            x, y = ax.transData.transform((col - 0.5 + 0.06, row + step / 100))
+            px = img.getpixel((round(x), round(height - y)))
+            found += all(ch < 70 for ch in px)
+        return found
+
+    assert dark_on_left_edge(3, 0) > 40  # changed: a solid outline
+    assert dark_on_left_edge(7, 1) > 10  # added: dashed
+    unmarked = [dark_on_left_edge(c, r) for r in (0, 1) for c in range(len(columns)) if marks[r][c] is None]
+    assert max(unmarked) == 0
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "\u0394 changed" in legend and "+ added" in legend
+
+
+def test_report_compare_marks_the_grid_picture_and_its_table() -> None:
+    budgets = [round(0.02 * i, 2) for i in range(1, 31)]  # 30 columns: drawn as a picture
+    old = {e["cell"]: e for e in [entry("a", b, int(b * 1000), "ok", 40) for b in budgets]}
+    new = [entry("a", b, int(b * 1000), "ok", 40 if b != 0.3 else 39) for b in budgets] + [
+        entry("b", 0.3, 300, "ok", 4)
+    ]
+    plain, compared = render_page(view_of(new)).decode(), render_page(view_of(new), old).decode()
+    images = [re.findall(r'<img alt="grid of d" src="([^"]+)"', p) for p in (plain, compared)]
+    assert len(images[0]) == len(images[1]) == 1 and images[0] != images[1]  # the picture is marked
+    marked = re.findall(r'<td class="[^"]*\b(changed|added)\b[^"]*" title="([^":]+):', compared)
+    assert sorted(marked) == [("added", "b.d.b0.3"), ("changed", "a.d.b0.3")]
+    assert not re.search(r'<td class="[^"]*\b(changed|added)\b', plain)

@@ -83,3 +83,38 @@ def test_a_release_is_an_input_of_diff_and_report_compare(pair: Path) -> None:
     check_ok(rbln(["report", "bs4", "--compare", "releases/v8"], cwd=pair))
     page = (pair / "bs4" / "report" / "index.html").read_text()
     assert "1 cells added, 0 removed, 7 changed." in page
+
+
+def _marked(page: str) -> dict[str, set[str]]:
+    """The grid's marked squares: {"changed" | "added": {cell id, ...}} (the id opens each title)."""
+    grid = page[page.index('<h2 id="glance">') : page.index('<h2 id="failures">')]
+    grid = grid[: grid.index('<h2 id="changes">')] if '<h2 id="changes">' in grid else grid
+    out: dict[str, set[str]] = {"changed": set(), "added": set()}
+    for classes, cell in re.findall(r'<td class="([^"]+)" title="([^":]+):', grid):
+        for kind in set(classes.split()) & set(out):
+            out[kind].add(cell)
+    return out
+
+
+def test_report_compare_marks_exactly_the_changed_squares_in_the_grid(pair: Path) -> None:
+    rows = json.loads(check_ok_out(rbln(["diff", "--json", "bs8", "bs4"], cwd=pair), 1))["rows"]
+    changed = {r["cell"] for r in rows if r["change"] not in ("added", "removed")}
+    assert len(changed) == 8
+    check_ok(rbln(["report", "bs4", "--compare", "bs8/manifest.json"], cwd=pair))
+    page = (pair / "bs4" / "report" / "index.html").read_text()
+    assert _marked(page) == {"changed": changed, "added": set()}
+    assert "\u0394</strong> (outlined) changed, 8 cells;" in page and "added, 0." in page
+    squares = re.findall(r'<td class="[^"]*\bchanged\b[^"]*" title="([^"]+)">(?:<a [^>]*>)?([^<]*)', page)
+    assert len(squares) == 8 and all("options changed: batch_size 8 -&gt; 4" in t for t, _ in squares)
+    assert all(text.startswith("\u0394 ") for _, text in squares)  # the glyph, not only the outline
+    # release against the build: 7 changed, and the build's expected failure added (marked apart)
+    check_ok(rbln(["report", "bs4", "--compare", "releases/v8"], cwd=pair))
+    marked = _marked((pair / "bs4" / "report" / "index.html").read_text())
+    assert marked == {
+        "changed": changed - {"qwen3_8b.atom_max_x4.bs4.b0.3"},
+        "added": {"qwen3_8b.atom_max_x4.bs4.b0.3"},
+    }
+    # without --compare nothing is marked
+    check_ok(rbln(["report", "bs4"], cwd=pair))
+    page = (pair / "bs4" / "report" / "index.html").read_text()
+    assert _marked(page) == {"changed": set(), "added": set()} and "Since the compared manifest" not in page

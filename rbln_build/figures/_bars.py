@@ -180,14 +180,24 @@ def dram_figure(cases: Sequence[DramCase], num_chiplets: int, available_bytes: i
     return fig
 
 
+_MARK_LINES: dict[str, Any] = {"changed": "-", "added": (0, (2, 1))}  # report --compare: solid, dashed
+
+
 def grid_figure(
-    rows: Sequence[str], columns: Sequence[str], outcomes: Sequence[Sequence[str | None]], title: str
+    rows: Sequence[str],
+    columns: Sequence[str],
+    outcomes: Sequence[Sequence[str | None]],
+    title: str,
+    marks: Sequence[Sequence[str | None]] | None = None,
 ) -> Figure:
     """The matrix grid as a picture, for budget axes too long for a table: one square per cell in
     its status color (white: no such cell), with the status glyph on it when the squares are large
-    enough, rows top to bottom, columns in budget order, and a legend of colors and glyphs."""
+    enough, rows top to bottom, columns in budget order, and a legend of colors and glyphs.
+    ``marks`` (``report --compare``): per square "changed", "added" or None; a changed square is
+    outlined (black, inside white, so it shows on every fill), an added one outlined dashed."""
     from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
 
     names = list(OUTCOME_COLORS)
     codes = [[0 if o is None else 1 + names.index(o) for o in row] for row in outcomes]
@@ -204,6 +214,15 @@ def grid_figure(
                     if o is not None:
                         ink = "white" if o in ("full_pool", "failed", "unexpected_success") else "black"
                         ax.text(c, r, OUTCOME_GLYPHS[o], ha="center", va="center", fontsize=6, color=ink)
+        for r, row in enumerate(marks or ()):
+            for c, mark in enumerate(row):
+                if mark is not None:
+                    style_ = _MARK_LINES[mark]
+                    for inset, color, lw in ((0.06, "black", 1.6), (0.2, "white", 0.8)):
+                        side = 1 - 2 * inset
+                        box = Rectangle((c - 0.5 + inset, r - 0.5 + inset), side, side, fill=False, lw=lw)
+                        box.set(edgecolor=color, linestyle=style_, zorder=3)
+                        ax.add_patch(box)
         ax.set_yticks(range(len(rows)), rows, fontsize=7)
         ticks = _even(len(columns), 12)
         ax.set_xticks(ticks, [columns[i] for i in ticks], fontsize=7, rotation=30, ha="right", rotation_mode="anchor")
@@ -211,10 +230,13 @@ def grid_figure(
         for spine in ax.spines.values():
             spine.set_visible(False)
         shown = [n for n in names if any(n in row for row in outcomes)]
-        handles = [
+        handles: list[Any] = [
             Patch(facecolor=OUTCOME_COLORS[n], edgecolor="#555555", label=f"{OUTCOME_GLYPHS[n]} {n.replace('_', ' ')}")
             for n in shown
         ]
+        for kind, text in (("changed", "\u0394 changed"), ("added", "+ added")):
+            if any(kind in row for row in marks or ()):
+                handles.append(Line2D([], [], color="black", linestyle=_MARK_LINES[kind], lw=1.6, label=text))
         fig.legend(handles=handles, loc="outside upper right", ncols=len(handles), fontsize=7, frameon=False)
         fig.suptitle(title, x=0.01, ha="left", fontsize=9.5)
     return fig

@@ -1,7 +1,8 @@
 """How long a build has left: recorded compile durations, corrected by this run's, spread over its workers.
 
 * ``CompileHistory``: the last durations of each kind of compile (its label without key hashes), and
-  the last warm-ups (a fresh process importing torch and transformers before its first program), in
+  the last warm-ups (a fresh process importing torch and transformers before its first program), and
+  the last tails (how long a run took after its last compile, for how many cells), in
   ``<build_dir>/progress-history.json``; unreadable (or of another schema: schema 1's durations
   held the warm-up) means empty; nothing hashed reads it.
 * ``TimeLeft``: the time left of the planned work. Each compile still to run is expected to take
@@ -18,9 +19,15 @@
   expected time less what it has spent, and never less than a fifth of what it has spent compiling
   (its warm-up apart) or a second: an overrun is not "done". The compiles are then spread over the workers (each next one
   to the worker that frees first, running ones first), and the time left is when the last ends.
-  After the last compile, each cell left takes the wall time between this run's finished cells. Nothing to
-  go on (no history and nothing finished yet) gives no estimate rather than a made-up one, and while
-  work remains the estimate is never zero.
+  After the last compile the run still finalizes cells, writes the manifest and links the artifacts:
+  its tail, ``tail``, expected from the recorded tails (a fixed part and a part per cell), else
+  ``TAIL_FIXED_S`` + ``TAIL_CELL_S`` per cell (measured: ``bench/eta.py``), counted after the
+  compiles' end and, once they are over, less the time since the last one (never less than the
+  cells left at the wall time between this run's finished cells). Nothing to go on (no history and
+  nothing finished yet) gives no estimate rather than a made-up one, and while work remains the
+  estimate is never zero. The display says ``finishing`` rather than a number under ``FINISHING_S``
+  (``_progress``): in the last seconds the truth is one compile's remainder or the tail, which no
+  estimate here knows to 2x.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ class CompileHistory:
         self.path = path
         self.seconds: dict[str, list[float]] = {}
         self.warmups: list[float] = []
+        self.tails: list[tuple[int, float]] = []  # (cells, seconds after the last compile) of recent runs
         if path is not None:
             try:
                 data = json.loads(read_file(path))  # ours in the build dir, but never a FIFO or device read
@@ -69,8 +77,9 @@ class CompileHistory:
                     raise ValueError(f"progress history of schema {data.get('schema')!r}")
                 self.seconds = {str(k): [float(x) for x in v] for k, v in data["compiles"].items()}
                 self.warmups = [float(x) for x in data.get("warmups", [])][-self.KEEP :]
+                self.tails = [(int(c), float(t)) for c, t in data.get("tails", [])][-self.KEEP :]
             except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-                self.seconds, self.warmups = {}, []
+                self.seconds, self.warmups, self.tails = {}, [], []
 
     def expected(self, label: str) -> float | None:
         """Median of the recorded durations of this label's kind; else of the same model's; else None."""
@@ -86,9 +95,22 @@ class CompileHistory:
         self.seconds[key] = (self.seconds.get(key, []) + [round(max(0.0, seconds - warmup_s), 3)])[-self.KEEP :]
         if warmup_s > 0:
             self.warmups = (self.warmups + [round(warmup_s, 3)])[-self.KEEP :]
+        self._write()
+
+    def record_tail(self, cells: int, seconds: float) -> None:
+        """A run of ``cells`` cells took ``seconds`` after its last compile (cells, manifest, links)."""
+        self.tails = (self.tails + [(cells, round(max(0.0, seconds), 3))])[-self.KEEP :]
+        self._write()
+
+    def _write(self) -> None:
         if self.path is None:
             return
-        data = {"schema": self.SCHEMA, "compiles": dict(sorted(self.seconds.items())), "warmups": self.warmups}
+        data = {
+            "schema": self.SCHEMA,
+            "compiles": dict(sorted(self.seconds.items())),
+            "warmups": self.warmups,
+            "tails": [list(t) for t in self.tails],
+        }
         body = json.dumps(data, indent=1) + "\n"
         tmp = self.path.with_name(f".tmp-{self.path.name}-{os.getpid()}")
         try:
@@ -105,6 +127,8 @@ class TimeLeft:
     SMOOTHING = 0.5  # weight of the newest observation in the moving averages
     OVERRUN = 0.2  # a compile past its expected time needs at least this share of what it spent
     PLAN_S = 0.1  # a plan's compile before any was measured (0.0-0.1 s each on the default matrix)
+    TAIL_FIXED_S = 2.3  # after the last compile, before any tail was recorded: a fixed part ...
+    TAIL_CELL_S = 0.0003  # ... and one per cell (bench/eta.py: 2.29 s for 18 cells, 2.87 s for 2,000)
 
     def __init__(self, history: CompileHistory) -> None:
         self.history = history
@@ -115,6 +139,7 @@ class TimeLeft:
         self.observed: list[float] = []  # this run's compile durations
         self.observed_by: dict[str, list[float]] = {}  # ... by similar label
         self.cell_s: float | None = None  # this run's seconds per cell (moving average)
+        self.tails = list(history.tails)  # recorded tails (cells, seconds), as the run started
 
     def _prior(self, label: str) -> float | None:
         times = self.known.get(similar(label))
@@ -141,6 +166,15 @@ class TimeLeft:
             self.ratio = self._smooth(self.ratio, seconds / prior)
         self.observed.append(seconds)
         self.observed_by.setdefault(similar(label), []).append(seconds)
+
+    def tail(self, cells: int) -> float:
+        """Seconds a run of ``cells`` cells takes after its last compile: the recorded tails' fixed
+        part and their median seconds per cell beyond it, else the priors."""
+        if not self.tails:
+            return self.TAIL_FIXED_S + self.TAIL_CELL_S * cells
+        fixed = min(self.TAIL_FIXED_S, min(t for _, t in self.tails))
+        per_cell = statistics.median(max(0.0, t - fixed) / max(1, c) for c, t in self.tails)
+        return fixed + per_cell * cells
 
     def cell_took(self, seconds: float) -> None:
         """Wall seconds from one finished cell to the next, once no compile is left to run."""
@@ -186,11 +220,13 @@ class TimeLeft:
         cells_left: int,
         workers: int,
         cold: tuple[Sequence[str], int] = ((), 0),
+        tail: tuple[int, float | None] = (0, None),
     ) -> float | None:
         """Seconds until ``pending`` compiles (labels, in order), ``running`` ones (label, seconds spent)
         and ``cells_left`` cells are done on ``workers`` workers; None with nothing to go on. ``cold``:
         the running labels that are their worker's first program, and how many more workers have not
-        warmed up (the next that many pending programs pay the warm-up)."""
+        warmed up (the next that many pending programs pay the warm-up). ``tail``: the run's cells
+        and the seconds since its last compile ended (None while compiles are pending or running)."""
         if (not pending and not running and not cells_left) or (not self.known and not self.observed):
             return None  # nothing to do, or nothing to go on: no history and nothing finished in this run
         slots = [0.0] * max(1, workers)
@@ -213,11 +249,9 @@ class TimeLeft:
                 cold_left -= 1
                 took += self.warmup()
             heapq.heapreplace(slots, slots[0] + max(took, 0.1))
-        total = max(slots)
-        if cells_left:
-            if self.cell_s is None:
-                if not pending and not running:
-                    return None
-            else:
-                total += cells_left * self.cell_s  # wall seconds between cells, workers included
-        return max(total, 1.0)
+        total = max(slots) if pending or running else 0.0
+        cells, since = tail
+        after = self.tail(cells) - (since or 0.0)  # the run's tail, less what of it has passed
+        if cells_left and self.cell_s is not None and not pending and not running:
+            after = max(after, cells_left * self.cell_s)  # wall seconds between cells, workers included
+        return max(total + max(after, 0.0), 1.0)

@@ -91,6 +91,7 @@ class LineProgress(Progress):
         self._line(f"warning: {message}")
 
     def close(self) -> None:
+        self.finish()
         self.stop.set()
         if self.ticker is not None:
             self.ticker.join()

@@ -105,6 +105,7 @@ class LiveProgress(Progress):
         self._draw(f"warning: {message}")
 
     def close(self) -> None:
+        self.finish()
         self.stop.set()
         if self.ticker is not None:
             self.ticker.join()

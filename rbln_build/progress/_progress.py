@@ -47,6 +47,9 @@ from ._eta import CompileHistory, TimeLeft, similar
 __all__ = ["HISTORY_FILE", "Progress", "CompileHistory", "duration", "plain", "similar"]
 
 HISTORY_FILE = "progress-history.json"
+# Under this many seconds left the display says "finishing", not a number: the truth then is a running
+# compile's remainder (past its expected time: unknown) or the run's tail, neither known to 2x.
+FINISHING_S = 8.0
 FAILURE_LINES = 10  # failed cells shown one line each as they come; the rest only in the end's summary by kind
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b.|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -81,6 +84,7 @@ class Progress:
         self.shown_percent = 0
         self.started = self.clock()
         self.last_cell: float | None = None
+        self.last_compile_end: float | None = None  # when this run's latest compile finished (self.clock)
         self.ticker: threading.Thread | None = None  # a display's thread that redraws or counts (``_tick``)
         self.stop = threading.Event()
 
@@ -132,6 +136,7 @@ class Progress:
             if label in self.pending:
                 self.pending.remove(label)
         self.compiles_done += 1
+        self.last_compile_end = self.clock()
         if ok:
             self.eta.compile_took(label, seconds, warmup_s, cold=warmup_s > 0 or was_cold)
             self.history.record(label, seconds, warmup_s)
@@ -142,7 +147,8 @@ class Progress:
     def cell_finished(self, cell_id: str, text: str, ok: bool = True) -> None:
         now = self.clock()
         if self.last_cell is not None and not self.running and not self.pending:
-            self.eta.cell_took(now - self.last_cell)
+            # between cells after the last compile (a cell before it ended was waiting for it)
+            self.eta.cell_took(now - max(self.last_cell, self.last_compile_end or self.last_cell))
         self.last_cell = now
         self.cells_done += 1
         self.failed += 0 if ok else 1
@@ -189,7 +195,14 @@ class Progress:
         pass
 
     def close(self) -> None:
-        pass
+        self.finish()
+
+    def finish(self) -> None:
+        """The run is over (each display's ``close`` calls this first): when it compiled something
+        and finished every cell, record how long it took after its last compile (its tail)."""
+        if self.last_compile_end is not None and self.cells_total and self.cells_done >= self.cells_total:
+            self.history.record_tail(self.cells_total, self.clock() - self.last_compile_end)
+            self.last_compile_end = None  # once
 
     @contextlib.contextmanager
     def without_threads(self) -> Iterator[None]:
@@ -222,7 +235,9 @@ class Progress:
         now = self.clock()
         running = [(label, now - start) for _, label, start in self.running.values()]
         cold = ([self.running[k][1] for k in self.cold if k in self.running], self.workers - self.warmed)
-        return self.eta.seconds(self.pending, running, self.cells_total - self.cells_done, self.workers, cold)
+        since = None if self.pending or self.running else now - (self.last_compile_end or self.started)
+        cells_left = self.cells_total - self.cells_done
+        return self.eta.seconds(self.pending, running, cells_left, self.workers, cold, (self.cells_total, since))
 
     def percent(self) -> int:
         """Of the time while there is an estimate (see the module docstring), else of the counts."""
@@ -249,7 +264,7 @@ class Progress:
         if self.compiles_done < self.compiles_total or self.cells_done < self.cells_total:
             left = self.seconds_left()
             if left is not None:
-                parts.append(f"~{duration(max(left, 1.0))} left")
+                parts.append("finishing" if left < FINISHING_S else f"~{duration(left)} left")
         return parts
 
     def running_parts(self) -> list[str]:

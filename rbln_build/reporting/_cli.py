@@ -24,7 +24,8 @@ same bytes. Needs matplotlib: pip install 'rbln-build[report]'.
   build_dir=PATH   the build directory (as given to rbln-build; PATH alone works too)
   --compare OLD    add a section with what changed since OLD (an earlier manifest.json, a release's
                    release.json, or the folder holding one): counts by status, one row per changed
-                   cell with its deltas, cells added and removed, resolved counts and failures
+                   cell with its deltas, cells added and removed, resolved counts and failures;
+                   the grid marks the changed squares (outlined) and the added ones (dashed)
   --open           open the page in a browser when there is a display; else print its file:// URL
   --json           print the outcome (the page's path, cells, compiles without figures) as JSON
   -h, --help       this text

@@ -1,7 +1,7 @@
 """``report --compare OLD``: what changed between an earlier manifest or release and this build, as
 a section of the page: counts by status, the budgets, one row per changed cell with its deltas,
 largest first (``_rows``; a budget edit or an options change paired with the old cell), resolved
-counts and failures."""
+counts and failures; and which of the grid's squares to mark (``grid_marks``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ._data import BuildView, budget_label, outcome
 from ._html import OUTCOME_TEXT, SHORT_TEXT, table
 from ._rows import ROW_COLUMNS, cell_rows, show_pair
 
-__all__ = ["compare_section"]
+__all__ = ["compare_section", "grid_marks"]
 
 MAX_ROWS = 40  # rows shown per table; the rest are listed, folded
 
@@ -35,6 +35,18 @@ def _rows(rows: list[list[str]], header: list[str], what: str) -> str:
         rest = table(header, rows[MAX_ROWS:])
         shown += f"<details><summary>{len(rows) - MAX_ROWS:,} more {what}</summary>{rest}</details>"
     return shown
+
+
+def grid_marks(view: BuildView, old: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """{cell id of this build: ("changed", what changed) | ("added", "added")}: the cells the
+    section's rows name, paired as ``diff`` pairs them (a removed cell has no square to mark)."""
+    new = {e["cell"]: e for e in view.entries}
+    rows = cell_rows(diff_manifests(old, new), old, new)
+    return {
+        r["cell"]: ("added", "added") if r["change"] == "added" else ("changed", r["change"])
+        for r in rows
+        if r["change"] != "removed"
+    }
 
 
 def compare_section(view: BuildView, old: dict[str, Any]) -> str:

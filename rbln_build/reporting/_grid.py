@@ -1,6 +1,9 @@
 """The page's matrix at a glance: per device target, a grid of its cells (rows: model and the options
 that vary; columns: budgets by bytes per device), each square a link to its compile's figures; a
-budget axis longer than ``MAX_GRID_COLUMNS`` is drawn as a picture (the table follows, folded)."""
+budget axis longer than ``MAX_GRID_COLUMNS`` is drawn as a picture (the table follows, folded).
+With ``report --compare``, the squares of the cells that changed (paired with their old selves as
+``diff`` pairs them: by model, device and budget across option changes, across budget edits) are
+marked ``Δ`` and outlined, the added ones ``+`` and outlined dashed (``marks``, from ``_compare``)."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ from ..figures import OUTCOME_GLYPHS, FigureCache
 from ._data import BuildView, budget_label, outcome
 from ._html import OUTCOME_TEXT, png, size, table
 
-__all__ = ["MAX_GRID_COLUMNS", "device_anchor", "grid_section"]
+__all__ = ["MARK_GLYPHS", "MAX_GRID_COLUMNS", "device_anchor", "grid_section", "marks_legend"]
 
 MAX_GRID_COLUMNS = 24
+MARK_GLYPHS = {"changed": "\u0394", "added": "+"}  # Δ changed since the compared manifest, + added
 
 
 def device_anchor(device: str, npu: str) -> str:
@@ -34,7 +38,17 @@ def _column_order(cells: list[dict[str, Any]]) -> tuple[list[tuple[str, str]], d
     return order, known
 
 
-def _square(e: dict[str, Any], slugs: dict[tuple[str, str], str]) -> str:
+def marks_legend(marks: dict[str, tuple[str, str]]) -> str:
+    """The line under the grid heading that says what the marks mean and how many there are."""
+    counts = {kind: sum(1 for k, _ in marks.values() if k == kind) for kind in MARK_GLYPHS}
+    return (
+        f"<p>Since the compared manifest: <strong>{MARK_GLYPHS['changed']}</strong> (outlined) changed, "
+        f"{counts['changed']:,} cell{'' if counts['changed'] == 1 else 's'}; <strong>{MARK_GLYPHS['added']}"
+        f"</strong> (outlined, dashed) added, {counts['added']:,}. Hover a square for what changed.</p>"
+    )
+
+
+def _square(e: dict[str, Any], slugs: dict[tuple[str, str], str], mark: tuple[str, str] | None = None) -> str:
     o, blocks = outcome(e), e["kvcache_num_blocks"]
     if blocks is not None and o in ("full_pool", "cut", "unexpected_success"):
         text = f"{blocks}" if blocks == e["num_full_blocks"] else f"{blocks} / {e['num_full_blocks']}"
@@ -42,10 +56,15 @@ def _square(e: dict[str, Any], slugs: dict[tuple[str, str], str]) -> str:
         text = ""
     text = f"{OUTCOME_GLYPHS[o]} {text}".strip()
     tip = f"{e['cell']}: {OUTCOME_TEXT[o]}" + (f" ({e['error_kind']})" if e.get("error_kind") else "")
+    cls = o
+    if mark is not None:
+        text = f"{MARK_GLYPHS[mark[0]]} {text}"
+        tip += f"; {mark[1]}" if mark[0] == "changed" else "; added since the compared manifest"
+        cls += f" {mark[0]}"
     slug = slugs.get((str(e.get("compile_key")), e["inputs"]["npu"]))
     if slug is not None:
         text = f'<a href="#{escape(slug)}">{text}</a>'
-    return f'<td class="{o}" title="{escape(tip)}">{text}</td>'
+    return f'<td class="{cls}" title="{escape(tip)}">{text}</td>'
 
 
 def _draw_grid(*args: Any) -> bytes:
@@ -54,8 +73,12 @@ def _draw_grid(*args: Any) -> bytes:
     return render(grid_figure(*args))
 
 
-def grid_section(view: BuildView, figures: FigureCache | None = None) -> str:
+def grid_section(
+    view: BuildView, figures: FigureCache | None = None, marks: dict[str, tuple[str, str]] | None = None
+) -> str:
+    """The grids; ``marks``: {cell id: ("changed", what changed) | ("added", "added")} to mark."""
     figures = figures or FigureCache(None)
+    marks = marks or {}
     out = []
     slugs = {(g.compile_key, g.npu): g.slug for g in view.groups}
     devices = sorted({(e["inputs"]["device"], e["inputs"]["npu"], e["inputs"]["num_devices"]) for e in view.entries})
@@ -75,12 +98,15 @@ def grid_section(view: BuildView, figures: FigureCache | None = None) -> str:
         for (model, opts), by_col in sorted(rows.items()):
             labels.append(f"{model} {opts}".strip())
             row = [escape(model) + (f" <span class=muted>{escape(opts)}</span>" if opts else "")]
-            row += [_square(by_col[c], slugs) if c in by_col else '<td class="none"></td>' for c in order]
+            row += [
+                _square(by_col[c], slugs, marks.get(by_col[c]["cell"])) if c in by_col else '<td class="none"></td>'
+                for c in order
+            ]
             body.append(row)
         title = f'<h3 id="{escape(device_anchor(device, npu))}">{escape(device)}: {n} x {escape(npu)}</h3>'
         grid = f'<div class="wide">{table(header, body, "grid")}</div>'  # scrolls sideways, not off the page
         if len(order) > MAX_GRID_COLUMNS:
-            args = (
+            args: tuple[Any, ...] = (
                 labels,
                 [c[1] for c in order],
                 [
@@ -89,6 +115,16 @@ def grid_section(view: BuildView, figures: FigureCache | None = None) -> str:
                 ],
                 f"{device}: {n} x {npu}, {len(cells):,} cells over {len(order):,} budgets",
             )
+            if marks:  # only then: an unmarked picture keeps its arguments, so its cached figure
+                args += (
+                    [
+                        [
+                            marks[by_col[c]["cell"]][0] if c in by_col and by_col[c]["cell"] in marks else None
+                            for c in order
+                        ]
+                        for _, by_col in sorted(rows.items())
+                    ],
+                )
             picture = figures.get({"grid": args}, lambda args=args: _draw_grid(*args))  # type: ignore[misc]
             grid = (
                 png(picture, f"grid of {device}")

@@ -16,10 +16,10 @@ from typing import Any
 
 from ..errors import EstimateError
 from ..figures import GRID_COLORS, OUTCOME_GLYPHS, FigureCache
-from ._compare import compare_section
+from ._compare import compare_section, grid_marks
 from ._data import FAILED_STATUSES, BuildView, budget_label, outcome
 from ._deployments import deployments_section
-from ._grid import MAX_GRID_COLUMNS, device_anchor, grid_section
+from ._grid import MAX_GRID_COLUMNS, device_anchor, grid_section, marks_legend
 from ._html import OUTCOME_TEXT, SHORT_TEXT, num, png, table
 from ._rows import quality_columns
 
@@ -35,6 +35,7 @@ table{border-collapse:collapse;margin:6px 0 14px} th,td{border:1px solid #d0d0d0
 th{background:#f3f3f3;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
 table.grid td{text-align:center;min-width:64px;font-weight:600} table.grid td.none{background:#fafafa}
 table.grid a{color:inherit;text-decoration:none} table.grid a:hover{text-decoration:underline}
+table.grid td.changed{outline:3px solid #1d1d1d;outline-offset:-3px} table.grid td.added{outline:2px dashed #1d1d1d;outline-offset:-3px}
 %(status_css)s
 nav ol{margin:4px 0 10px;padding-left:22px} nav li{margin:1px 0} .wide{overflow-x:auto;max-width:100%}
 .swatch{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:-1px;border:1px solid #999}
@@ -287,6 +288,7 @@ def render_page(view: BuildView, old: dict[str, Any] | None = None, figures: Fig
     """The page; with ``old`` (an earlier manifest's cells), a section of what changed since;
     ``figures`` keeps each figure once drawn (None: draw every figure)."""
     figures = figures or FigureCache(None)
+    marks = None if old is None else grid_marks(view, old)
     body = (
         "<h1>rbln-build report</h1>"
         + _summary(view)
@@ -294,7 +296,8 @@ def render_page(view: BuildView, old: dict[str, Any] | None = None, figures: Fig
         + '<h2 id="glance">The matrix at a glance</h2><p class=muted>Each square shows its status glyph and its '
         "kvcache_num_blocks (cut cells: blocks / full pool) and links to its compile's figures; hover for the "
         "cell id.</p>"
-        + grid_section(view, figures)
+        + (marks_legend(marks) if marks is not None else "")
+        + grid_section(view, figures, marks)
         + (
             ""
             if old is None
