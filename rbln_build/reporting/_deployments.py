@@ -3,7 +3,9 @@
 Per deployment: its models (cell, planned and built counts, budget, port) and, per (device, chiplet),
 what each model occupies at its built count, the reservations, the margin and the headroom, as a
 table and as one stacked bar per chiplet drawn to the chiplet's available DRAM (plain HTML, no
-figure library). The numbers are the record's own: the built reports at the built counts.
+figure library). The numbers are the record's own: the built reports at the built counts. A server
+(a record with ``cards``) gets its placement, then each card that holds models pictured the same way,
+with its devices.
 """
 
 from __future__ import annotations
@@ -31,7 +33,27 @@ def _bar(parts: list[tuple[str, int, str]], available: int) -> str:
     return f'<div style="width:420px;border:1px solid #888;white-space:nowrap;overflow:hidden">{spans}</div>'
 
 
-def _one(name: str, record: dict[str, Any]) -> str:
+def _server(name: str, record: dict[str, Any]) -> str:
+    """A server's deployment: its placement and proof, then every card as a deployment of its own."""
+    server = record.get("server") or {}
+    cards = [c for c in record.get("cards") or [] if isinstance(c, dict)]
+    held = {c.get("card") for c in cards}
+    empty = [str(k) for k in range(server.get("cards") or 0) if k not in held]
+    out = [
+        f'<h3 id="deployment-{escape(name)}">{escape(name)}: a server of {num(server.get("cards"))} x '
+        f"{escape(str(record.get('device')))} ({num(record.get('num_devices'))} x {escape(str(record.get('npu')))} "
+        f"each), mode {escape(str(record.get('mode')))}, {'fits' if record.get('fits') else 'DOES NOT FIT'}</h3>",
+        f"<p class=muted>placed by CP-SAT: {escape(str(server.get('proof')))}"
+        + (f"; card(s) {escape(', '.join(empty))} hold no model" if empty else "")
+        + ".</p>",
+    ]
+    for card in cards:
+        ids = ",".join(str(i) for i in (card.get("serve") or {}).get("device_ids", []))
+        out.append(_one(name, card, f"{name}, card {card.get('card')} (devices {ids})", 4))
+    return "".join(out)
+
+
+def _one(name: str, record: dict[str, Any], title: str | None = None, level: int = 3) -> str:
     models = record.get("models", {})
     per = record.get("per_chiplet", {})
     available = per.get("available") or 1
@@ -47,10 +69,11 @@ def _one(name: str, record: dict[str, Any]) -> str:
         ]
         for n, m in models.items()
     ]
+    anchor = f' id="deployment-{escape(name)}"' if title is None else ""
     out = [
-        f'<h3 id="deployment-{escape(name)}">{escape(name)}: {escape(str(record.get("device")))} '
+        f"<h{level}{anchor}>{escape(title or name)}: {escape(str(record.get('device')))} "
         f"({num(record.get('num_devices'))} x {escape(str(record.get('npu')))}), mode {escape(str(record.get('mode')))}, "
-        f"{'fits' if record.get('fits') else 'DOES NOT FIT'}</h3>",
+        f"{'fits' if record.get('fits') else 'DOES NOT FIT'}</h{level}>",
         table(["model", "cell", "planned", "built", "full pool", "memory_budget", "port"], rows),
     ]
     legend = [(n, _COLORS[i % len(_COLORS)]) for i, n in enumerate(models)] + [
@@ -92,4 +115,6 @@ def _one(name: str, record: dict[str, Any]) -> str:
 
 def deployments_section(deployments: dict[str, Any]) -> str:
     """Every deployment of the manifest, by name ("" when it has none)."""
-    return "".join(_one(name, deployments[name]) for name in sorted(deployments))
+    return "".join(
+        (_server if "cards" in deployments[name] else _one)(name, deployments[name]) for name in sorted(deployments)
+    )
