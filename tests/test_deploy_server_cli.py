@@ -194,6 +194,16 @@ def test_a_server_deployment_of_qwen3_8b_and_llama3_2_1b_builds_in_one_run_and_s
         assert command.startswith(f"VLLM_RBLN_USE_VLLM_MODEL=0 RBLN_VISIBLE_DEVICES={card} vllm serve ")
         assert f" --port {record['models'][model]['port']} " in command
     assert "# qwen3_8b: cell qwen3_8b.rebel100.bs8.s40960.b" in proc.stdout and ", card 0 (devices 0)" in proc.stdout
+    # mode blocks builds each model at its planned explicit count, in one run too
+    plan, record = build_server([QL, SERVER, "deployment.mode=blocks"], tmp_path, env)
+    assert {n: m["kvcache_num_blocks"] for n, m in record["models"].items()} == {"qwen3_8b": 40, "llama3_2_1b": 32}
+    assert {n: m["cell"] for n, m in record["models"].items()} == {
+        "qwen3_8b": "qwen3_8b.rebel100.bs8.s40960.bnone.n40",
+        "llama3_2_1b": "llama3_2_1b.rebel100.bnone.n32",
+    }
+    explain = rbln(["explain", QL, SERVER], cwd=tmp_path, env=env)
+    check_ok(explain, 2)
+    assert "it is a server of 2 card(s); `rbln-build plan` prints each card's table" in explain.stderr
     # the build without the server key is another deployment: serve-command says to build it again
     plain = rbln(["serve-command", QL, f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=env)
     check_ok(plain, 1)
