@@ -226,3 +226,16 @@ def test_plan_of_a_server_key_prints_the_one_run_build(tmp_path: Path, env: dict
     assert moved["placement"] == {"tiny_llama": 2, "tiny_qwen3": 0} and moved["cards"] == 3
     # per-card overrides of a configured server drop the key, so each card builds as a deployment of its own
     assert moved["per_card"][2]["overrides"][0] == "deployment.server=null"
+
+
+def test_a_server_that_does_not_fit_builds_nothing(tmp_path: Path, env: dict[str, str]) -> None:  # noqa: F811
+    build = tmp_path / "build"
+    proc = rbln(
+        ["deployment=tiny_pair", LEAVE_150, "deployment.server={cards:1}", f"build_dir={build}"], cwd=tmp_path, env=env
+    )
+    check_ok(proc, 2)
+    assert (
+        "deployment tiny_pair: the budget plan of its server of 1 card(s) does not fit, so nothing was built: no "
+        "placement of the 2 model(s)"
+    ) in proc.stderr
+    assert "they fit on 2 cards" in proc.stderr and not build.exists()

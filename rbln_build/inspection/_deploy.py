@@ -137,7 +137,13 @@ def _serve(settings: Any, as_json: bool) -> int:
     if devices is None:
         sys.stderr.write(
             f"rbln-build serve-command: {path} holds deployment {d.name} built "
-            + ("without its server" if d.server is not None else "as a server, which its config no longer names")
+            + (
+                "as a server, which its config no longer names"
+                if d.server is None
+                else "without its server"
+                if "cards" not in record
+                else "with other models on its cards than its config names"
+            )
             + f"; build it again: rbln-build deployment={d.name}\n"
         )
         return 1
