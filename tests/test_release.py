@@ -161,9 +161,12 @@ def test_a_selection_by_glob_and_its_errors(plans: Path, tmp_path: Path) -> None
     assert "release name '../up' is not a safe folder name" in proc.stderr
 
 
-def test_a_deployment_releases_its_cells(tmp_path: Path, inventories: dict[str, str]) -> None:
-    deployment = "qwen3_8b_llama3_2_1b"  # two plan cells on one Rebel100
-    check_ok(rbln([f"deployment={deployment}", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=inventories))
+@pytest.mark.parametrize("server", [[], ["deployment.server={cards:2}"]], ids=["one-card", "server"])
+def test_a_deployment_releases_its_cells(tmp_path: Path, inventories: dict[str, str], server: list[str]) -> None:
+    deployment = "qwen3_8b_llama3_2_1b"  # two plan cells on one Rebel100, or each on a card of its own
+    check_ok(
+        rbln([f"deployment={deployment}", *server, f"build_dir={tmp_path / 'build'}"], cwd=tmp_path, env=inventories)
+    )
     cells = {
         m["cell"]
         for m in json.loads((tmp_path / "build" / "manifest.json").read_bytes())["deployments"][deployment][

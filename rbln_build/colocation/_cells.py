@@ -8,6 +8,7 @@ from pathlib import Path
 from ..config import BuildSettings, Cell, expand
 from ..errors import ConfigError
 from ._colocation import deployment_cells
+from ._server_build import server_cells
 
 __all__ = ["expand_all", "declared_cells"]
 
@@ -31,7 +32,9 @@ def expand_all(jobs: list[BuildSettings]) -> tuple[Path, list[Cell]]:
         name = job.matrix.backend
         if name not in toolchains:
             toolchains[name] = get_backend(name).toolchain()
-        if job.deployment is not None:  # a deployment's planned cells instead of the matrix
+        if job.deployment is not None and job.deployment.server is not None:  # every card's planned cells
+            job_cells = server_cells(job, toolchains[name])[1]
+        elif job.deployment is not None:  # a deployment's planned cells instead of the matrix
             job_cells = deployment_cells(job, toolchains[name])[1]
         else:
             job_cells = expand(job, toolchains[name])

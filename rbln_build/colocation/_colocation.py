@@ -10,7 +10,7 @@ so a deployment's cells have the same keys, tasks, artifacts and manifest entrie
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -28,15 +28,14 @@ from ..config import (
     list_group_options,
     load_group_option,
 )
-from ..deploy import BLOCKS, OBJECTIVE, Demand, DeploymentPlan, Target, Tenant, mib, plan_deployment, render_plan
+from ..deploy import BLOCKS, Assignment, DeploymentPlan, Target, Tenant, plan_deployment, render_plan
 from ..errors import ConfigError, EstimateError, UserError
-from ..estimator import AllocationReport, resolve_npu
+from ..estimator import resolve_npu
 from ..memory import CompileSpec, Recipe, load_recipe
-from ..store import CellResult, Store
 from ._deploy_overrides import overrides_for
 from ._reports import Reports
 
-__all__ = ["Reports", "plan_for", "deployment_cells", "target_of", "DeploymentRecords"]
+__all__ = ["Reports", "plan_for", "deployment_cells", "cells_of", "target_of"]
 
 
 def target_of(deployment: Deployment) -> Target:
@@ -186,8 +185,16 @@ def _deployment_cells(
         )
         error.detail = render_plan(plan, d.name, overrides=overrides_for(d))
         raise error
+    return plan, cells_of(settings, d, plan.chosen.assignments, toolchain)
+
+
+def cells_of(
+    settings: BuildSettings, d: Deployment, assignments: Sequence[Assignment], toolchain: dict[str, str]
+) -> list[Cell]:
+    """The cells of ``d``'s models at their planned ``assignments`` (in ``d.models``' order), through the
+    ordinary matrix expansion: one sub-matrix per model, at its budget or (mode blocks) its count."""
     parts = []
-    for i, (dm, a) in enumerate(zip(d.models, plan.chosen.assignments, strict=True)):
+    for i, (dm, a) in enumerate(zip(d.models, assignments, strict=True)):
         explicit = d.mode == BLOCKS and not a.fixed
         parts.append(
             SubMatrix(
@@ -218,120 +225,4 @@ def _deployment_cells(
     cells = expand(replace(settings, matrix=matrix), toolchain)
     if len(cells) != len(d.models):  # one sub-matrix of one cell per model; ids cannot collide
         raise ConfigError(f"deployment {d.name}: expected {len(d.models)} cells, got {[c.id for c in cells]}.")
-    return plan, cells
-
-
-class DeploymentRecords:
-    """The manifest's ``deployments`` section: for each deployment built in this run, its models,
-    planned and built counts and budgets, and the per-chiplet totals from the *built* reports (the
-    compile entries of its cells) at the *built* counts, plus the reservations. ``problems`` lists
-    what is wrong (a cell that did not build, a count other than planned, totals that do not fit);
-    ``lines`` one summary line per deployment."""
-
-    def __init__(self, planned: list[tuple[BuildSettings, DeploymentPlan, list[Cell]]]) -> None:
-        self.planned = planned
-        self.problems: list[str] = []
-        self.lines: list[str] = []
-
-    @classmethod
-    def for_jobs(cls, jobs: list[BuildSettings]) -> DeploymentRecords:
-        from ..backends import get_backend
-
-        planned = []
-        for job in jobs:
-            if job.deployment is not None:  # the plan the cells were expanded from (memoized)
-                plan, cells = deployment_cells(job, get_backend(job.matrix.backend).toolchain())
-                planned.append((job, plan, cells))
-        _deployment_cells.cache_clear()  # a later expansion in this process plans again
-        return cls(planned)
-
-    def __call__(self, store: Store, rows: list[tuple[Cell, CellResult | None]]) -> dict[str, Any]:
-        results = {cell.cell_key: result for cell, result in rows}
-        self.problems, self.lines = [], []
-        records = {}
-        for settings, plan, cells in self.planned:
-            assert settings.deployment is not None
-            record = _record(settings.deployment, plan, cells, results, store)
-            records[settings.deployment.name] = record
-            self.problems += [f"{settings.deployment.name}: {p}" for p in record["problems"]]
-            counts = ", ".join(f"{n} {m['kvcache_num_blocks']} blocks" for n, m in record["models"].items())
-            verdict = "fit" if record["fits"] else "DO NOT FIT"
-            if record["problems"]:
-                verdict += f", but {len(record['problems'])} problem(s) below"
-            self.lines.append(
-                f"deployment {settings.deployment.name} ({plan.mode}): {counts}; per-chiplet totals from the built "
-                f"reports {verdict} (least headroom {mib(min(min(r) for r in record['per_chiplet']['headroom']))} MiB)"
-            )
-        return {"deployments": records}
-
-
-def _record(
-    d: Deployment, plan: DeploymentPlan, cells: list[Cell], results: dict[str, CellResult | None], store: Store
-) -> dict[str, Any]:
-    target, chosen = plan.target, plan.chosen
-    grid = target.grid
-    problems: list[str] = []
-    models: dict[str, Any] = {}
-    used = list(chosen.reserved)
-    for dm, a, cell in zip(d.models, chosen.assignments, cells, strict=True):
-        result = results.get(cell.cell_key)
-        entry = store.lookup("compile", cell.compile_key) if cell.compile_key else None
-        usage: tuple[int, ...] | None = None
-        serve_budget: int | None = None  # a budget that makes optimum-rbln compile the built count
-        if result is None or not result.ok or entry is None or result.kvcache_num_blocks is None:
-            problems.append(f"cell {cell.id} did not build" + (f": {result.error}" if result and result.error else ""))
-        else:
-            built = replace(plan.tenant(dm.name), report=AllocationReport.from_json(entry.meta["report"]))
-            demand = Demand(built, target)
-            count = result.kvcache_num_blocks
-            usage = demand.need(count)
-            used = [u + x for u, x in zip(used, usage, strict=True)]
-            serve_budget = result.budget_bytes if not cell.kvcache_num_blocks else demand.budget_for(count)
-            if count != a.kvcache_num_blocks:
-                problems.append(
-                    f"{dm.name} resolved {count} blocks, not the planned {a.kvcache_num_blocks}: its compiled report "
-                    f"differs from the one planned with ({plan.tenant(dm.name).source}); run the build again to plan "
-                    "from the compiled reports"
-                )
-        models[dm.name] = {
-            "cell": cell.id,
-            "model": dm.model.name,
-            "fixed": a.fixed,
-            "weight": float(dm.weight),
-            "min_blocks": dm.min_blocks,
-            "port": dm.port,
-            "planned_blocks": a.kvcache_num_blocks,
-            "memory_budget": cell.memory_budget,
-            "budget_bytes": None if result is None else result.budget_bytes,
-            "kvcache_num_blocks": None if result is None else result.kvcache_num_blocks,
-            "num_full_blocks": a.num_full_blocks,
-            "usage": None if usage is None else [list(r) for r in grid(usage)],
-            "serve_budget_bytes": serve_budget,
-        }
-    available = target.available_per_chiplet
-    margin = chosen.held()
-    headroom = [available - u - m for u, m in zip(used, margin, strict=True)]
-    fits = all(h >= 0 for h in headroom)
-    if not fits:
-        held = " once the margin is held" if any(margin) else ""
-        problems.append(f"the built reports' per-chiplet totals exceed the available DRAM{held}")
-    return {
-        "device": d.device.name,
-        "npu": target.npu.name,
-        "num_devices": target.num_devices,
-        "mode": d.mode,
-        "objective": OBJECTIVE,
-        "models": models,
-        "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in d.reservations],
-        "per_chiplet": {
-            "available": available,
-            "reserved": [list(r) for r in grid(chosen.reserved)],
-            "margin": [list(r) for r in grid(margin)],
-            "total": [list(r) for r in grid(tuple(used))],
-            "headroom": [list(r) for r in grid(tuple(headroom))],
-        },
-        "serve": {"device_ids": list(d.device_ids)},
-        "fits": fits,  # the built reports at the built counts, plus the reservations and the margin, fit every chiplet
-        "status": "ok" if not problems else "failed",
-        "problems": problems,
-    }
+    return cells

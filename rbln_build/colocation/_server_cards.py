@@ -12,8 +12,6 @@ with them: ``rbln-build deployment=<name> <overrides>``, ``rbln-build serve-comm
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..config import BuildSettings, Deployment
 from ..deploy import BUDGET
 from ..deploy.server import Card, Server, ServerPlan, plan_server
@@ -21,21 +19,34 @@ from ..errors import ConfigError
 from ._colocation import Tenants
 from ._deploy_overrides import _mapping, _model_entry
 
-__all__ = ["card_overrides", "server_plan_for"]
+__all__ = ["card_devices", "card_overrides", "server_plan_for"]
 
 
-def server_plan_for(settings: BuildSettings, cards: int, pins: Mapping[str, int] | None = None) -> ServerPlan:
-    """The deployment's models placed on ``cards`` cards of its device target, in its mode."""
-    if cards < 1:
-        raise ConfigError(f"deployment: a server needs at least one card, got {cards}.")
-    tenants = Tenants(settings)
+def server_plan_for(settings: BuildSettings, stage: bool = False) -> ServerPlan:
+    """The deployment's models placed on the cards of its ``server`` (``deployment.server``, or what
+    ``plan --cards/--pin`` put there), in its mode. ``stage``: the reports read are written to the build
+    directory only when the plan fits (a build's planning)."""
+    tenants = Tenants(settings, stage)
     d = tenants.deployment
-    server = Server(tenants.target, (Card(d.reservations, d.margins),) * cards)
+    if d.server is None:
+        raise ConfigError(f"deployment {d.name}: it names no server; set deployment.server.cards (or plan --cards N).")
+    server = Server(tenants.target, (Card(d.reservations, d.margins),) * d.server.cards)
+    pins = d.server.pin_map()
     return tenants.settle(lambda built: plan_server(server, built, d.mode, pins, d.solver))
 
 
-def card_overrides(d: Deployment, plan: ServerPlan) -> list[tuple[int, list[str]]]:
-    """(card, the overrides that make it a deployment of its own) for every card that holds models."""
+def card_devices(d: Deployment, plan: ServerPlan, card: int) -> tuple[int, ...]:
+    """The devices of ``card``: its share of ``serve.device_ids`` when that lists every card's, else
+    the server's own numbering (card ``k``: devices ``k * num_devices`` on)."""
+    n = plan.server.target.num_devices
+    if len(d.device_ids) == n * len(plan.server.cards):
+        return d.device_ids[card * n : (card + 1) * n]
+    return plan.server.device_ids(card)
+
+
+def card_overrides(d: Deployment, plan: ServerPlan, configured: bool = False) -> list[tuple[int, list[str]]]:
+    """(card, the overrides that make it a deployment of its own) for every card that holds models;
+    ``configured``: the deployment's config names the server (the card's overrides drop it)."""
     if not plan.feasible:
         raise ConfigError(f"deployment {d.name}: the server plan does not fit ({plan.reason}); nothing to build.")
     if plan.mode != BUDGET:
@@ -52,11 +63,12 @@ def card_overrides(d: Deployment, plan: ServerPlan) -> list[tuple[int, list[str]
             entry = _model_entry(d.model(a.name))
             entry.update(memory_budget=a.memory_budget, min_blocks=None, traffic=None, weight=None)
             entries.append(_mapping(entry))
-        ids = ",".join(str(i) for i in plan.server.device_ids(k))
+        ids = ",".join(str(i) for i in card_devices(d, plan, k))
         out.append(
             (
                 k,
                 [
+                    *(["deployment.server=null"] if configured else []),
                     "deployment.mode=budget",
                     "deployment.models=[" + ",".join(entries) + "]",
                     f"deployment.serve.device_ids=[{ids}]",

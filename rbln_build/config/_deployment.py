@@ -22,7 +22,8 @@ errors, each naming its key) and turns it into a frozen ``Deployment``::
     margin: 512MB                    # held back on every chiplet: bytes, or a fraction (0.02) of a chiplet
     device_margins: [null, 1GB]      # one per device of the target, replacing `margin` there; null: `margin`
     solver: {method: auto, time_limit: 60}   # auto | search | cp-sat (the solver extra); seconds for cp-sat
-    serve: {port: 8000, device_ids: null}   # device_ids null: 0 .. num_devices-1
+    server: {cards: 2, pins: {qwen3_8b: 0}}   # null: one card; else the models placed on N cards of `device`
+    serve: {port: 8000, device_ids: null}   # device_ids null: 0 .. num_devices-1 (x cards on a server)
 
 Only this module and ``_config`` touch OmegaConf for deployments.
 """
@@ -38,9 +39,21 @@ from typing import Any, List, Optional
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..deploy import SOLVERS, Margin, Margins, Reservation, Solver, Traffic, bounded_count, traffic_from
+from ..deploy import (
+    SOLVERS,
+    Margin,
+    Margins,
+    Reservation,
+    Solver,
+    Traffic,
+    bounded_count,
+    bytes_from,
+    margin_from,
+    traffic_from,
+)
+from ..deploy.server import ServerSpec, server_from
 from ..errors import ConfigError, EstimateError
-from ..estimator import BYTE_UNITS, LIMITS, check_budget, resolve_npu
+from ..estimator import LIMITS, check_budget, resolve_npu
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
 from ._settings import Device, Model
 
@@ -119,6 +132,7 @@ class DeploymentConf:
     margin: Any = None  # per chiplet: bytes (int or "512MB") or a fraction of the chiplet in [0, 1); null: none
     device_margins: Optional[List[Any]] = None  # one per device of the target (null entries: `margin`)
     solver: SolverConf = field(default_factory=SolverConf)
+    server: Any = None  # {cards: N, pins: {MODEL: CARD}} (deploy.server.ServerSpec); null: they share one card
     serve: ServeConf = field(default_factory=ServeConf)
 
 
@@ -152,13 +166,13 @@ class Deployment:
     device_ids: tuple[int, ...]
     margins: Margins = Margins()
     solver: Solver = Solver()
+    server: ServerSpec | None = None  # the models placed on several cards (device_ids: every card's, in order)
 
     def model(self, name: str) -> DeploymentModel:
         return next(m for m in self.models if m.name == name)
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-_BYTES = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
 
 
 def _merge(schema: type, node: Any, where: str, name: str) -> DictConfig:
@@ -184,53 +198,10 @@ def _checked(name: str, node: Any) -> DictConfig:
     return _merge(DeploymentConf, node, "deployment", name)
 
 
-def _reservation_bytes(where: str, value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        nbytes = value
-    elif isinstance(value, str) and (match := _BYTES.fullmatch(value)):
-        nbytes = int(match.group(1)) * BYTE_UNITS[(match.group(2) or "B").upper()]
-    else:
-        raise ConfigError(
-            f"{where}: expected bytes per device, an int (4294967296) or a byte string with a binary unit "
-            f"B/KB/MB/GB/TB ('4GB'), got {value!r}."
-        )
-    if nbytes <= 0:
-        raise ConfigError(f"{where}: expected a positive byte count, got {value!r}.")
-    return nbytes
-
-
-def _margin(where: str, value: Any, available: int) -> Margin:
-    """A margin per chiplet: bytes (an int or a byte string with a binary unit) or a fraction of the
-    chiplet's available DRAM in [0, 1); it must leave something of the chiplet."""
-    if isinstance(value, float):
-        if not 0 <= value < 1:
-            raise ConfigError(
-                f"{where}: a fraction of a chiplet must be at least 0 and below 1 (0.02 holds back 2%), got {value!r}; "
-                "or give bytes per chiplet ('512MB')."
-            )
-        margin = Margin(fraction=Fraction(repr(value)))
-    elif isinstance(value, int) and not isinstance(value, bool) and value == 0:
-        margin = Margin()
-    else:
-        try:
-            margin = Margin(nbytes=_reservation_bytes(where, value))
-        except ConfigError:
-            raise ConfigError(
-                f"{where}: expected a margin per chiplet, bytes (an int, or a byte string with a binary unit "
-                f"B/KB/MB/GB/TB such as '512MB') or a fraction of the chiplet in [0, 1) (0.02), got {value!r}."
-            ) from None
-    if margin.on(available) >= available:
-        raise ConfigError(
-            f"{where}: {value!r} holds back {margin.on(available):,} B per chiplet, which leaves nothing of the "
-            f"{available:,} B a chiplet of this device offers; lower it."
-        )
-    return margin
-
-
 def _margins(name: str, cfg: DictConfig, device: Device) -> Margins:
     available = resolve_npu(device.npu).available_per_chiplet
     margin = _plain(cfg.margin)
-    default = Margin() if margin is None else _margin("deployment.margin", margin, available)
+    default = Margin() if margin is None else margin_from("deployment.margin", margin, available)
     per_device = _plain(cfg.device_margins)
     if per_device is None:
         return Margins(default)
@@ -240,7 +211,9 @@ def _margins(name: str, cfg: DictConfig, device: Device) -> Margins:
             f"(num_devices {device.num_devices}; null keeps `margin` there), got {len(per_device)}: {per_device}."
         )
     devices = tuple(
-        (i, _margin(f"deployment.device_margins[{i}]", v, available)) for i, v in enumerate(per_device) if v is not None
+        (i, margin_from(f"deployment.device_margins[{i}]", v, available))
+        for i, v in enumerate(per_device)
+        if v is not None
     )
     return Margins(default, devices)
 
@@ -327,14 +300,16 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
         if any(str(r.name) == other.name for other in reservations):
             raise ConfigError(f"{where}.name: {r.name!r} is used twice.")
         chiplet = bounded_count(f"{where}.chiplet", r.chiplet, minimum=0, limit=LIMITS["num_devices"])
-        reservations.append(Reservation(str(r.name), _reservation_bytes(f"{where}.bytes", _plain(r.bytes)), chiplet))
-    ids = _plain(cfg.serve.device_ids)
+        reservations.append(Reservation(str(r.name), bytes_from(f"{where}.bytes", _plain(r.bytes)), chiplet))
+    server = server_from(_plain(cfg.server), [m.name for m in models])
+    ids, count = _plain(cfg.serve.device_ids), device.num_devices * (server.cards if server else 1)
     if ids is None:
-        ids = list(range(device.num_devices))
-    if len(ids) != device.num_devices or len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+        ids = list(range(count))
+    if len(ids) != count or len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+        cards = f", x {server.cards} cards of the server" if server else ""
         raise ConfigError(
-            f"deployment.serve.device_ids ({name}): expected {device.num_devices} distinct device number(s) for "
-            f"{device.name} (num_devices {device.num_devices}), got {ids}."
+            f"deployment.serve.device_ids ({name}): expected {count} distinct device number(s) for "
+            f"{device.name} (num_devices {device.num_devices}{cards}), got {ids}."
         )
     return Deployment(
         name=name,
@@ -345,4 +320,5 @@ def deployment_from_config(name: str, node: Any, conf_dirs: Any = None) -> Deplo
         device_ids=tuple(ids),
         margins=_margins(name, cfg, device),
         solver=_solver(cfg),
+        server=server,
     )

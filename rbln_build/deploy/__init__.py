@@ -38,7 +38,7 @@ from ._planner import (
     budget_value,
 )
 from ._render import mib, plan_json, render_chiplets, render_plan
-from ._traffic_conf import bounded_count, traffic_from
+from ._traffic_conf import bounded_count, bytes_from, margin_from, traffic_from
 
 __all__ = [
     "bounded_count",
@@ -75,6 +75,8 @@ __all__ = [
     "Tenant",
     "Traffic",
     "budget_value",
+    "bytes_from",
+    "margin_from",
     "mib",
     "plan_deployment",
     "plan_json",

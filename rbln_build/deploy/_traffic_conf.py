@@ -1,17 +1,20 @@
-"""A deployment model's traffic, as the config gives it, checked and turned into ``Traffic``
-(``config._deployment`` reads the node; the rules and their one-line errors live here, beside the
-planner that turns traffic into blocks)."""
+"""A deployment model's traffic, and the deployment's byte counts and margins, as the config gives
+them, checked and turned into ``Traffic``, bytes and ``Margin`` (``config._deployment`` reads the node;
+the rules and their one-line errors live here, beside the planner that uses them)."""
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any
 
 from ..errors import ConfigError
-from ..estimator import LIMITS
-from ._inputs import Traffic
+from ..estimator import BYTE_UNITS, LIMITS
+from ._inputs import Margin, Traffic
 
-__all__ = ["bounded_count", "traffic_from"]
+__all__ = ["bounded_count", "bytes_from", "margin_from", "traffic_from"]
+
+_BYTES = re.compile(r"\s*(\d+)\s*([KMGT]?B)?\s*", re.IGNORECASE)
 
 
 def traffic_from(t: dict[str, Any], where: str) -> Traffic:
@@ -50,3 +53,46 @@ def bounded_count(where: str, value: Any, minimum: int = 1, limit: str | int | N
     if value is not None and bound is not None and value > bound:
         raise ConfigError(f"{where}: {value} is over the limit of {bound:,} (docs/security.md lists the limits).")
     return value  # type: ignore[no-any-return]
+
+
+def bytes_from(where: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        nbytes = value
+    elif isinstance(value, str) and (match := _BYTES.fullmatch(value)):
+        nbytes = int(match.group(1)) * BYTE_UNITS[(match.group(2) or "B").upper()]
+    else:
+        raise ConfigError(
+            f"{where}: expected bytes per device, an int (4294967296) or a byte string with a binary unit "
+            f"B/KB/MB/GB/TB ('4GB'), got {value!r}."
+        )
+    if nbytes <= 0:
+        raise ConfigError(f"{where}: expected a positive byte count, got {value!r}.")
+    return nbytes
+
+
+def margin_from(where: str, value: Any, available: int) -> Margin:
+    """A margin per chiplet: bytes (an int or a byte string with a binary unit) or a fraction of the
+    chiplet's available DRAM in [0, 1); it must leave something of the chiplet."""
+    if isinstance(value, float):
+        if not 0 <= value < 1:
+            raise ConfigError(
+                f"{where}: a fraction of a chiplet must be at least 0 and below 1 (0.02 holds back 2%), got {value!r}; "
+                "or give bytes per chiplet ('512MB')."
+            )
+        margin = Margin(fraction=Fraction(repr(value)))
+    elif isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        margin = Margin()
+    else:
+        try:
+            margin = Margin(nbytes=bytes_from(where, value))
+        except ConfigError:
+            raise ConfigError(
+                f"{where}: expected a margin per chiplet, bytes (an int, or a byte string with a binary unit "
+                f"B/KB/MB/GB/TB such as '512MB') or a fraction of the chiplet in [0, 1) (0.02), got {value!r}."
+            ) from None
+    if margin.on(available) >= available:
+        raise ConfigError(
+            f"{where}: {value!r} holds back {margin.on(available):,} B per chiplet, which leaves nothing of the "
+            f"{available:,} B a chiplet of this device offers; lower it."
+        )
+    return margin

@@ -26,6 +26,7 @@ __all__ = ["main", "USAGE"]
 USAGE = """\
 usage: rbln-build plan deployment=<name> [--json] [--plot FILE] [OVERRIDE ...]
        rbln-build plan deployment=<name> --cards N [--pin MODEL=CARD ...] [--json] [--plot FILE] [OVERRIDE ...]
+                  (a deployment.server key plans its server; the flags override its cards and pins)
        rbln-build serve-command deployment=<name> [--json] [OVERRIDE ...]
        rbln-build serve-command CELL_DIR [--port N] [--devices IDS] [--json]
        rbln-build explain deployment=<name> [--json] [OVERRIDE ...]
@@ -35,6 +36,7 @@ plan           the budgets and block counts that let the deployment's models sha
                and the smallest changes that fit (each verified by planning again); with --cards, the
                models placed on a server of N cards of its device, and each card's build and serve command;
                --plot FILE (.png or .svg) draws each card's chiplets: the models, reservations, margin, headroom
+               with a deployment.server key, its server, built in one run by `rbln-build deployment=<name>`
 serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
                pinned to the deployment's devices, on its own port, with flags that agree with the artifact;
                or the command of one built or released cell folder (its tokenizer, its compiled model)
@@ -136,6 +138,20 @@ def _serve(settings: Any, as_json: bool) -> int:
             f"rbln-build deployment={d.name}\n"
         )
         return 1
+    devices = _devices(record, d, path)
+    if devices is None:
+        sys.stderr.write(
+            f"rbln-build serve-command: {path} holds deployment {d.name} built "
+            + (
+                "as a server, which its config no longer names"
+                if d.server is None
+                else "without its server"
+                if "cards" not in record
+                else "with other models on its cards than its config names"
+            )
+            + f"; build it again: rbln-build deployment={d.name}\n"
+        )
+        return 1
     npu = resolve_npu(d.device.npu)
     commands = []
     for dm in d.models:
@@ -158,12 +174,14 @@ def _serve(settings: Any, as_json: bool) -> int:
                 f"{str(budget)[:80]!r}, not a positive integer; rebuild it: rbln-build deployment={d.name}"
             )
         serving = with_budget(serving, budget, npu)
-        command = command_for(serving, dm.port, d.device_ids, str(_display(settings.build_dir)))
+        card, ids = devices[dm.name]
+        command = command_for(serving, dm.port, ids, str(_display(settings.build_dir)))
         commands.append(
             {
                 "model": dm.name,
                 "cell": entry_id,
                 "port": dm.port,
+                **({} if card is None else {"card": card, "device_ids": list(ids)}),
                 **command,
                 "exact": serving["exact"],
                 "notes": serving["notes"],
@@ -172,19 +190,49 @@ def _serve(settings: Any, as_json: bool) -> int:
     if as_json:
         sys.stdout.write(json.dumps({"deployment": d.name, "commands": commands}, sort_keys=True, indent=2) + "\n")
         return 0
+    where = f"sharing {d.device.name}"
+    if d.server is not None:
+        where = f"on a server of {d.server.cards} x {d.device.name}"
     out = [
-        f"# deployment {d.name}: {len(commands)} vllm-rbln processes sharing {d.device.name} "
+        f"# deployment {d.name}: {len(commands)} vllm-rbln processes {where} "
         f"({d.device.npu} x{d.device.num_devices}), devices {','.join(map(str, d.device_ids))}"
     ]
     for c in commands:
+        on = "" if "card" not in c else f", card {c['card']} (devices {','.join(map(str, c['device_ids']))})"
         out.append(
-            f"# {c['model']}: cell {c['cell']}, port {c['port']}"
+            f"# {c['model']}: cell {c['cell']}, port {c['port']}{on}"
             + ("" if c["exact"] else " (the flags cannot pin its block count; see the notes)")
         )
         out += [f"#   {n}" for n in c["notes"]]
         out.append(c["shell"] + " &")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def _devices(record: dict[str, Any], d: Any, path: Path) -> dict[str, tuple[Any, tuple[int, ...]]] | None:
+    """Each model's (card, devices): a server's record lists its cards, each with its devices; a
+    one-card record, the deployment's devices (card None). None: the record and the config disagree
+    on whether the deployment is a server."""
+    cards = record.get("cards")
+    if (cards is not None) != (d.server is not None):
+        return None
+    if cards is None:
+        return {dm.name: (None, tuple(d.device_ids)) for dm in d.models}
+    out: dict[str, tuple[Any, tuple[int, ...]]] = {}
+    try:
+        for card in cards:
+            ids = tuple(card["serve"]["device_ids"])
+            if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+                raise TypeError("device_ids")
+            out.update((name, (card["card"], ids)) for name in card["models"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InputError(
+            f"{path}: deployment {d.name}'s cards are not as this rbln-build writes them ({exc}); "
+            f"rebuild it: rbln-build deployment={d.name}"
+        ) from None
+    if set(out) != {dm.name for dm in d.models}:
+        return None
+    return out
 
 
 def _display(path: Path) -> Path:
@@ -224,9 +272,20 @@ def main(argv: list[str]) -> int:
             plot, overrides = take_plot(overrides)
             cards, pins, overrides = parse_server_args(overrides)
         settings = _compose(overrides)
-        if cards is not None:
-            return plan_server_command(settings, overrides, cards, pins, as_json, plot)
-        if plot is not None:
+        configured = settings.deployment.server is not None
+        flags = cards is not None or bool(pins)
+        if flags:
+            from ._server import with_server
+
+            settings = with_server(settings, cards, pins)
+        if command == "plan" and settings.deployment.server is not None:
+            return plan_server_command(settings, overrides, configured, flags, as_json, plot)
+        if command == "explain" and configured:
+            raise ConfigError(
+                f"explain deployment={settings.deployment.name}: it is a server of {settings.deployment.server.cards} "
+                "card(s); `rbln-build plan` prints each card's table."
+            )
+        if plot is not None:  # only `plan` takes --plot
             return _plan(settings, as_json, plot)
         run = {"plan": _plan, "serve-command": _serve, "explain": _explain}[command]
         return run(settings, as_json)

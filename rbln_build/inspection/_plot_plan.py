@@ -64,7 +64,7 @@ def plot_plan(path: Path, name: str, plan: Any = None, server: Any = None) -> st
         cards = [
             (
                 _heading(mp, f"card {k} (devices {','.join(map(str, server.server.device_ids(k)))})"),
-                mode_plan_record(mp),
+                {**mode_plan_record(mp), "serve": {"device_ids": list(server.server.device_ids(k))}},
             )
             for k, mp in enumerate(server.cards)
         ]

@@ -1,10 +1,14 @@
-"""``rbln-build plan deployment=<name> --cards N [--pin MODEL=CARD ...]``: the deployment on a server.
+"""``rbln-build plan deployment=<name>`` of a deployment with a ``server`` key, or with ``--cards N
+[--pin MODEL=CARD ...]``: the deployment on a server.
 
-Its models are placed on ``N`` cards of its device target (``rbln_build.colocation.server_plan_for``:
+Its models are placed on the server's cards of its device target (``rbln_build.colocation.server_plan_for``:
 each card holds the deployment's reservations and margins, every model one card), and each card that
-holds models is printed with its per-chiplet table and the two commands that build and serve it as a
-deployment of its own (``card_overrides``: its models with their planned budgets fixed, its devices),
-in a build directory of its own (``<build_dir>/card<k>``).
+holds models is printed with its per-chiplet table. The flags override the config's ``server``
+(``--cards`` its cards, each ``--pin`` one model's card over the config's pins). A server from the
+config is built and served in one run (``rbln-build deployment=<name>``, printed once); a server from
+the flags gets, per card, the two commands that build and serve it as a deployment of its own
+(``card_overrides``: its models with their planned budgets fixed, its devices), in a build directory
+of its own (``<build_dir>/card<k>``).
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["parse_server_args", "plan_server_command"]
+__all__ = ["parse_server_args", "plan_server_command", "with_server"]
 
 
 def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list[str]]:
@@ -42,24 +47,48 @@ def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list
                 pins[name] = int(card)
         else:
             others.append(a)
-    if pins and cards is None:
-        raise ConfigError("plan --pin: pins a model to a card of a server; give the server's --cards too.")
     return cards, pins, others
 
 
+def with_server(settings: Any, cards: int | None, pins: dict[str, int]) -> Any:
+    """``settings`` with the flags over its deployment's ``server``: ``--cards`` replaces its cards, each
+    ``--pin`` one model's card; checked as the config's key is (``deployment.server...`` errors). The
+    devices: ``serve.device_ids`` when it lists every card's, else ``0 .. cards x num_devices - 1``."""
+    from ..deploy.server import server_from
+
+    d = settings.deployment
+    if cards is None and d.server is None:
+        raise ConfigError(
+            "plan --pin: pins a model to a card of a server; give the server's --cards too "
+            "(or set deployment.server.cards)."
+        )
+    node = {
+        "cards": cards if cards is not None else d.server.cards,
+        "pins": {**(d.server.pin_map() if d.server is not None else {}), **pins},
+    }
+    server = server_from(node, [m.name for m in d.models])
+    assert server is not None
+    count = d.device.num_devices * server.cards
+    ids = d.device_ids if len(d.device_ids) == count else tuple(range(count))
+    return replace(settings, deployment=replace(d, server=server, device_ids=ids))
+
+
 def plan_server_command(
-    settings: Any, overrides: list[str], cards: int, pins: dict[str, int], as_json: bool, plot: Path | None = None
+    settings: Any, overrides: list[str], configured: bool, flags: bool, as_json: bool, plot: Path | None = None
 ) -> int:
-    from ..colocation import card_overrides, server_plan_for
+    """``configured``: the deployment's config names a server; ``flags``: ``--cards``/``--pin`` were given
+    (then each card is printed as a deployment of its own, as the config may not say this server)."""
+    from ..colocation import card_devices, card_overrides, server_plan_for
     from ..deploy import OBJECTIVE, render_chiplets
 
     d = settings.deployment
-    plan = server_plan_for(settings, cards, pins)
+    cards, pins = d.server.cards, d.server.pin_map()
+    plan = server_plan_for(settings)
     if plot is not None:
         from ._plot_plan import plot_plan
 
         sys.stderr.write(plot_plan(plot, d.name, server=plan) + "\n")
-    per_card = dict(card_overrides(d, plan)) if plan.feasible and plan.mode == "budget" else {}
+    per_card = dict(card_overrides(d, plan, configured)) if plan.feasible and plan.mode == "budget" else {}
     given = [o for o in overrides if not o.startswith(("deployment=", "build_dir="))]
     build_dir = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("build_dir=")), "build")
     for k in per_card:  # each card its own build directory: its own manifest and deployment record
@@ -82,7 +111,7 @@ def plan_server_command(
             "per_card": [
                 {
                     "card": k,
-                    "device_ids": list(plan.server.device_ids(k)),
+                    "device_ids": list(card_devices(d, plan, k)),
                     "models": {
                         a.name: {"kvcache_num_blocks": a.kvcache_num_blocks, "memory_budget": a.memory_budget}
                         for a in mp.assignments
@@ -108,7 +137,7 @@ def plan_server_command(
         lines.append(f"the {plan.mode} plan does not fit: {plan.reason}")
         if plan.fits_on is not None:
             again = [f"deployment={d.name}", *(o for o in overrides if not o.startswith("deployment="))]
-            again += [x for name, k in pins.items() for x in ("--pin", f"{name}={k}")]
+            again += [x for name, k in (pins.items() if flags else ()) for x in ("--pin", f"{name}={k}")]
             lines.append("  " + shlex.join(["rbln-build", "plan", *again, "--cards", str(plan.fits_on)]))
         sys.stdout.write("\n".join(lines) + "\n")
         return 1
@@ -118,7 +147,7 @@ def plan_server_command(
         f"{float(plan.objective.min_share):.4f}, {plan.objective.total_blocks} blocks in total"
     )
     for k, mp in enumerate(plan.cards):
-        ids = ",".join(map(str, plan.server.device_ids(k)))
+        ids = ",".join(map(str, card_devices(d, plan, k)))
         lines.append("")
         if not mp.assignments:
             lines.append(f"card {k} (devices {ids}): no model")
@@ -130,10 +159,14 @@ def plan_server_command(
         )
         lines.append(f"card {k} (devices {ids}): {models}")
         lines += ["  " + row for row in render_chiplets(mp)]
-        if k in per_card:
+        if k in per_card and flags:
             lines.append("  build: " + shlex.join([*base, *per_card[k]]))
             lines.append("  serve: " + shlex.join([base[0], "serve-command", *base[1:], *per_card[k]]))
-    if not per_card:
+    if not flags:  # the config names this server: one run builds every card, one command serves them
+        whole = [*base, *[o for o in overrides if o.startswith("build_dir=")][-1:]]
+        lines += ["", "build (every card, in one run): " + shlex.join(whole)]
+        lines.append("serve (every model on its card): " + shlex.join([base[0], "serve-command", *whole[1:]]))
+    elif not per_card:
         lines.append("")
         lines.append(
             "(build commands per card are printed for mode budget: each card fixes its models' planned budgets)"

@@ -77,7 +77,7 @@ def plot_deployment(title: str, cards: Sequence[tuple[str, dict[str, Any]]], pat
 
     require_matplotlib()
     from ..figures import bytes_axis, new_figure, render, style
-    from ._deployments import chiplet_parts, model_colors
+    from ._deployments import chiplet_label, chiplet_parts, model_colors
 
     names = list(dict.fromkeys(n for _, record in cards for n in record.get("models", {})))
     colors = model_colors(names)
@@ -86,7 +86,7 @@ def plot_deployment(title: str, cards: Sequence[tuple[str, dict[str, Any]]], pat
         fig = new_figure(10.0, 1.0 + sum(0.45 * len(r) + 0.55 for r in rows))
         axes = fig.subplots(len(cards), 1, squeeze=False, height_ratios=[len(r) + 1 for r in rows])[:, 0]
         seen: dict[str, Any] = {}
-        for ax, (heading, _), chiplets in zip(axes, cards, rows, strict=True):
+        for ax, (heading, record), chiplets in zip(axes, cards, rows, strict=True):
             top = max((c.available for c in chiplets), default=1)
             for y, c in enumerate(chiplets):
                 left = 0
@@ -101,7 +101,7 @@ def plot_deployment(title: str, cards: Sequence[tuple[str, dict[str, Any]]], pat
                 ax.barh(y, c.available, color="none", edgecolor="#555555", linewidth=0.8)
                 room = f"{c.headroom // 2**20:,}" if c.headroom % 2**20 == 0 else f"{c.headroom / 2**20:,.2f}"
                 ax.text(c.available, y, f" headroom {room} MiB", va="center", fontsize=7)
-            ax.set_yticks(range(len(chiplets)), [f"device {c.node} chiplet {c.chiplet}" for c in chiplets], fontsize=7)
+            ax.set_yticks(range(len(chiplets)), [chiplet_label(record, c) for c in chiplets], fontsize=7)
             ax.invert_yaxis()
             ax.set_xlim(0, top * 1.22)
             unit = bytes_axis(ax.xaxis, top)
