@@ -329,7 +329,13 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
         jobs = compose(argv, state=state)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             return 0
-        code = _build(jobs, sweep, state, full_table, outputs)
+        from ._shard_sweep import sharded_sweep, sweeps_shards
+
+        if sweeps_shards(jobs):  # -m shard=1/N,...: each shard in turn, then the merge
+            typed = [a for a in argv if a != getattr(sweep, "override", None)]  # not our sweep dir
+            code = sharded_sweep(jobs, lambda group: _build(group, sweep, state, full_table, outputs), typed)
+        else:
+            code = _build(jobs, sweep, state, full_table, outputs)
         return code
     finally:
         sweep.close()
