@@ -112,7 +112,9 @@ def test_gc_remote_keeps_what_unmerged_shards_name_and_removes_merged_records(
     env, fs, _ = s3
     remote = f"cache.remote={URL}"
     for i in (1, 2):
-        check_ok(rbln([*PLANS, "jobs=1", f"build_dir={tmp_path / f's{i}'}", remote, f"shard={i}/2"], cwd=tmp_path, env=env))
+        check_ok(
+            rbln([*PLANS, "jobs=1", f"build_dir={tmp_path / f's{i}'}", remote, f"shard={i}/2"], cwd=tmp_path, env=env)
+        )
     part = tmp_path / "part"
     check_ok(rbln([*PLANS, "device=rebel100", "jobs=1", f"build_dir={part}", remote], cwd=tmp_path, env=env))
     before = {k: names(fs, k) for k in ("compile", "artifacts", "blobs", "shards")}

@@ -90,9 +90,12 @@ def test_ray_local_cluster_builds_the_manifest_of_a_local_build(
     tmp_path: Path,
     ray_env: dict[str, str],
 ) -> None:
-    out = tmp_path / "build"
-    proc = rbln([*PLANS, "executor=ray", "executor.address=local", f"build_dir={out}"], cwd=tmp_path, env=ray_env)
+    out, home = tmp_path / "build", tmp_path / "home"
+    home.mkdir()  # Ray 2.60's ray.init() of a local cluster writes ~/.ray/auth_token when it finds no token
+    env = {**ray_env, "HOME": str(home)}
+    proc = rbln([*PLANS, "executor=ray", "executor.address=local", f"build_dir={out}"], cwd=tmp_path, env=env)
     check_ok(proc)
+    assert list(home.iterdir()) == []  # the private cluster's token lived in the build's environment only
     assert proc.stderr.count(": plan (") == 4  # each compile on a Ray worker (host:pid)
     assert summary(out)["compiled"] == 4
     assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
