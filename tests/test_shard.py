@@ -137,7 +137,7 @@ def test_a_shard_file_is_read_bounded_and_a_foreign_record_is_not_taken(tmp_path
     import gzip
     import json
 
-    from rbln_build.commands._merge import _result
+    from rbln_build.commands._shards._merge import _result
     from rbln_build.errors import CacheError
     from rbln_build.store import CellResult, RemoteStore, fetch_shard, shard_file
 

@@ -163,7 +163,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
     if jobs[0].scale.shard is not None and jobs[0].scale.shard[0] == 0:  # shard=merge/N: metadata, no compile
-        from ._merge import merge
+        from ._shards import merge
 
         return merge(jobs, build_dir, cells, outputs)
     shard_line = None
@@ -329,7 +329,7 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
         jobs = compose(argv, state=state)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             return 0
-        from ._shard_sweep import sharded_sweep, sweeps_shards
+        from ._shards import sharded_sweep, sweeps_shards
 
         if sweeps_shards(jobs):  # -m shard=1/N,...: each shard in turn, then the merge
             typed = [a for a in argv if a != getattr(sweep, "override", None)]  # not our sweep dir

@@ -10,7 +10,7 @@ Cleans the remote cache (``cache.remote``, with its ``cache.*`` options, from th
   pointer's blob), and every temporary under ``tmp/``;
 * anything modified less than ``--min-age`` seconds ago (default 3600) is kept and counted as young:
   a build uploading right now publishes its blob before its pointer, and its temporaries are in use;
-* shards' records (``shards/``, ``_gc_shards``): one not yet merged (a cell of it in no given
+* shards' records (``shards/``, ``_shards._gc``): one not yet merged (a cell of it in no given
   manifest) is kept with every pointer it names; a merged one older than ``--min-age`` is removed;
 * compile inputs (``inputs/<sha256>``: weight files a Ray build put there for its workers) are needed
   only while a build runs (the next build uploads what is absent): each one older than ``--min-age``
@@ -36,7 +36,7 @@ from typing import Any
 from .._documents import read_file
 from ..errors import ConfigError
 from ..store import INPUTS_DIR, bounded, is_key, open_filesystem
-from ._gc_shards import plan_shards
+from ._shards import plan_shards
 
 __all__ = ["RemotePlan", "referenced", "plan_remote_gc", "main", "release_main"]
 
@@ -71,7 +71,7 @@ def referenced(manifests: list[Path]) -> dict[str, set[str]]:
         for cid, entry in cells.items():
             cell_key = entry.get("cell_key") if isinstance(entry, dict) else None
             if isinstance(cell_key, str):
-                keys["cells"].add(cell_key)  # a shard's record of this cell is merged (_gc_shards)
+                keys["cells"].add(cell_key)  # a shard's record of this cell is merged (_shards._gc)
             ckey = entry.get("compile_key") if isinstance(entry, dict) else None
             if not isinstance(ckey, str) or not is_key(ckey):
                 continue

@@ -252,21 +252,15 @@ class RayCompiler:
             **options,
         ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options, inputs, carried(named))
         self._refs.append(ref)
-        # Ray calls this on its own thread: it only queues; ``land`` does the work in the scheduler's
-        # thread. Work there (installing, downloading an entry) held Ray's thread, and setting
-        # ``landed`` took a lock that the scheduler's ``wait`` may hold when Ctrl-C interrupts it:
-        # a Ray thread blocked for good, and then ``ray.shutdown`` at exit waits on it.
+        # on Ray's thread: only a queue (``land`` works in the scheduler's thread; work here held Ray's
+        # thread, and ``landed``'s lock may be held by a ``wait`` that Ctrl-C interrupted)
         ref.future().add_done_callback(lambda f: self._arrived.put((key, f, landed)))
         return landed
 
     def land(self) -> None:
         """In the scheduler's thread, between its waits: land the tasks Ray reported done."""
-        while True:
-            try:
-                key, fut, landed = self._arrived.get_nowait()
-            except queue.Empty:
-                return
-            self._land(key, fut, landed)
+        while not self._arrived.empty():  # this thread alone takes from it
+            self._land(*self._arrived.get_nowait())
 
     def _land(self, key: str, fut: Future[Any], landed: Future[CompileDone]) -> None:
         try:

@@ -1,7 +1,6 @@
 """What a Ray build needs right across machines, apart from the compile itself (``_ray``).
 
-_auth         token authentication decided from the cluster the driver joins, never a stray file;
-              a private cluster's token kept in the environment, never written to HOME
+_auth         token authentication from the cluster joined (never a stray file); a private one's token
 _credentials  the remote cache's credentials carried to a task by a channel Ray does not log
 _scratch      a task's scratch folder on its node, and those interrupted tasks left there
 """

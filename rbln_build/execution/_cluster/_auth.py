@@ -20,12 +20,10 @@ out of the build's output and a hard timeout holds):
 
 ``ray://`` addresses (Ray Client) are left to Ray.
 
-A private cluster (``executor.address=local``): Ray 2.60's ``ray.init()`` turns token mode on and,
-when it finds no token, writes a new one to ``~/.ray/auth_token``: the stray file above, left in the
-user's HOME by every such build. ``private_token`` gives the cluster a fresh token in this process's
-environment instead (``RAY_AUTH_TOKEN``; the cluster's processes are children of this one and inherit
-it): token authentication stays on, and nothing is written to HOME. A user's own ``RAY_AUTH_MODE``
-or token setting is left as it is.
+A private cluster (``executor.address=local``): Ray 2.60's ``ray.init()`` writes a new token to
+``~/.ray/auth_token`` when it finds none (the stray file above). ``private_token`` puts a fresh one in
+this process's environment instead, which the cluster's processes inherit: token auth stays on, HOME
+is not written. A user's own ``RAY_AUTH_MODE`` or token is left as it is.
 """
 
 from __future__ import annotations

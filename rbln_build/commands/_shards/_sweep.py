@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 __all__ = ["sharded_sweep", "sweeps_shards"]
 

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
-from ..store import MAX_SHARD_BYTES, SHARDS_DIR, bounded, decode_shard, is_key
+from ...errors import ConfigError
+from ...store import MAX_SHARD_BYTES, SHARDS_DIR, bounded, decode_shard, is_key
 
 __all__ = ["ShardPlan", "plan_shards"]
 
