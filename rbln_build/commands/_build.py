@@ -197,8 +197,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         from ..pipeline import sweep_jobs
 
         # a launcher's jobs compiled and built in their processes; this run merged: count their work
-        mine = {c.compile_key for c in cells}  # a shard of a sweep counts its own keys
-        build.compiled.extend(k for k in sweep_jobs.reported["compiled"] if k not in build.compiled and k in mine)
+        own = {c.compile_key for c in cells}  # a shard of a sweep counts its own keys
+        build.compiled.extend(k for k in sweep_jobs.reported["compiled"] if k not in build.compiled and k in own)
         build.redone.update(sweep_jobs.reported["redone"])
         summary = build.summary()
         entries = build.entries or []

@@ -201,6 +201,8 @@ def restore(saved: dict[str, str | None]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+    if saved:
+        _refresh()
 
 
 def _use_token(token: str | None, source: str) -> None:
