@@ -11,6 +11,10 @@ later (SIGALRM), by when the finalizer has returned. ``catch`` installs that as 
 the ``rbln-build`` process, and ``sys.unraisablehook`` catches what the stack does not show (a weakref
 callback): the swallowed interrupt is retried, and nothing is printed. The build's workers use the
 same pieces with their own handler (``execution._workers``).
+
+A process that has imported Ray gets a bound on its exit after Ctrl-C (``bound_exit``): Ray's own
+exit hook (``ray.shutdown``) joins Ray's C++ threads, and whatever holds one of them would hold the
+process for good. Past ``EXIT_BOUND_S`` the process prints every thread's stack and exits 1.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["unwind", "catch", "retry_swallowed"]
+__all__ = ["unwind", "catch", "retry_swallowed", "bound_exit", "EXIT_BOUND_S"]
 
 RETRY_S = 0.05
+EXIT_BOUND_S = 60.0  # from Ctrl-C to the exit of a Ray build at most (``bound_exit``)
 _again: Callable[[FrameType | None], None] | None = None  # what a swallowed interrupt retries
 
 
@@ -58,7 +63,21 @@ def retry_swallowed(again: Callable[[FrameType | None], None]) -> None:
 
 
 def _sigint(_signum: int, frame: FrameType | None) -> None:
+    if "ray" in sys.modules:
+        bound_exit()
     unwind(frame, _sigint_again)
+
+
+def bound_exit(seconds: float | None = None) -> None:
+    """After a Ctrl-C in a process that uses Ray: if it has not exited ``seconds`` later, every
+    thread's stack goes to stderr and it exits with status 1 (``faulthandler``: a C thread that needs
+    neither the GIL nor the main thread, so it fires even when Ray's shutdown blocks in C++)."""
+    import faulthandler
+
+    try:
+        faulthandler.dump_traceback_later(EXIT_BOUND_S if seconds is None else seconds, exit=True, file=2)
+    except (ValueError, OSError):  # no usable stderr: the exit is unbounded, as before
+        pass
 
 
 def _sigint_again(frame: FrameType | None) -> None:

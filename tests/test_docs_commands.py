@@ -86,7 +86,32 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b [--json]": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b deployment.margin=512MB": Run(),
     "rbln-build plan deployment=qwen3_8b_llama3_2_1b --cards 2": Run(),
-    "rbln-build plan deployment=tiny_pair deployment.reservations.0.bytes=16720592896 --cards 2": Run(),
+    "rbln-build plan deployment=qwen3_8b_llama3_2_1b --plot plan.svg": Run(),
+    "rbln-build plan deployment=tiny_pair deployment.device=rebel100 'deployment.models=[{model:tiny_qwen3,name:q1},"
+    "{model:tiny_qwen3,name:q2},{model:tiny_llama,name:l1}]' 'deployment.reservations=[]' deployment.margin=0.999 "
+    "'deployment.device_margins=[0.9972]'": Run(exit=1),
+    "rbln-build plan deployment=tiny_pair deployment.reservations.0.bytes=16720592896 'deployment.server={cards:2}'": Run(),
+    "rbln-build deployment=qwen3_8b_llama3_2_1b 'deployment.server={cards:2}'": Run(),
+    "rbln-build deployment=tiny_pair deployment.reservations.0.bytes=16720592896 'deployment.server={cards:2}'": Elsewhere(
+        "tests/test_deploy_server_cli.py::test_a_server_deployment_of_the_tiny_pair_builds_every_card_in_one_run",
+        "two torch compiles (about a minute); the slow test runs this build and checks each card's counts",
+    ),
+    'pip install "rbln-build @ git+$RBLN_BUILD_GIT@v0.2.0"': Elsewhere(
+        "tests/test_release_procedure.py::test_the_pinned_install_line_installs_the_tagged_version",
+        "the project's git URL (a placeholder); the slow test installs the tag from a git+file:// URL",
+    ),
+    'pip install -c constraints.txt "rbln-build[report] @ git+$RBLN_BUILD_GIT@v0.2.0"': Elsewhere(
+        "tests/test_release_procedure.py::test_the_version_agrees_everywhere_the_docs_pin_it",
+        "the project's git URL (a placeholder); the test checks the pinned version agrees with the project's",
+    ),
+    "python scripts/release.py bump 0.3.0": Elsewhere(
+        "tests/test_release_procedure.py::test_the_release_procedure_tags_only_what_agrees",
+        "changes the project's version; the test runs it in a fresh git repo",
+    ),
+    "python scripts/release.py tag": Elsewhere(
+        "tests/test_release_procedure.py::test_the_release_procedure_tags_only_what_agrees",
+        "makes a git tag; the test runs it in a fresh git repo",
+    ),
     "python bench/deploy_server.py --models 4,8,12,16,24,32 --repeat 1 --time-limit 30": Elsewhere(
         "tests/test_deploy_server.py",
         "a benchmark (minutes of CPU); the test checks the server plans against an exhaustive oracle",

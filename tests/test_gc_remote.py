@@ -101,6 +101,54 @@ def test_gc_remote_leaves_exactly_what_the_manifest_references(
 
 @pytest.mark.integration
 @pytest.mark.slow
+def test_gc_remote_keeps_what_unmerged_shards_name_and_removes_merged_records(
+    tmp_path: Path,
+    s3: tuple[dict[str, str], Any, Any],  # noqa: F811
+) -> None:
+    """Between the shards and their merge, a gc given an older manifest (one that names half the keys)
+    keeps the shards' records and every entry they name: the merge then finds them all. After the
+    merge, gc given its manifest removes the merged records; what stays serves a build of the matrix.
+    A record gc cannot read stops it before anything is removed."""
+    env, fs, _ = s3
+    remote = f"cache.remote={URL}"
+    for i in (1, 2):
+        check_ok(
+            rbln([*PLANS, "jobs=1", f"build_dir={tmp_path / f's{i}'}", remote, f"shard={i}/2"], cwd=tmp_path, env=env)
+        )
+    part = tmp_path / "part"
+    check_ok(rbln([*PLANS, "device=rebel100", "jobs=1", f"build_dir={part}", remote], cwd=tmp_path, env=env))
+    before = {k: names(fs, k) for k in ("compile", "artifacts", "blobs", "shards")}
+    assert len(before["compile"]) == 4 and len(before["shards"]) == 2
+
+    def gc(manifest: Path) -> Any:
+        return rbln(["gc", "--remote", "--min-age=0", str(manifest), remote], cwd=tmp_path, env=env)
+
+    proc = gc(part / "manifest.json")  # rebel100's keys only: the shards' atom_max keys are not in it
+    check_ok(proc)
+    assert "kept 2 unmerged shard record(s) and the entries they name" in proc.stdout
+    assert {k: names(fs, k) for k in before} == before  # before this change: 2 compile pointers and more went
+
+    merged = tmp_path / "merged"
+    check_ok(rbln([*PLANS, f"build_dir={merged}", remote, "shard=merge/2"], cwd=tmp_path, env=env))
+    proc = gc(merged / "manifest.json")
+    check_ok(proc)
+    assert names(fs, "shards") == set() and "removed shard" in proc.stdout  # merged: its manifest keeps the entries
+    assert names(fs, "compile") == before["compile"] and names(fs, "artifacts") == before["artifacts"]
+    again = tmp_path / "again"
+    check_ok(rbln([*PLANS, "jobs=1", f"build_dir={again}", remote], cwd=tmp_path, env=env))
+    assert summary(again)["compiled"] == 0
+    assert (again / "manifest.json").read_bytes() == (merged / "manifest.json").read_bytes()
+
+    fs.pipe_file(f"{BASE}/shards/{'e' * 64}.json.gz", b"not gzip")  # what it protects cannot be told
+    fs.pipe_file(f"{BASE}/blobs/{'0' * 64}", b"an orphan")
+    proc = gc(part / "manifest.json")
+    check_ok(proc, 2)
+    assert f"shards/{'e' * 64}.json.gz is not a shard's results" in proc.stderr and "nothing was removed" in proc.stderr
+    assert "0" * 64 in names(fs, "blobs") and names(fs, "compile") == before["compile"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
 def test_gc_remote_refuses_without_a_manifest(tmp_path: Path) -> None:
     proc = rbln(["gc", "--remote", f"cache.remote=file://{tmp_path / 'r'}"], cwd=tmp_path)
     check_ok(proc, 2)

@@ -29,6 +29,24 @@ def test_joblib_launcher_builds_every_job_and_merges_the_basic_launchers_manifes
     assert "8 cells: 4 compiled" in proc.stdout
 
 
+@pytest.mark.slow
+def test_joblib_launcher_over_the_shards_builds_each_job_s_shard_and_merges(
+    plans_build: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``-m shard=1/2,2/2`` with joblib: each job builds only its shard's keys (before, a job built the
+    whole matrix), the parent runs the shards again (nothing to compile) and the merge."""
+    out = tmp_path / "build"
+    remote = f"cache.remote=file://{tmp_path / 'remote'}"
+    proc = rbln(["-m", "matrix=plans", "shard=1/2,2/2", "hydra/launcher=joblib", f"build_dir={out}", remote],
+                cwd=tmp_path)  # fmt: skip
+    check_ok(proc)
+    assert proc.stderr.count(": plan in") == 4  # each key compiled once, by its shard's job
+    assert "| cells 4/4 |" in proc.stderr and "| cells 8/8 |" not in proc.stderr  # no job built the whole matrix
+    assert proc.stdout.count("4 cells: 2 compiled") == 2 and "merge of 2 shard(s): 8 cells" in proc.stdout
+    assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
+
+
 def test_a_launcher_whose_jobs_never_report_back_is_an_error(tmp_path: Path) -> None:
     # tests/plugins/hydra_plugins/rbln_test_launcher: reports every job done and runs none here.
     proc = rbln([*SWEEP, "hydra/launcher=elsewhere", f"build_dir={tmp_path / 'build'}"], cwd=tmp_path)

@@ -90,9 +90,12 @@ def test_ray_local_cluster_builds_the_manifest_of_a_local_build(
     tmp_path: Path,
     ray_env: dict[str, str],
 ) -> None:
-    out = tmp_path / "build"
-    proc = rbln([*PLANS, "executor=ray", "executor.address=local", f"build_dir={out}"], cwd=tmp_path, env=ray_env)
+    out, home = tmp_path / "build", tmp_path / "home"
+    home.mkdir()  # Ray 2.60's ray.init() of a local cluster writes ~/.ray/auth_token when it finds no token
+    env = {**ray_env, "HOME": str(home)}
+    proc = rbln([*PLANS, "executor=ray", "executor.address=local", f"build_dir={out}"], cwd=tmp_path, env=env)
     check_ok(proc)
+    assert list(home.iterdir()) == []  # the private cluster's token lived in the build's environment only
     assert proc.stderr.count(": plan (") == 4  # each compile on a Ray worker (host:pid)
     assert summary(out)["compiled"] == 4
     assert (out / "manifest.json").read_bytes() == (plans_build / "manifest.json").read_bytes()
@@ -174,3 +177,21 @@ def test_two_node_cluster_retries_a_killed_worker_and_fails_a_key_only_when_retr
     assert len({cells[c]["compile_key"] for c in failed}) == 1  # the killed key's cells alone
     ok = {c for c, e in cells.items() if e["status"] in ("ok", "expected_failure")}
     assert ok == set(cells) - failed
+
+
+def test_a_private_cluster_token_is_set_in_the_environment_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_cluster.private_token``: a fresh 256-bit token in RAY_AUTH_TOKEN with token mode (so Ray's
+    ``ray.init()`` finds one and writes none to HOME), restored after; the user's own setting wins."""
+    from rbln_build.execution._cluster import private_token, restore
+
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    saved = private_token()
+    token = os.environ["RAY_AUTH_TOKEN"]
+    assert os.environ["RAY_AUTH_MODE"] == "token" and len(token) == 64 and int(token, 16) >= 0
+    restore(saved)
+    assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
+    assert private_token() != {} and os.environ["RAY_AUTH_TOKEN"] != token  # a fresh one each time
+    restore(saved)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the user's choice: left as it is
+    assert private_token() == {} and "RAY_AUTH_TOKEN" not in os.environ

@@ -162,11 +162,17 @@ def test_cache_credentials_reach_a_worker_node_and_are_written_nowhere(
     assert KEY not in proc.stdout + proc.stderr and SECRET not in proc.stdout + proc.stderr
 
 
+class HeldAtExit(AssertionError):
+    """The driver was held after Ctrl-C until ``_interrupts.bound_exit`` ended it (exit 1, stacks on stderr)."""
+
+
 @pytest.mark.xfail(
-    reason="intermittent, not yet understood: in one whole slow-suite run (after the credentials test on the "
-    "same cluster) the driver had not exited 120 s after SIGINT; alone it exits 130 and leaves no folder. "
-    "The driver's own waits after a cancel are bounded (2 s grace, 10 s sweep), so the hang is elsewhere.",
-    raises=subprocess.TimeoutExpired,
+    reason="intermittent, not reproduced: in one whole slow-suite run (after the credentials test on the same "
+    "cluster) the driver had not exited 120 s after SIGINT; alone, and 8 times in a row under a 2-core CPU load, "
+    "it exits 130 in 5-7 s. Two candidate holds are removed (Ray's callback thread no longer lands results or "
+    "takes the scheduler's future locks), and the exit is bounded: a recurrence is exit 1 with every thread's "
+    "stack in the failure message (HeldAtExit), which says where it was held.",
+    raises=HeldAtExit,
     strict=False,
 )
 def test_ctrl_c_during_a_worker_nodes_compile_leaves_no_scratch_folder(
@@ -186,15 +192,31 @@ def test_ctrl_c_during_a_worker_nodes_compile_leaves_no_scratch_folder(
     assert once.exists(), "the compile never started"
     assert list(scratch.glob("rbln-build-ray-*")), "the compile's scratch folder is not in the node's TMPDIR"
     proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
     try:
         _out, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        stacks = _stacks(proc.pid)  # where the driver waits, before it is killed
         proc.kill()  # a driver that did not stop must not outlive the test (nor leak its pipes)
-        proc.communicate()
-        raise
+        _out, err = proc.communicate()
+        pytest.fail(f"the driver had not exited 120 s after SIGINT; its threads:\n{stacks}\nits stderr:\n{err[-3000:]}")
+    print(f"the driver exited {time.monotonic() - sent:.1f} s after SIGINT")
+    if proc.returncode == 1 and "Timeout (" in err:  # the bound ended it: where it was held, for the record
+        raise HeldAtExit(f"the driver was held after SIGINT until the exit bound; its threads:\n{err[-20000:]}")
     assert proc.returncode == 130, err[-2000:]
     time.sleep(1)
     assert list(scratch.glob("rbln-build-ray-*")) == []
+
+
+def _stacks(pid: int) -> str:
+    """Every thread's stack of process ``pid`` (Python and native frames, by py-spy when installed)."""
+    import shutil
+
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return "(py-spy is not installed: pip install py-spy to see where the driver waits)"
+    done = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+    return done.stdout + done.stderr
 
 
 # -- docs/scaling.md's token set-up, line by line ---------------------------------------------------

@@ -56,6 +56,34 @@ def test_a_build_dir_holding_only_the_manifest_releases_from_a_file_remote(
     assert sorted(p.name for p in merged.iterdir()) == [".lock", "manifest.json"]  # the lock; no cache, no links
 
 
+def test_a_build_dir_that_lost_a_link_is_never_filled_from_the_remote_unasked(
+    seeded: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A full build dir with one artifact link deleted: without cache.remote on the command line the
+    release stops (exit 2) naming the cell, even where a config sets a remote; given it on purpose, the
+    release takes that cell from the remote and names it on stderr (also with --json)."""
+    import shutil
+
+    full, seed = seeded
+    damaged = tmp_path / "damaged"
+    shutil.copytree(full, damaged, symlinks=True)
+    lost = sorted(p.name for p in (damaged / "artifacts").iterdir())[0]
+    (damaged / "artifacts" / lost).unlink()
+    args = ["release", "r1", "--build-dir", str(damaged), "--to", str(tmp_path / "rel")]
+    proc = rbln(args, cwd=tmp_path)
+    check_ok(proc, 2)
+    assert f"1 selected cell of {damaged} has lost its artifact link ({lost}) while 6 have one" in proc.stderr
+    assert "cache.remote=URL" in proc.stderr and not (tmp_path / "rel" / "r1").exists()
+    proc = rbln([*args, "--json", f"cache.remote=file://{seed}"], cwd=tmp_path)
+    check_ok(proc)
+    assert json.loads(proc.stdout)["from_remote"] == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"rbln-build release: 1 cell without an artifact link in {damaged} came from the remote cache "
+        f"file://{seed}: {lost}"
+    ]
+
+
 @pytest.mark.slow  # about 22 s on 2 shared cores: a build, a merge, four releases against S3
 def test_a_merge_build_dir_releases_from_the_remote_byte_identical_to_a_full_build_dir(
     tmp_path: Path,

@@ -45,6 +45,50 @@ def test_two_shards_and_a_merge_give_the_single_build_manifest_compiling_nothing
     assert (merge / "manifest.json").read_bytes() == (single / "manifest.json").read_bytes()
 
 
+@pytest.mark.slow
+def test_a_sweep_over_every_shard_builds_each_and_merges_them(
+    seeded: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``-m shard=1/2,2/2``: each shard as its own run (not the union of both selections twice), then
+    the merge: the sweep's manifest is the single build's, and every cell has its artifact link."""
+    single, _ = seeded
+    out, remote = tmp_path / "swept", f"cache.remote=file://{tmp_path / 'remote'}"
+    proc = rbln(["-m", *PLANS, "jobs=1", f"build_dir={out}", remote, "shard=1/2,2/2"], cwd=tmp_path)
+    check_ok(proc)
+    assert "shard 1/2: 2 of 4 compile keys" in proc.stdout and "shard 2/2: 2 of 4 compile keys" in proc.stdout
+    assert "merge of 2 shard(s): 8 cells, 0 compiled, 0 failed" in proc.stdout
+    assert (out / "manifest.json").read_bytes() == (single / "manifest.json").read_bytes()
+    assert len(list((tmp_path / "remote" / "shards").iterdir())) == 2
+    linked = {p.name for p in (out / "artifacts").iterdir()}
+    assert linked == {p.name for p in (single / "artifacts").iterdir()} and len(linked) == 7
+
+    part = tmp_path / "part"  # a sweep over some shards of 3: no merge, one line naming what is left
+    proc = rbln(["-m", *PLANS, "jobs=1", f"build_dir={part}", f"cache.remote=file://{tmp_path / 'r3'}",
+                 "shard=1/3,2/3"], cwd=tmp_path)  # fmt: skip
+    check_ok(proc)
+    hint = [line for line in proc.stderr.splitlines() if line.startswith("rbln-build: this sweep ran shard(s)")]
+    assert hint == [
+        f"rbln-build: this sweep ran shard(s) 1/3, 2/3; after 3/3 ran with the same cache.remote, merge them: "
+        f"rbln-build {PLANS[0]} jobs=1 build_dir={part} cache.remote=file://{tmp_path / 'r3'} shard=merge/3"
+    ]
+    assert "merge of" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        ("shard=1/2,1/3", "rbln-build: shard: one sweep's shards split the matrix one way; got N = 2, 3 (1/2, 1/3)"),
+        ("shard=null,1/2", "rbln-build: shard: this sweep mixes sharded jobs with a job without shard"),
+    ],
+)
+def test_a_sweep_over_shards_of_different_n_is_refused(tmp_path: Path, sweep: str, message: str) -> None:
+    proc = rbln(["-m", *PLANS, f"build_dir={tmp_path / 'b'}", f"cache.remote=file://{tmp_path / 'r'}", sweep],
+                cwd=tmp_path)  # fmt: skip
+    check_ok(proc, 2)
+    assert proc.stderr.startswith(message) and not (tmp_path / "r").exists()
+
+
 def test_the_assignment_is_deterministic_and_covers_every_key() -> None:
     from rbln_build.colocation import expand_all
     from rbln_build.config import compose_settings
@@ -93,7 +137,7 @@ def test_a_shard_file_is_read_bounded_and_a_foreign_record_is_not_taken(tmp_path
     import gzip
     import json
 
-    from rbln_build.commands._merge import _result
+    from rbln_build.commands._shards._merge import _result
     from rbln_build.errors import CacheError
     from rbln_build.store import CellResult, RemoteStore, fetch_shard, shard_file
 

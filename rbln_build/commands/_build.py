@@ -163,7 +163,7 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         compile_for_planning(jobs)
     build_dir, cells = expand_all(jobs)
     if jobs[0].scale.shard is not None and jobs[0].scale.shard[0] == 0:  # shard=merge/N: metadata, no compile
-        from ._merge import merge
+        from ._shards import merge
 
         return merge(jobs, build_dir, cells, outputs)
     shard_line = None
@@ -197,7 +197,8 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         from ..pipeline import sweep_jobs
 
         # a launcher's jobs compiled and built in their processes; this run merged: count their work
-        build.compiled.extend(k for k in sweep_jobs.reported["compiled"] if k not in build.compiled)
+        own = {c.compile_key for c in cells}  # a shard of a sweep counts its own keys
+        build.compiled.extend(k for k in sweep_jobs.reported["compiled"] if k not in build.compiled and k in own)
         build.redone.update(sweep_jobs.reported["redone"])
         summary = build.summary()
         entries = build.entries or []
@@ -329,7 +330,13 @@ def run(argv: list[str], state: dict[str, Any]) -> int:
         jobs = compose(argv, state=state)
         if jobs is None:  # --help, --cfg, --info: Hydra printed what was asked
             return 0
-        code = _build(jobs, sweep, state, full_table, outputs)
+        from ._shards import sharded_sweep, sweeps_shards
+
+        if sweeps_shards(jobs):  # -m shard=1/N,...: each shard in turn, then the merge
+            typed = [a for a in argv if a != getattr(sweep, "override", None)]  # not our sweep dir
+            code = sharded_sweep(jobs, lambda group: _build(group, sweep, state, full_table, outputs), typed)
+        else:
+            code = _build(jobs, sweep, state, full_table, outputs)
         return code
     finally:
         sweep.close()

@@ -10,6 +10,8 @@ Cleans the remote cache (``cache.remote``, with its ``cache.*`` options, from th
   pointer's blob), and every temporary under ``tmp/``;
 * anything modified less than ``--min-age`` seconds ago (default 3600) is kept and counted as young:
   a build uploading right now publishes its blob before its pointer, and its temporaries are in use;
+* shards' records (``shards/``, ``_shards._gc``): one not yet merged (a cell of it in no given
+  manifest) is kept with every pointer it names; a merged one older than ``--min-age`` is removed;
 * compile inputs (``inputs/<sha256>``: weight files a Ray build put there for its workers) are needed
   only while a build runs (the next build uploads what is absent): each one older than ``--min-age``
   is removed, and reported under its own heading (``inputs`` in ``--json``).
@@ -34,6 +36,7 @@ from typing import Any
 from .._documents import read_file
 from ..errors import ConfigError
 from ..store import INPUTS_DIR, bounded, is_key, open_filesystem
+from ._shards import plan_shards
 
 __all__ = ["RemotePlan", "referenced", "plan_remote_gc", "main", "release_main"]
 
@@ -55,7 +58,7 @@ def referenced(manifests: list[Path]) -> dict[str, set[str]]:
     """The compile and artifact keys the manifests reference. Raises ConfigError on an unreadable one."""
     from ..execution import artifact_key_of
 
-    keys: dict[str, set[str]] = {"compile": set(), "artifacts": set()}
+    keys: dict[str, set[str]] = {"compile": set(), "artifacts": set(), "cells": set()}
     for path in manifests:
         try:
             cells = json.loads(read_file(path))["cells"]  # bounded: a FIFO, a device or a huge file is refused
@@ -66,6 +69,9 @@ def referenced(manifests: list[Path]) -> dict[str, set[str]]:
                 f"{path}: not a readable rbln-build manifest ({exc}); gc --remote removes nothing without it."
             ) from None
         for cid, entry in cells.items():
+            cell_key = entry.get("cell_key") if isinstance(entry, dict) else None
+            if isinstance(cell_key, str):
+                keys["cells"].add(cell_key)  # a shard's record of this cell is merged (_shards._gc)
             ckey = entry.get("compile_key") if isinstance(entry, dict) else None
             if not isinstance(ckey, str) or not is_key(ckey):
                 continue
@@ -206,7 +212,12 @@ def main(argv: list[str]) -> int:
     fs, base = open_filesystem(scale.remote, options)
     timeout = options.call_timeout
     try:
+        shards = plan_shards(fs, base, keep["cells"], min_age, timeout, _age)  # before any removal
+        for kind in POINTER_KINDS:  # what an unmerged shard's records name: a merge still needs it
+            keep[kind] |= shards.keep[kind]
         plan = plan_remote_gc(fs, base, keep, min_age, timeout)
+        plan.notes += shards.notes
+        plan.remove += [("shard", rel, n) for rel, n in shards.remove]
         if not dry:
             # pointers first: a kept pointer never names a removed blob, a reader never half-finds one
             removals = [rel for _k, rel, _n in sorted(plan.remove, key=lambda r: r[0] in ("blob", "tmp"))]
@@ -230,6 +241,7 @@ def main(argv: list[str]) -> int:
                     "kept": plan.kept,
                     "young": plan.young,
                     "notes": plan.notes,
+                    "shards": {"unmerged": shards.unmerged, "young": shards.young},
                     "removed": [{"kind": k, "path": r, "bytes": n} for k, r, n in plan.remove],
                     "inputs": {
                         "bytes": inputs_freed,
@@ -256,6 +268,11 @@ def main(argv: list[str]) -> int:
         f"{verb} {summary}: {freed:,} bytes{' (dry run: nothing removed)' if dry else ' freed'} in {scale.remote}; "
         f"kept {kept} ({plan.young} younger than {min_age:g}s)."
     )
+    if shards.unmerged:  # kept, with every entry they name: a merge still needs them
+        print(
+            f"kept {len(shards.unmerged)} unmerged shard record(s) and the entries they name (their cells are in "
+            f"no given manifest; merge with shard=merge/N, or remove the record): {', '.join(shards.unmerged)}"
+        )
     print(f"compile inputs ({INPUTS_DIR}/: weight files for Ray workers, needed only while a build runs):")
     for rel, n in plan.inputs:
         print(f"{verb} input     {rel}  ({n:,} bytes)")

@@ -35,7 +35,7 @@ def parse_shard(value: Any, remote: str | None, writes: bool) -> tuple[int, int]
     if value is None:
         return None
     text = str(value).strip()[:100]
-    merge = text.startswith("merge/")  # merge/N: the merge run (rbln_build.commands._merge)
+    merge = text.startswith("merge/")  # merge/N: the merge run (rbln_build.commands._shards._merge)
     match = _SHARD.fullmatch("1" + text[5:] if merge else text)
     digits = match is not None and max(len(match.group(1)), len(match.group(2))) <= 7  # int() of 5,000 digits fails
     if match is None or not digits or not 1 <= int(match.group(1)) <= int(match.group(2)) <= MAX_SHARDS:

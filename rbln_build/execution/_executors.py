@@ -146,7 +146,9 @@ class Parallel:
             for batch in cell_batches(ready, workers):
                 pending[cell_runner.submit_cells(batch, self.line_of)] = ("cells", batch)
             tries: dict[str, int] = {}
+            land = getattr(compiler, "land", lambda: None)  # Ray: its results are landed here, in this thread
             while pending:
+                land()
                 done, _ = wait(list(pending), timeout=0.1, return_when=FIRST_COMPLETED)
                 for key in getattr(compiler, "started", list)():  # before their results: starts come first
                     if key in self.compiles and key not in self.compile_results:

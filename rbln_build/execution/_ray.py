@@ -19,6 +19,7 @@ custom resource ``rbln_sdk`` that only hosts with the Rebellions SDK advertise (
 
 from __future__ import annotations
 
+import queue
 import shutil
 import time
 from concurrent.futures import Future
@@ -27,7 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..store import CompileOutcome, Store
-from ._cluster import Credentials, auth_hint, carried, prepare_auth, scratch_folder, sweep, sweep_every_node
+from ._cluster import (
+    Credentials,
+    auth_hint,
+    carried,
+    prepare_auth,
+    private_token,
+    restore,
+    scratch_folder,
+    sweep,
+    sweep_every_node,
+)
 from ._jobs import CompileDone, StoreRef, _where, compile_job
 from ._task_inputs import InputPacker, TaskInputs, driver_text, materialize, plugin_loaded
 
@@ -188,6 +199,7 @@ class RayCompiler:
         self.scale = scale
         self.owns_cluster = False  # this build started the cluster (and stops it); not `started`: the scheduler asks LocalPool.started()
         self._temp_dir: str | None = None  # a short folder of ours for a private cluster (_ray_setup)
+        self._token: dict[str, str | None] = {}  # what private_token set, to restore
         if not ray.is_initialized():
             from ._ray_setup import remove_temp_dir, short_temp_dir
 
@@ -195,6 +207,7 @@ class RayCompiler:
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             if address is None:
                 kwargs["address"] = "local"
+                self._token = private_token()  # never ~/.ray/auth_token (_cluster._auth)
                 self._temp_dir = short_temp_dir()
                 if self._temp_dir is not None:
                     kwargs["_temp_dir"] = self._temp_dir
@@ -205,6 +218,7 @@ class RayCompiler:
                 ray.init(**kwargs)
             except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RayError) as exc:
                 remove_temp_dir(self._temp_dir)
+                restore(self._token)
                 why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise ConfigError(
                     f"executor.address: cannot reach the Ray cluster at {scale.address!r} ({why}); start one with "
@@ -216,6 +230,7 @@ class RayCompiler:
         self.description = f"Ray ({len(nodes)} node(s), {cpus:g} CPU(s))"
         self._task = ray.remote(_compile_task)
         self._refs: list[Any] = []
+        self._arrived: queue.SimpleQueue[tuple[str, Future[Any], Future[CompileDone]]] = queue.SimpleQueue()
         self.inputs = InputPacker(ref, ray)
 
     def submit_compile(self, key: str, spec: CompileSpec, backend: str) -> Future[CompileDone]:
@@ -237,8 +252,15 @@ class RayCompiler:
             **options,
         ).remote(key, spec, backend, self.ref.remote, self.ref.require_remote, self.ref.options, inputs, carried(named))
         self._refs.append(ref)
-        ref.future().add_done_callback(lambda f: self._land(key, f, landed))
+        # on Ray's thread: only a queue (``land`` works in the scheduler's thread; work here held Ray's
+        # thread, and ``landed``'s lock may be held by a ``wait`` that Ctrl-C interrupted)
+        ref.future().add_done_callback(lambda f: self._arrived.put((key, f, landed)))
         return landed
+
+    def land(self) -> None:
+        """In the scheduler's thread, between its waits: land the tasks Ray reported done."""
+        while not self._arrived.empty():  # this thread alone takes from it
+            self._land(*self._arrived.get_nowait())
 
     def _land(self, key: str, fut: Future[Any], landed: Future[CompileDone]) -> None:
         try:
@@ -287,6 +309,7 @@ class RayCompiler:
             from ._ray_setup import remove_temp_dir
 
             remove_temp_dir(self._temp_dir)
+            restore(self._token)
             sweep()  # the private cluster's workers ran here: scratch folders of those stopped hard
 
     def _cancel(self, grace_s: float = 2.0) -> None:

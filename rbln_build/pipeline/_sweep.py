@@ -68,6 +68,10 @@ def run_job(num: int, overrides: list[str], settings: Any, error: BaseException 
         if error is not None:
             raise error
         build_dir, cells = expand_all([settings])
+        if settings.scale.shard is not None:  # its shard's cells; a merge/N job builds nothing (the parent merges)
+            from ..config import select_shard
+
+            cells = select_shard(cells, settings.scale.shard)[0] if settings.scale.shard[0] else []
         build_dir.mkdir(parents=True, exist_ok=True)
         # The launcher is this sweep's parallelism: a job runs its stages in its own process (a
         # process pool inside a launcher's worker process is not reliable: loky's workers lose theirs).

@@ -118,6 +118,15 @@ def release_main(argv: list[str], remote_for: RemoteOpener | None = None) -> int
     chosen, _ = select_cells(read_manifest(build_dir)[1], selection, str(build_dir / "manifest.json"))
     linkless = [c for c in chosen if not (build_dir / "artifacts" / c).is_symlink()]
     spec: tuple[str, Any] | None = None
+    if linkless and len(linkless) < len(chosen) and not any(o.startswith("cache.remote=") for o in args.overrides):
+        # a build dir that lost some links (not a merge's, which has none): never filled in silently
+        shown = ", ".join(linkless[:5]) + (f" and {len(linkless) - 5} more" if len(linkless) > 5 else "")
+        raise UserError(
+            f"{_count(len(linkless), 'selected cell')} of {build_dir} ha{'s' if len(linkless) == 1 else 've'} lost "
+            f"{'its' if len(linkless) == 1 else 'their'} artifact link ({shown}) while {len(chosen) - len(linkless)} "
+            "have one: run rbln-build (a build of the matrix) to restore the links, or take those cells from the "
+            "remote cache on purpose: rbln-build release NAME cache.remote=URL [cache.key_env=... ...]."
+        )
     if linkless:  # a merge's build dir (shard=merge/N): the programs are on the remote cache only
         spec = remote_for(args.overrides, args.project) if remote_for is not None else None
         if spec is None:
@@ -187,6 +196,13 @@ def release_main(argv: list[str], remote_for: RemoteOpener | None = None) -> int
         if fetch_root is not None:
             shutil.rmtree(fetch_root, ignore_errors=True)
     size = sum(f["size"] for f in staged.files.values())
+    if remote is not None and remote.cells:  # on stderr too (--json): which cells did not come from this build dir
+        shown = ", ".join(remote.cells[:20]) + (f" and {len(remote.cells) - 20} more" if len(remote.cells) > 20 else "")
+        print(
+            f"rbln-build release: {_count(len(remote.cells), 'cell')} without an artifact link in {build_dir} "
+            f"came from the remote cache {redact(remote.url)}: {shown}",
+            file=sys.stderr,
+        )
     if args.json:
         out = {
             "name": args.name,

@@ -38,6 +38,7 @@ class RemoteSource:
         self._store = RemoteStore(root, url, self.warnings.append, True, options=options)
         self._checked = False
         self.fetched = 0  # entries taken from the remote
+        self.cells: list[str] = []  # the cells they are, in order
         self.fetched_bytes = 0  # their files' bytes
 
     def artifact_key(self, cid: str, record: dict[str, Any]) -> str:
@@ -74,6 +75,7 @@ class RemoteSource:
                 "Run the shard that built it again (or a build of the matrix with the remote), then release again."
             )
         self.fetched += 1
+        self.cells.append(cid)
         self.fetched_bytes += sum(p.stat().st_size for p in entry.files.rglob("*") if p.is_file())
         return entry
 

@@ -23,7 +23,15 @@ from ._lock import LOCK_FILE, acquire_build_lock, lock_for_doit
 from ._remote import REMOTE_TIMEOUTS, RemoteStore, install_packed, pack_entry
 from ._remote_inputs import INPUTS_DIR, fetch_input, publish_input, sha256_of
 from ._remote_io import DOWN_MARKER, REMOTE_MODES, RemoteOptions, bounded, once_key, open_filesystem
-from ._remote_sync import SHARDS_DIR, fetch_shard, shard_file, sync_after_build, upload_missing
+from ._remote_sync import (
+    MAX_SHARD_BYTES,
+    SHARDS_DIR,
+    decode_shard,
+    fetch_shard,
+    shard_file,
+    sync_after_build,
+    upload_missing,
+)
 from ._result import CellResult, CompileOutcome
 from ._store import ENTRY_FILE, FILES_DIR, RECORD_KINDS, Entry, Store, is_key, render_record
 
@@ -70,6 +78,8 @@ __all__ = [
     "sync_after_build",
     "shard_file",
     "fetch_shard",
+    "decode_shard",
+    "MAX_SHARD_BYTES",
     "SHARDS_DIR",
     "write_atomic",
 ]

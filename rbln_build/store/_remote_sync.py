@@ -32,7 +32,16 @@ from ._remote_io import with_retries
 from ._result import CellResult
 from ._store import Store, is_key
 
-__all__ = ["upload_missing", "known_file", "sync_after_build", "shard_file", "fetch_shard", "SHARDS_DIR"]
+__all__ = [
+    "upload_missing",
+    "known_file",
+    "sync_after_build",
+    "shard_file",
+    "fetch_shard",
+    "decode_shard",
+    "SHARDS_DIR",
+    "MAX_SHARD_BYTES",
+]
 
 SHARDS_DIR = "shards"  # <url>/shards/<digest>.json.gz: one shard's cell results, what the merge reads
 MAX_SHARD_BYTES = 1 << 30  # ~600 bytes a cell: far more cells than any matrix
@@ -160,6 +169,16 @@ def fetch_shard(store: RemoteStore, name: str) -> tuple[dict[str, Any] | None, i
     except FileNotFoundError:
         return None, 0
     try:
+        results = decode_shard(raw)
+    except ValueError as exc:
+        raise CacheError(f"{store.url}/{name}: not a shard's results ({exc}); run that shard again") from None
+    return results, len(raw)
+
+
+def decode_shard(raw: bytes) -> dict[str, Any]:
+    """cell key -> result record of a shard file's bytes (read with at most MAX_SHARD_BYTES + 1);
+    ValueError for what is not one."""
+    try:
         if len(raw) > MAX_SHARD_BYTES:
             raise ValueError(f"over {MAX_SHARD_BYTES} bytes")
         unpacker = zlib.decompressobj(wbits=31)  # gzip, bounded: a small file cannot unpack to gigabytes
@@ -169,9 +188,9 @@ def fetch_shard(store: RemoteStore, name: str) -> tuple[dict[str, Any] | None, i
         results = json.loads(text)["results"]
         if not isinstance(results, dict):
             raise ValueError("no results object")
-    except (ValueError, KeyError, TypeError, RecursionError, zlib.error) as exc:
-        raise CacheError(f"{store.url}/{name}: not a shard's results ({exc}); run that shard again") from None
-    return results, len(raw)
+    except (KeyError, TypeError, RecursionError, zlib.error) as exc:
+        raise ValueError(str(exc) or type(exc).__name__) from None
+    return results
 
 
 def _put_whole(store: RemoteStore, fs: Any, base: str, name: str, data: bytes) -> None:

@@ -19,6 +19,11 @@ out of the build's output and a hard timeout holds):
 * nothing answers: a one-line error naming the address, within seconds.
 
 ``ray://`` addresses (Ray Client) are left to Ray.
+
+A private cluster (``executor.address=local``): Ray 2.60's ``ray.init()`` writes a new token to
+``~/.ray/auth_token`` when it finds none (the stray file above). ``private_token`` puts a fresh one in
+this process's environment instead, which the cluster's processes inherit: token auth stays on, HOME
+is not written. A user's own ``RAY_AUTH_MODE`` or token is left as it is.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 
-__all__ = ["prepare_auth", "auth_hint", "probe", "PROBE_TIMEOUT_S"]
+__all__ = ["prepare_auth", "private_token", "auth_hint", "probe", "PROBE_TIMEOUT_S"]
 
 PROBE_TIMEOUT_S = 30.0  # the whole probe subprocess (importing Ray takes a few seconds on a loaded host)
 CONNECT_TIMEOUT_S = 5.0
@@ -172,6 +177,32 @@ def prepare_auth(address: str, token_env: str | None) -> None:
             "`ray get-auth-token` on the head node prints the right one."
         )
     _use_token(token, source)
+
+
+def private_token() -> dict[str, str | None]:
+    """Before ``ray.init`` of a private cluster: a fresh token in this process's environment (see the
+    module docstring), unless the user set the mode or a token. Returns what to restore afterwards
+    (``restore``): the variables set, each with its value before."""
+    if any(os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return {}
+    import secrets
+
+    saved = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # 256 bits, as Ray's own generator
+    _refresh()
+    return saved
+
+
+def restore(saved: dict[str, str | None]) -> None:
+    """Undo ``private_token`` (after the private cluster stopped)."""
+    for name, old in saved.items():
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+    if saved:
+        _refresh()
 
 
 def _use_token(token: str | None, source: str) -> None:

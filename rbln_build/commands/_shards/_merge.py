@@ -26,11 +26,11 @@ __all__ = ["merge"]
 
 def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> int:
     """The merge run (``shard=merge/N``) over ``cells``, the composed matrix. Returns the exit code."""
-    from ..ci import write_ci_outputs
-    from ..config import assign_shards, check_contained
-    from ..errors import ConfigError
-    from ..pipeline import MANIFEST_FILE, display_label, entry_for, render_manifest, write_summary
-    from ..store import RemoteStore, acquire_build_lock, fetch_shard, shard_file, write_atomic
+    from ...ci import write_ci_outputs
+    from ...config import assign_shards, check_contained
+    from ...errors import ConfigError
+    from ...pipeline import MANIFEST_FILE, display_label, entry_for, render_manifest, write_summary
+    from ...store import RemoteStore, acquire_build_lock, fetch_shard, shard_file, write_atomic
 
     started = time.perf_counter()
     scale = jobs[0].scale
@@ -103,7 +103,7 @@ def merge(jobs: list[Any], build_dir: Path, cells: list[Any], outputs: Any) -> i
 
 def _result(cell: Any, body: Any) -> Any:
     """The shard's record of ``cell`` as a CellResult, if it is one and it is this cell's."""
-    from ..store import CellResult
+    from ...store import CellResult
 
     if body is None:
         return None
