@@ -14,6 +14,7 @@ tests/test_deploy_server_e2e.py."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,28 @@ def test_a_server_that_does_not_fit_builds_nothing(tmp_path: Path, env: dict[str
         "placement of the 2 model(s)"
     ) in proc.stderr
     assert "they fit on 2 cards" in proc.stderr and not build.exists()
+
+
+def test_a_card_whose_link_cannot_be_written_is_a_problem_of_its_card_in_the_record(
+    tmp_path: Path,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    # a cell built whose link fails is a failed cell (pipeline/_publish.py): the deployment's record says so
+    # too, rather than calling the card ok; the other card's cell, link and record are kept
+    build, llama = tmp_path / "build", "llama3_2_1b.rebel100.b12280MB"
+    (build / "artifacts" / llama).mkdir(parents=True)
+    (build / "artifacts" / llama / "mine").write_text("a user's file where the link goes")
+    args = [QL, SERVER, f"build_dir={build}", "progress=false"]
+    check_ok(rbln(args, cwd=tmp_path, env=env), 1)
+    m = manifest(build)
+    record = m["deployments"]["qwen3_8b_llama3_2_1b"]
+    assert m["cells"][llama]["error_kind"] == "output_failed" and record["status"] == "failed"
+    assert [c["status"] for c in record["cards"]] == ["ok", "failed"]
+    assert record["problems"] == [f"card 1: cell {llama} did not build: {m['cells'][llama]['error']}"]
+    qwen = record["models"]["qwen3_8b"]["cell"]
+    assert m["cells"][qwen]["status"] == "ok" and (build / "artifacts" / qwen).is_symlink()
+    shutil.rmtree(build / "artifacts" / llama)  # moved out of the way: the next run links it, builds nothing
+    again = rbln(args, cwd=tmp_path, env=env)
+    check_ok(again)
+    assert "0 compiled, 0 finalized, 2 skipped, 0 failed" in again.stdout
+    assert manifest(build)["deployments"]["qwen3_8b_llama3_2_1b"]["status"] == "ok"
