@@ -66,6 +66,7 @@ def publish(
     warn: Callable[[str], None] | None = None,
     rendered: dict[str, str] | None = None,
     early: EarlyLinks | None = None,
+    resections: Callable[[list[tuple[Cell, CellResult | None]]], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``manifest.json`` (only when its bytes change) and point every ok cell's link at its
     artifact, and remove the links of cells that have none (while a new manifest is written: the
@@ -74,7 +75,8 @@ def publish(
     keys (a deployment's record). ``warn`` hears of a link of ours that pointed elsewhere although
     the manifest did not change (tampering, repaired). ``rendered``: cell id -> its entry's line,
     rendered already (``render_manifest``). ``early``: the links made while the workers built
-    (waited for here; the rows whose result it linked are not linked again)."""
+    (waited for here; the rows whose result it linked are not linked again). ``resections``: ``sections``
+    again from rows whose links failed, those cells failed (a deployment's record then names them)."""
     if entries is None:
         entries = [entry_for(cell, result) for cell, result in rows]
     path = build_dir / MANIFEST_FILE
@@ -101,6 +103,15 @@ def publish(
             warn(message)
     if problems:  # the manifest names only links that exist: a cell whose link failed is a failed cell
         entries = [_unlinked(e, problems[e["cell"]]) if e["cell"] in problems else e for e in entries]
+        if resections is not None:
+            sections = resections(
+                [
+                    (c, r.failed(_unlinked_error(problems[c.id]), "output_failed", True))
+                    if r is not None and r.ok and c.id in problems
+                    else (c, r)
+                    for c, r in rows
+                ]
+            )
         write_atomic(path, render_manifest(entries, sections))
     (build_dir / PUBLISHING_FILE).unlink(missing_ok=True)
     if problems:
@@ -129,9 +140,13 @@ def _unlinked(entry: dict[str, Any], why: str) -> dict[str, Any]:
         "artifact": None,
         "serving": None,
         "status": "failed",
-        "error": f"its artifact was built but its link could not be written: {why}",
+        "error": _unlinked_error(why),
         "error_kind": "output_failed",
     }
+
+
+def _unlinked_error(why: str) -> str:
+    return f"its artifact was built but its link could not be written: {why}"
 
 
 def write_summary(

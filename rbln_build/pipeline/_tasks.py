@@ -242,6 +242,7 @@ class BuildRun:
                     warn=self._warn,
                     rendered=worker_lines(self.parallel, rows, self.entries),
                     early=self.early,
+                    resections=None if self.sections is None else self._resections(len(rows)),
                 )
                 indexing.result()
             except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
@@ -254,6 +255,12 @@ class BuildRun:
                     else describe(exc, self.build_dir / LOG_DIR / "publish.txt")[0]
                 )
                 self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {message}"
+
+    def _resections(self, n: int) -> Callable[[list[tuple[Cell, CellResult | None]]], dict[str, Any]]:
+        """The sections again, from this run's ``n`` rows as publish failed them (links not written)."""
+        sections, store = self.sections, self.store
+        assert sections is not None
+        return lambda failed: sections(store, failed[:n])
 
     # -- a whole run ------------------------------------------------------------------------------
 
