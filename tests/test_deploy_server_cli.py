@@ -254,7 +254,12 @@ def test_a_card_whose_link_cannot_be_written_is_a_problem_of_its_card_in_the_rec
     (build / "artifacts" / llama).mkdir(parents=True)
     (build / "artifacts" / llama / "mine").write_text("a user's file where the link goes")
     args = [QL, SERVER, f"build_dir={build}", "progress=false"]
-    check_ok(rbln(args, cwd=tmp_path, env=env), 1)
+    first = rbln(args, cwd=tmp_path, env=env)
+    check_ok(first, 1)
+    # the manifest was written (only a link failed): the message says it names the cell failed, and the
+    # deployment's summary line is printed as on any run
+    assert "The manifest there names those cells as failed" in first.stderr
+    assert "deployment qwen3_8b_llama3_2_1b (budget, a server of 2 card(s))" in first.stdout
     m = manifest(build)
     record = m["deployments"]["qwen3_8b_llama3_2_1b"]
     assert m["cells"][llama]["error_kind"] == "output_failed" and record["status"] == "failed"

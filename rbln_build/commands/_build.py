@@ -224,9 +224,13 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
     written = write_ci_outputs(outputs, entries, summary, str(manifest_path))
     if build.output_error is not None:
         print(counts)
+        if build.manifest_current:  # only links failed: the manifest (and a deployment's record) says so
+            for line in records.lines if records is not None else ():
+                print(line)
+        state = "names those cells as failed" if build.manifest_current else "does not describe this run"
         print(
             f"rbln-build: the build's outputs in {build_dir} could not be written: {build.output_error}. "
-            "The manifest there does not describe this run; fix the cause and run again.",
+            f"The manifest there {state}; fix the cause and run again.",
             file=sys.stderr,
         )
         return 1

@@ -117,6 +117,7 @@ class BuildRun:
         self.took: dict[str, dict[str, float]] = {"compiles": {}, "cells": {}}  # seconds by key, by cell id
         self.entries: list[dict[str, Any]] | None = None  # the manifest entries (written unless output_error)
         self.output_error: str | None = None  # why the manifest, a link or the summary could not be written
+        self.manifest_current = False  # with output_error: only links failed; the manifest names those cells failed
 
     def _warn(self, message: str) -> None:
         if once_key(message) in {once_key(m) for m in self.warnings}:
@@ -247,6 +248,7 @@ class BuildRun:
                 indexing.result()
             except OutputError as exc:  # links not written: the manifest (and the summary) count those cells failed
                 self.entries = exc.entries[: len(rows)]
+                self.manifest_current = True
                 self.output_error = f"{MANIFEST_FILE} or {ARTIFACTS_DIR}/: {exc}"
             except Exception as exc:  # OSError, a user's entry in artifacts/ (BuildError), or a bug (logged)
                 message = (
