@@ -51,6 +51,7 @@ from ._schema import (
     MatrixConf,
     MatrixIncludeConf,
     ModelConf,
+    merge_structured,
     register_build_schema,
 )
 from ._settings import BuildSettings, Device, ExpectedFailure, Matrix, Model, SubMatrix
@@ -178,12 +179,7 @@ def _include_node(where: str, entry: Any) -> DictConfig:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))}); check its spelling.")
         if key in ("models", "devices", "budgets", "kvcache_num_blocks") and entry[key] is None:
             raise ConfigError(f"{where}.{key}: null is not a list; omit the key to take the main matrix's {key}.")
-    try:
-        return OmegaConf.merge(OmegaConf.structured(MatrixIncludeConf), entry)  # type: ignore[return-value]
-    except OmegaConfBaseException as exc:
-        full_key = getattr(exc, "full_key", None)
-        first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        raise ConfigError(f"{where}{'.' + str(full_key) if full_key else ''}: {first}") from None
+    return merge_structured(MatrixIncludeConf, entry, where)
 
 
 def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:

@@ -12,8 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from ..errors import ConfigError
 from ._scale import CacheConf, ExecutorConf
 
 __all__ = [
@@ -189,3 +191,14 @@ def closest_names(message: str) -> str | None:
         hint = f"did you mean {' or '.join(f'{group}={c}' for c in close)}? " if close else ""
         return f"{group}={option}: no such option; {hint}(the options: {', '.join(options)})"
     return None
+
+
+def merge_structured(schema: type, node: Any, where: str, tail: str = "") -> DictConfig:
+    """``node`` merged over the structured ``schema``; what OmegaConf refuses (a wrong type, an
+    unknown key) is a ConfigError naming ``where`` and the key, its first line, then ``tail``."""
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), node)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+        raise ConfigError(f"{where}{'.' + str(key) if key else ''}: {first}{tail}") from None
