@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -100,7 +101,7 @@ def _compose_jobs(
         if exc.code not in (0, None):
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 sys.stderr.write(captured.getvalue())
-            print(f"rbln-build: {one_line(captured.getvalue())}", file=sys.stderr)
+            print(f"rbln-build: {_usage_error(captured.getvalue()) or one_line(captured.getvalue())}", file=sys.stderr)
             raise SystemExit(2) from None
         sys.stderr.write(captured.getvalue())
         raise
@@ -288,6 +289,15 @@ def _declared(jobs: list[Any], cells: list[Any]) -> list[Any]:
             file=sys.stderr,
         )
         return []
+
+
+def _usage_error(text: str) -> str | None:
+    """Hydra's argparse refusal (its whole usage, then ``rbln-build: error: ...``) as what was
+    refused and where the options are listed; None for any other report."""
+    found = re.search(r"^[^\n]*?: error: (.+)$", text, re.MULTILINE)
+    if not text.startswith("usage:") or found is None:
+        return None
+    return f"{found[1].strip()}; overrides are KEY=VALUE, and rbln-build --help lists the options."
 
 
 def compose(args: list[str], prog: str = "rbln-build", state: dict[str, Any] | None = None) -> list[Any] | None:

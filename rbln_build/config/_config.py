@@ -331,6 +331,12 @@ def compose_settings(overrides: list[str] | None = None, cwd: Path | None = None
 
     register_configs()
     overrides = list(overrides or [])
+    for arg in overrides:  # a Hydra override never starts with a dash: an option this command does not know
+        if arg.startswith("-"):
+            raise ConfigError(
+                f"{arg[:100]!r}: not an option of this command, and overrides are KEY=VALUE; check its spelling "
+                "(the command's --help lists its options)."
+            )
     conf_dirs: tuple[Path, ...] = (CONF_DIR,)
     recipe_dirs: tuple[Path, ...] = (DEFAULT_RECIPES_DIR,)
     if project is not None:

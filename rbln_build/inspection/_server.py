@@ -25,11 +25,12 @@ def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list
     pins: dict[str, int] = {}
     others: list[str] = []
     items = iter(rest)
-    for a in items:
+    for arg in items:
+        a, eq, given = arg.partition("=")
         if a in ("--cards", "--pin"):
-            value = next(items, None)
+            value = given if eq else next(items, None)
             if value is None:
-                raise ConfigError(f"plan {a}: expected a value after it.")
+                raise ConfigError(f"plan {a}: expected a value after it (such as {a} 2).")
             if a == "--cards":
                 if not value.isdigit() or int(value) < 1:
                     raise ConfigError(f"plan --cards: expected a whole number of cards >= 1, got {value!r}.")
@@ -40,7 +41,7 @@ def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list
                     raise ConfigError(f"plan --pin: expected MODEL=CARD (a model's name, a card index), got {value!r}.")
                 pins[name] = int(card)
         else:
-            others.append(a)
+            others.append(arg)
     if pins and cards is None:
         raise ConfigError("plan --pin: pins a model to a card of a server; give the server's --cards too.")
     return cards, pins, others
