@@ -36,7 +36,10 @@ from rbln_build.inspection._server import parse_server_args
         ),
         # before: only the usage line, not saying what was wrong
         pytest.param(
-            ["diff", "a"], "rbln-build diff: ", "expected two manifests or releases (OLD NEW), got 1: 'a'", id="diff-one"
+            ["diff", "a"],
+            "rbln-build diff: ",
+            "expected two manifests or releases (OLD NEW), got 1: 'a'",
+            id="diff-one",
         ),
         pytest.param(["diff", "--bogus", "a", "b"], "rbln-build diff: ", "unknown option '--bogus'", id="diff-option"),
         # before: Hydra's "LexerNoViableAltException: --cards=0 ^ See https://hydra.cc/..."
@@ -54,7 +57,10 @@ from rbln_build.inspection._server import parse_server_args
             ["--bogus"], "rbln-build: ", "unrecognized arguments: --bogus; overrides are KEY=VALUE", id="build-option"
         ),
         pytest.param(
-            ["status", "--bogus"], "rbln-build: ", "unrecognized arguments: --bogus; overrides are KEY=VALUE", id="status"
+            ["status", "--bogus"],
+            "rbln-build: ",
+            "unrecognized arguments: --bogus; overrides are KEY=VALUE",
+            id="status",
         ),
     ],
 )
