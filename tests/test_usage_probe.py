@@ -74,3 +74,12 @@ def test_a_wrong_argument_is_one_line_saying_what_to_do(tmp_path: Path, argv: li
 def test_plan_takes_cards_and_pin_with_an_equals_sign_too() -> None:
     assert parse_server_args(["--cards=3", "--pin=m=1", "x=y"]) == (3, {"m": 1}, ["x=y"])
     assert parse_server_args(["--cards", "3", "--pin", "m=1", "x=y"]) == (3, {"m": 1}, ["x=y"])
+
+
+def test_plan_cards_is_bounded_before_the_planner_sizes_anything() -> None:
+    """Before: ``plan --cards 99999999999`` was an internal error (MemoryError, exit 3)."""
+    from rbln_build.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"plan --cards: 99999999999 is over the limit of 1,024"):
+        parse_server_args(["--cards", "99999999999"])
+    assert parse_server_args(["--cards", "1024"])[0] == 1024

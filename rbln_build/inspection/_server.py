@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
+from ..estimator import count_problem
 
 __all__ = ["parse_server_args", "plan_server_command"]
 
@@ -33,7 +34,10 @@ def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list
                 raise ConfigError(f"plan {a}: expected a value after it (such as {a} 2).")
             if a == "--cards":
                 if not value.isdigit() or int(value) < 1:
-                    raise ConfigError(f"plan --cards: expected a whole number of cards >= 1, got {value!r}.")
+                    raise ConfigError(f"plan --cards: expected a whole number of cards >= 1, got {value[:100]!r}.")
+                problem = count_problem("server_cards", int(value))
+                if problem:  # the planner models every card: a typed number must not size memory
+                    raise ConfigError(f"plan --cards: {problem}.")
                 cards = int(value)
             else:
                 name, _, card = value.partition("=")
