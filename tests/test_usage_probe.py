@@ -83,3 +83,15 @@ def test_plan_cards_is_bounded_before_the_planner_sizes_anything() -> None:
     with pytest.raises(ConfigError, match=r"plan --cards: 99999999999 is over the limit of 1,024"):
         parse_server_args(["--cards", "99999999999"])
     assert parse_server_args(["--cards", "1024"])[0] == 1024
+
+
+def test_junit_says_which_of_its_two_problems_it_is(tmp_path: Path) -> None:
+    """Before: one message for both, "its folder does not exist or it is a folder"."""
+    code, _, err = run_cli(["--junit", str(tmp_path)], tmp_path)
+    assert f"a folder; give a file path in it, e.g. --junit {tmp_path / 'build-junit.xml'}" in one_line_error(
+        code, err, "rbln-build: "
+    )
+    code, _, err = run_cli(["--junit", str(tmp_path / "no" / "x.xml")], tmp_path)
+    assert f"its folder does not exist ({tmp_path / 'no'}); create it first" in one_line_error(
+        code, err, "rbln-build: "
+    )
