@@ -95,3 +95,11 @@ def test_junit_says_which_of_its_two_problems_it_is(tmp_path: Path) -> None:
     assert f"its folder does not exist ({tmp_path / 'no'}); create it first" in one_line_error(
         code, err, "rbln-build: "
     )
+
+
+@pytest.mark.parametrize("command", ["verify", "reproduce"])
+@pytest.mark.parametrize("location", ["", " ", "file://"])
+def test_an_empty_release_location_is_not_the_current_folder(tmp_path: Path, command: str, location: str) -> None:
+    """Before: ``verify ""`` (a variable unset) and ``verify file://`` verified the current folder."""
+    code, _, err = run_cli([command, location], tmp_path)
+    assert f"{location!r}: empty; give the release folder" in one_line_error(code, err, f"rbln-build {command}: ")

@@ -144,8 +144,11 @@ class RemoteRelease:
 
 def open_release(location: str) -> LocalRelease | RemoteRelease:
     """The release at ``location`` (a folder, ``file://`` folder, or another fsspec URL)."""
+    given = location
     if location.startswith("file://"):
         location = location[len("file://") :]
+    if not location.strip():  # `verify "$DIR"` with DIR unset: not the current folder
+        raise UserError(f"{given!r}: empty; give the release folder (the one holding {RELEASE_FILE}) or its URL.")
     if "://" in location:
         return RemoteRelease(location)
     root = Path(location)
