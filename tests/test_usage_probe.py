@@ -103,3 +103,27 @@ def test_an_empty_release_location_is_not_the_current_folder(tmp_path: Path, com
     """Before: ``verify ""`` (a variable unset) and ``verify file://`` verified the current folder."""
     code, _, err = run_cli([command, location], tmp_path)
     assert f"{location!r}: empty; give the release folder" in one_line_error(code, err, f"rbln-build {command}: ")
+
+
+@pytest.mark.parametrize("argv", [["plan", "deployment="], ["deployment="]])
+def test_an_empty_group_choice_lists_the_options_without_hydras_search_path(tmp_path: Path, argv: list[str]) -> None:
+    """Before: Hydra's "Could not find 'deployment/' ... Config search path: provider=hydra, ..."."""
+    code, _, err = run_cli(argv, tmp_path)
+    line = one_line_error(code, err, "rbln-build")
+    assert "deployment=: empty; choose one of its options (" in line and "tiny_pair" in line
+    assert "search path" not in line
+
+
+def test_a_missing_key_above_the_last_part_is_named_with_the_deployments_keys() -> None:
+    """Before: ``deployment.server.cards=2`` said "deployment.server.cards: no such key; the keys there: ."
+    (the deployment's schema was not looked up, and the wrong part was named)."""
+    from rbln_build.config import closest_names
+
+    hydra_says = (
+        "Could not override 'deployment.server.cards'. To append to your config use +deployment.server.cards=2 "
+        "Key 'server' not in 'DeploymentConf' full_key: deployment.server object_type=DeploymentConf"
+    )
+    assert (
+        closest_names(hydra_says)
+        == "deployment.server: no such key; did you mean deployment.serve or deployment.solver?"
+    )
