@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -156,9 +157,9 @@ def schema_field_names(schema: str) -> list[str]:
     misspelt key's "did you mean" is chosen from."""
     import dataclasses
 
-    from . import _deployment  # the deployment's schema lives beside its reader
-
-    cls = globals().get(schema) or getattr(_deployment, schema, None)
+    # the deployment's schema lives beside its reader, which imports this module: looked up without
+    # an import (it is loaded whenever a config was composed: register_configs registers it)
+    cls = globals().get(schema) or getattr(sys.modules.get(f"{__package__}._deployment"), schema, None)
     return (
         sorted(f.name for f in dataclasses.fields(cls))
         if isinstance(cls, type) and dataclasses.is_dataclass(cls)
