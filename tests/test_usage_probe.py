@@ -115,15 +115,13 @@ def test_an_empty_group_choice_lists_the_options_without_hydras_search_path(tmp_
 
 
 def test_a_missing_key_above_the_last_part_is_named_with_the_deployments_keys() -> None:
-    """Before: ``deployment.server.cards=2`` said "deployment.server.cards: no such key; the keys there: ."
+    """Before: ``deployment.modle.port=2`` said "deployment.modle.port: no such key; the keys there: ."
     (the deployment's schema was not looked up, and the wrong part was named)."""
     from rbln_build.config import closest_names
 
     hydra_says = (
-        "Could not override 'deployment.server.cards'. To append to your config use +deployment.server.cards=2 "
-        "Key 'server' not in 'DeploymentConf' full_key: deployment.server object_type=DeploymentConf"
+        "Could not override 'deployment.modle.port'. To append to your config use +deployment.modle.port=2 "
+        "Key 'modle' not in 'DeploymentConf' full_key: deployment.modle object_type=DeploymentConf"
     )
-    assert (
-        closest_names(hydra_says)
-        == "deployment.server: no such key; did you mean deployment.serve or deployment.solver?"
-    )
+    said = closest_names(hydra_says)
+    assert said == "deployment.modle: no such key; did you mean deployment.mode or deployment.models?"
