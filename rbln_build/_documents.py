@@ -12,6 +12,8 @@ can make rbln-build read, allocate or recurse without bound:
   expanded is counted on the composed node graph (shared nodes counted once per use, memoised, so
   the count itself is linear) and refused above ``MAX_YAML_NODES``, before any object is built.
   Hydra's config files are checked with ``yaml_problem`` before Hydra composes them.
+* ``hash_stream`` / ``sha256_file``: a file of any size (weights, artifacts) fed to a hash in 1 MiB
+  reads, never held whole: the one chunked hashing loop of every layer.
 
 Errors are ``InputError`` by default; a caller passes its own class (``ConfigError``,
 ``RecipeError``) when the document is a config or a recipe. Each names the file, what it got and
@@ -21,11 +23,12 @@ what to do (docs/security.md, "Limits").
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 from .errors import InputError, RblnBuildError
 
@@ -42,6 +45,8 @@ __all__ = [
     "parse_yaml",
     "yaml_problem",
     "depth_problem",
+    "hash_stream",
+    "sha256_file",
 ]
 
 MAX_DOCUMENT_BYTES = 64 << 20  # a manifest, a result record, a JSON document a command reads
@@ -50,6 +55,29 @@ MAX_DEPTH = 64  # nesting levels of a JSON or YAML document (ours use at most 6)
 MAX_YAML_NODES = 100_000  # a YAML document's nodes with every alias expanded
 
 ErrorType = type[RblnBuildError]
+CHUNK_BYTES = 1 << 20  # one read of a file being hashed
+
+
+class _Hash(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+def hash_stream(h: _Hash, f: IO[bytes]) -> int:
+    """Feed every byte left in the open binary file ``f`` to the hash ``h``, ``CHUNK_BYTES`` at a
+    time; the number of bytes fed."""
+    size = 0
+    for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
+        h.update(chunk)
+        size += len(chunk)
+    return size
+
+
+def sha256_file(path: Path | str) -> str:
+    """The sha256 (hex) of the file at ``path``, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        hash_stream(h, f)
+    return h.hexdigest()
 
 
 def absent(path: Path | str, *, error: ErrorType = InputError, hint: str = "") -> bool:

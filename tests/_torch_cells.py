@@ -9,9 +9,11 @@ from __future__ import annotations
 import atexit
 import functools
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rbln_build.backends import CompileResult, CompileSpec, get_backend
 from rbln_build.estimator._npu import resolve_npu
@@ -57,3 +59,23 @@ def _finalized(name: str, num_blocks: int) -> Path:
     out.mkdir()
     get_backend("torch").finalize(c.spec, c.baseline, num_blocks, out)
     return out
+
+
+def own_copy(name: str, num_blocks: int, dst: Path) -> Path:
+    """A copy of ``finalized(name, num_blocks)`` at ``dst`` whose program.pt2 is a file of its own (not
+    a hard link into the shared cell), for a test that damages it."""
+    shutil.copytree(finalized(name, num_blocks), dst)
+    (dst / "program.pt2").unlink()
+    shutil.copyfile(finalized(name, num_blocks) / "program.pt2", dst / "program.pt2")
+    return dst
+
+
+def run_here(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m rbln_build.run ARGS`` in this process (no second torch import): exit status, stdout,
+    stderr, through pytest's ``capsys``."""
+    from rbln_build.run import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out.out, out.err)

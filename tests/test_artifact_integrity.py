@@ -25,7 +25,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _torch_cells import finalized  # noqa: E402
+from _torch_cells import finalized, own_copy, run_here  # noqa: E402
 
 from rbln_build.backends.torch._archive import check_program_archive  # noqa: E402
 from rbln_build.errors import IntegrityError  # noqa: E402
@@ -45,23 +45,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """The same entry point in this process (no second torch import): exit status, stdout, stderr."""
-    from rbln_build.run import main
-
-    capsys.readouterr()
-    code = main(list(args))
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(list(args), code, out.out, out.err)
-
-
 @pytest.fixture
 def cell(tmp_path: Path) -> Path:
-    dst = tmp_path / "cell"
-    shutil.copytree(finalized("tiny_llama", 5), dst)
-    (dst / "program.pt2").unlink()  # a copy of its own, not a hard link into the shared baseline
-    shutil.copyfile(finalized("tiny_llama", 5) / "program.pt2", dst / "program.pt2")
-    return dst
+    return own_copy("tiny_llama", 5, tmp_path / "cell")
 
 
 def _rerecord(cell: Path) -> None:

@@ -113,8 +113,8 @@ def test_digest_follows_content_and_skips_rehash_when_stat_is_unchanged(tmp_path
     cache = tmp_path / "cache"
     first = weights_digest(inspect_checkpoint(root), cache)
     hashed: list[str] = []
-    real = _checkpoint._file_sha256
-    monkeypatch.setattr(_checkpoint, "_file_sha256", lambda p: hashed.append(p.name) or real(p))
+    real = _checkpoint.sha256_file
+    monkeypatch.setattr(_checkpoint, "sha256_file", lambda p: hashed.append(p.name) or real(p))
     _checkpoint._memory_cache.clear()  # a new process: only the on-disk cache is left
     assert weights_digest(inspect_checkpoint(root), cache) == first and hashed == []
     shard = root / "model-00002-of-00002.safetensors"

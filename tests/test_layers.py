@@ -155,7 +155,6 @@ PRIVATE_REACHES = {
     ("reproduce/_cli.py", "rbln_build.release._bundle"),
     ("reproduce/_cli.py", "rbln_build.release._format"),
     ("reproduce/_cli.py", "rbln_build.release._verify"),
-    ("reproduce/_checkout.py", "rbln_build.release._provenance"),
 }
 
 

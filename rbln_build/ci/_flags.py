@@ -35,8 +35,14 @@ class CiFlags:
                 if not value or value.startswith("-"):
                     raise UserError("--junit needs a file name: rbln-build --junit build-junit.xml [OVERRIDE ...]")
                 junit = Path(value)
-                if not (junit.parent if str(junit.parent) else Path(".")).is_dir() or junit.is_dir():
-                    raise UserError(f"--junit {value}: its folder does not exist or it is a folder; give a file path.")
+                if junit.is_dir():
+                    raise UserError(
+                        f"--junit {value}: a folder; give a file path in it, e.g. --junit {junit / 'build-junit.xml'}."
+                    )
+                if not (junit.parent if str(junit.parent) else Path(".")).is_dir():
+                    raise UserError(
+                        f"--junit {value}: its folder does not exist ({junit.parent}); create it first or give a file path in an existing folder."
+                    )
             else:
                 rest.append(a)
         json_flag = "--json" in rest

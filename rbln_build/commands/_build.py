@@ -47,7 +47,7 @@ def _compose_jobs(
     from ..errors import ConfigError, RblnBuildError
     from ..pipeline import sweep_jobs
     from ._compose_once import composed_once
-    from ._guard import one_line
+    from ._guard import one_line, usage_error
 
     register_configs()
     jobs: list[Any] = []
@@ -100,7 +100,7 @@ def _compose_jobs(
         if exc.code not in (0, None):
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 sys.stderr.write(captured.getvalue())
-            print(f"rbln-build: {one_line(captured.getvalue())}", file=sys.stderr)
+            print(f"rbln-build: {usage_error(captured.getvalue()) or one_line(captured.getvalue())}", file=sys.stderr)
             raise SystemExit(2) from None
         sys.stderr.write(captured.getvalue())
         raise
@@ -227,10 +227,10 @@ def _build(jobs: list[Any], sweep: Any, state: dict[str, Any], full_table: bool 
         if build.manifest_current:  # only links failed: the manifest (and a deployment's record) says so
             for line in records.lines if records is not None else ():
                 print(line)
-        state = "names those cells as failed" if build.manifest_current else "does not describe this run"
+        said = "names those cells as failed" if build.manifest_current else "does not describe this run"
         print(
             f"rbln-build: the build's outputs in {build_dir} could not be written: {build.output_error}. "
-            f"The manifest there {state}; fix the cause and run again.",
+            f"The manifest there {said}; fix the cause and run again.",
             file=sys.stderr,
         )
         return 1

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from ..config import closest_names
 
-__all__ = ["one_line", "report_internal", "DeferredSweep", "LOG_DIR"]
+__all__ = ["one_line", "usage_error", "report_internal", "DeferredSweep", "LOG_DIR"]
 
 LOG_DIR = "logs"  # <build_dir>/logs, as the stages use for their tracebacks
 _NOISE = (
@@ -144,3 +145,12 @@ class DeferredSweep:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+
+
+def usage_error(text: str) -> str | None:
+    """Hydra's argparse refusal (its whole usage, then ``rbln-build: error: ...``) as what was
+    refused and where the options are listed; None for any other report."""
+    found = re.search(r"^[^\n]*?: error: (.+)$", text, re.MULTILINE)
+    if not text.startswith("usage:") or found is None:
+        return None
+    return f"{found[1].strip()}; overrides are KEY=VALUE, and rbln-build --help lists the options."

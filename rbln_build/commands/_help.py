@@ -8,7 +8,6 @@ gets the same help as the shipped configs, listing both its groups and the shipp
 
 from __future__ import annotations
 
-import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -108,12 +107,6 @@ def _checkout_commit() -> str | None:
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists() or not (root / "pyproject.toml").is_file():
         return None
-    git = ["git", "-C", str(root)]
-    try:
-        head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
-        status = subprocess.run([*git, "status", "--porcelain", "-uno"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if head.returncode != 0:
-        return None
-    return head.stdout.strip() + ("+modified" if status.stdout.strip() else "")
+    from ..release import checkout_commit
+
+    return checkout_commit(root)

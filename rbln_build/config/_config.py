@@ -51,6 +51,7 @@ from ._schema import (
     MatrixConf,
     MatrixIncludeConf,
     ModelConf,
+    merge_structured,
     register_build_schema,
 )
 from ._settings import BuildSettings, Device, ExpectedFailure, Matrix, Model, SubMatrix
@@ -178,12 +179,7 @@ def _include_node(where: str, entry: Any) -> DictConfig:
             raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))}); check its spelling.")
         if key in ("models", "devices", "budgets", "kvcache_num_blocks") and entry[key] is None:
             raise ConfigError(f"{where}.{key}: null is not a list; omit the key to take the main matrix's {key}.")
-    try:
-        return OmegaConf.merge(OmegaConf.structured(MatrixIncludeConf), entry)  # type: ignore[return-value]
-    except OmegaConfBaseException as exc:
-        full_key = getattr(exc, "full_key", None)
-        first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        raise ConfigError(f"{where}{'.' + str(full_key) if full_key else ''}: {first}") from None
+    return merge_structured(MatrixIncludeConf, entry, where)
 
 
 def _include(axes: _Axes, m: Any, i: int, raw: Any) -> SubMatrix:
@@ -335,6 +331,12 @@ def compose_settings(overrides: list[str] | None = None, cwd: Path | None = None
 
     register_configs()
     overrides = list(overrides or [])
+    for arg in overrides:  # a Hydra override never starts with a dash: an option this command does not know
+        if arg.startswith("-"):
+            raise ConfigError(
+                f"{arg[:100]!r}: not an option of this command, and overrides are KEY=VALUE; check its spelling "
+                "(the command's --help lists its options)."
+            )
     conf_dirs: tuple[Path, ...] = (CONF_DIR,)
     recipe_dirs: tuple[Path, ...] = (DEFAULT_RECIPES_DIR,)
     if project is not None:

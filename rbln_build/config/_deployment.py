@@ -36,8 +36,7 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any, List, Optional
 
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING, DictConfig, ListConfig
 
 from ..deploy import (
     SOLVERS,
@@ -55,6 +54,7 @@ from ..deploy.server import ServerSpec, server_from
 from ..errors import ConfigError, EstimateError
 from ..estimator import LIMITS, check_budget, resolve_npu
 from ._groups import _plain, device_from_node, load_group_option, model_from_node
+from ._schema import merge_structured
 from ._settings import Device, Model
 
 __all__ = [
@@ -176,12 +176,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def _merge(schema: type, node: Any, where: str, name: str) -> DictConfig:
-    try:
-        return OmegaConf.merge(OmegaConf.structured(schema), node)  # type: ignore[return-value]
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None)
-        first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        raise ConfigError(f"{where}{'.' + key if key else ''}: {first} (conf/deployment/{name}.yaml)") from None
+    return merge_structured(schema, node, where, f" (conf/deployment/{name}.yaml)")
 
 
 def _checked(name: str, node: Any) -> DictConfig:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import enum
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from ..errors import ConfigError
 from ._scale import CacheConf, ExecutorConf
 
 __all__ = [
@@ -154,7 +157,9 @@ def schema_field_names(schema: str) -> list[str]:
     misspelt key's "did you mean" is chosen from."""
     import dataclasses
 
-    cls = globals().get(schema)
+    # the deployment's schema lives beside its reader, which imports this module: looked up without
+    # an import (it is loaded whenever a config was composed: register_configs registers it)
+    cls = globals().get(schema) or getattr(sys.modules.get(f"{__package__}._deployment"), schema, None)
     return (
         sorted(f.name for f in dataclasses.fields(cls))
         if isinstance(cls, type) and dataclasses.is_dataclass(cls)
@@ -164,7 +169,7 @@ def schema_field_names(schema: str) -> list[str]:
 
 _NO_KEY = re.compile(r"Could not override '([^']+)'\..*?Key '([^']+)' not in '(\w+)'")
 _NO_OPTION = re.compile(
-    r"Could not find '([^'/]+)/([^']+)'.*?Available options in '[^']+':\s*(.*?)\s*Config search path"
+    r"Could not find '([^'/]+)/([^']*)'.*?Available options in '[^']+':\s*(.*?)\s*Config search path"
 )
 
 
@@ -177,15 +182,39 @@ def closest_names(message: str) -> str | None:
     if found is not None:
         override, key, schema = found.groups()
         names = schema_field_names(schema)
+        parts = override.split(".")
+        if key in parts:  # the missing key may be above the override's last part (a.b.c where a has no b)
+            override = ".".join(parts[: parts.index(key) + 1])
         parent = override.rsplit(".", 1)[0] + "." if "." in override else ""
         close = [parent + n for n in difflib.get_close_matches(key, names, n=3, cutoff=0.6)]
-        hint = f"did you mean {' or '.join(close)}?" if close else f"the keys there: {', '.join(names)}."
+        if close:
+            hint = f"did you mean {' or '.join(close)}?"
+        else:
+            section = parent.rstrip(".") or "the root config"
+            hint = (
+                f"the keys there: {', '.join(names)}."
+                if names
+                else f"{section} has no keys to set one by one; set it whole ({section}={{KEY:VALUE,...}})."
+            )
         return f"{override}: no such key; {hint}"
     found = _NO_OPTION.search(message)
     if found is not None:
         group, option, listed = found.groups()
         options = listed.split()
+        if not option:  # `deployment=`: an empty value, e.g. a variable unset
+            return f"{group}=: empty; choose one of its options ({', '.join(options)})."
         close = difflib.get_close_matches(option, options, n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(f'{group}={c}' for c in close)}? " if close else ""
         return f"{group}={option}: no such option; {hint}(the options: {', '.join(options)})"
     return None
+
+
+def merge_structured(schema: type, node: Any, where: str, tail: str = "") -> DictConfig:
+    """``node`` merged over the structured ``schema``; what OmegaConf refuses (a wrong type, an
+    unknown key) is a ConfigError naming ``where`` and the key, its first line, then ``tail``."""
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), node)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        first = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+        raise ConfigError(f"{where}{'.' + str(key) if key else ''}: {first}{tail}") from None

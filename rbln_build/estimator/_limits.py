@@ -46,6 +46,7 @@ LIMITS: dict[str, int] = {
     "kvcache_num_blocks": 1 << 20,  # an explicit block count (0 = resolve from the budget)
     "jobs": 1024,  # compile worker processes of one build
     "max_retries": 100,  # retries of a compile task on a cluster
+    "server_cards": 64,  # `plan --cards N`, `deployment.server.cards`: cards of one server (deploy/server/_conf.py MAX_CARDS)
     # recipe geometry (config.json)
     "num_hidden_layers": 4096,
     "num_attention_heads": 4096,

@@ -16,6 +16,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from .._documents import sha256_file
+
 __all__ = ["recipe_files", "recipe_digest", "file_digests", "weights_digest"]
 
 _seen: dict[tuple[str, int, int, int, int], str] = {}
@@ -42,11 +44,7 @@ def _sha256(path: Path) -> str:
     st = path.stat()
     mark = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     if mark not in _seen:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _seen[mark] = h.hexdigest()
+        _seen[mark] = sha256_file(path)
     return _seen[mark]
 
 

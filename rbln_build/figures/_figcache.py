@@ -3,7 +3,7 @@
 A report of a 10,000-cell sweep has one pair of figures per compile key and target (plus a grid
 picture per device), and drawing them with matplotlib is nearly all of the report's time. A figure
 depends only on what it is drawn from, so each is stored under the sha256 of that (as canonical
-JSON), the reporting and estimator sources and matplotlib's version; the next report takes the
+JSON), the figures, reporting and estimator sources and matplotlib's version; the next report takes the
 bytes instead of drawing (the same bytes: figures are deterministic). Files that the last report
 did not use are removed, so the folder holds one report's figures; nothing else in it is touched.
 """
@@ -27,12 +27,13 @@ _NAME = re.compile(r"[0-9a-f]{64}\.png")
 
 @cache
 def _code_version() -> str:
-    """The sources that decide a figure's pixels: this package and the estimator, and matplotlib's version."""
+    """The sources that decide a figure's pixels: the drawing (this package), the report's composition,
+    the estimator, and matplotlib's version."""
     from importlib import metadata
 
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[1]
-    for package in ("reporting", "estimator"):
+    for package in ("figures", "reporting", "estimator"):
         for path in sorted((root / package).glob("*.py")):
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     try:

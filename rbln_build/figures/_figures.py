@@ -1,7 +1,9 @@
 """The report's figures, drawn with matplotlib's Agg canvas, byte-identical from run to run.
 
 Determinism: every figure is drawn inside an rc context reset to matplotlib's own defaults (a
-user's matplotlibrc cannot change a pixel), with the DejaVu Sans font matplotlib ships, a fixed
+user's matplotlibrc cannot change a pixel), with the DejaVu Sans font matplotlib ships (pinned by
+file, so a font cache built elsewhere that lists a system DejaVu first, or lacks the shipped one,
+cannot swap it: see ``_pin_shipped_font``), a fixed
 size and DPI, a fixed ``svg.hashsalt``, and the writer's metadata stripped (no "Software",
 "Creator" or "Date"). pyplot is never imported: figures are plain ``Figure`` objects on their own
 Agg canvas, so nothing global (a GUI backend, a figure manager) is touched.
@@ -16,6 +18,7 @@ import io
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
@@ -91,8 +94,39 @@ class Point:
     outcome: str  # a key of OUTCOME_COLORS
 
 
+_pinned: Any = None  # the FontManager whose font list starts with the shipped DejaVu Sans
+
+
+def _pin_shipped_font() -> None:
+    """Put the DejaVu Sans files in matplotlib's own mpl-data first in the font list.
+
+    matplotlib finds "DejaVu Sans" by scoring the entries of its font cache (``fontlist-*.json``
+    under MPLCONFIGDIR, often ~/.cache/matplotlib, shared by every matplotlib on the machine) and
+    takes the first best one. A cache written by another matplotlib (a distribution's, which ships
+    no fonts, or one that listed /usr/share/fonts first) then picks the system's DejaVu, another
+    build of the font with other outlines, and the figures' bytes change. Adding the shipped files
+    (``addfont``, which also clears the lookup cache) and moving them to the front makes them win
+    every tie, whatever the cache held. Done once per font manager (matplotlib replaces it when it
+    rebuilds the cache)."""
+    global _pinned
+    from matplotlib import font_manager
+
+    manager = font_manager.fontManager
+    if manager is _pinned:
+        return
+    folder = Path(matplotlib.get_data_path(), "fonts", "ttf")
+    before = len(manager.ttflist)
+    for path in sorted(folder.glob("DejaVuSans*.ttf")):
+        manager.addfont(path)
+    # no lookup ran since the last addfont cleared its cache, so reordering needs no clearing
+    shipped = manager.ttflist[before:]
+    manager.ttflist[:] = shipped + manager.ttflist[:before]
+    _pinned = manager
+
+
 @contextmanager
 def style() -> Iterator[None]:
+    _pin_shipped_font()
     with matplotlib.rc_context():
         matplotlib.rcdefaults()
         params: Any = matplotlib.rcParams  # typed for literal keys only

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from .._documents import hash_stream, sha256_file
 from ..errors import RecipeError
 
 __all__ = [
@@ -129,8 +130,7 @@ def gguf_sha256(source: Path, member: str | None, cache_dir: Path | None) -> str
             f: IO[bytes] = stack.enter_context(stack.enter_context(zipfile.ZipFile(source)).open(member))
         else:
             f = stack.enter_context(open(source, "rb"))
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        hash_stream(h, f)
     sha = h.hexdigest()
     if cache_file is not None:
         try:
@@ -235,18 +235,10 @@ def _stamp_matches(target: Path, stamp: Path, spec: GgufWeights, dtype: str) -> 
             and record.get("dtype") == dtype
             and record.get("version") == _VERSION
             and record.get("size") == weights.stat().st_size
-            and record.get("sha256") == _sha256_file(weights)
+            and record.get("sha256") == sha256_file(weights)
         )
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def stamp_record(spec_sha: str, dtype: str, weights: Path) -> bytes:
@@ -255,6 +247,6 @@ def stamp_record(spec_sha: str, dtype: str, weights: Path) -> bytes:
         "dtype": dtype,
         "version": _VERSION,
         "size": weights.stat().st_size,
-        "sha256": _sha256_file(weights),
+        "sha256": sha256_file(weights),
     }
     return json.dumps(record, sort_keys=True, indent=1).encode()

@@ -14,12 +14,11 @@ with a count was added or removed; the last line says which), so CI can demand a
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from .._documents import load_json
-from ..errors import InputError
+from ..errors import InputError, UserError
 from ..reporting import cell_rows, cells_of, diff_manifests, document_path, markdown_rows, text_rows
 
 __all__ = ["diff_manifests", "main"]
@@ -103,13 +102,21 @@ def main(argv: list[str]) -> int:
         elif a == "--format" or a.startswith("--format="):
             fmt = a.split("=", 1)[1] if "=" in a else next(args, "")
             if fmt not in ("text", "markdown", "json"):
-                print(f"rbln-build diff: --format {fmt!r}: use text, markdown or json.\n{USAGE}", file=sys.stderr)
-                return 2
+                raise UserError(
+                    f"--format {fmt[:100]!r}: use text, markdown or json (rbln-build diff OLD NEW --format markdown)."
+                )
+        elif a.startswith("-") and a != "-":
+            raise UserError(
+                f"unknown option {a[:100]!r}: diff takes OLD NEW and --json or --format text|markdown|json."
+            )
         else:
             paths.append(a)
-    if len(paths) != 2 or any(p.startswith("-") for p in paths):
-        print(USAGE, file=sys.stderr)
-        return 2
+    if len(paths) != 2:
+        got = ", ".join(repr(p[:100]) for p in paths[:4]) or "none"
+        raise UserError(
+            f"expected two manifests or releases (OLD NEW), got {len(paths)}: {got}; "
+            "e.g. rbln-build diff old/manifest.json build/manifest.json."
+        )
     old, new = load_manifest(Path(paths[0])), load_manifest(Path(paths[1]))
     d = diff_manifests(old, new)
     if fmt == "json":

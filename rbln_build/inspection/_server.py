@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..estimator import count_problem
 
 __all__ = ["parse_server_args", "plan_server_command", "with_server"]
 
@@ -31,14 +32,18 @@ def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list
     pins: dict[str, int] = {}
     others: list[str] = []
     items = iter(rest)
-    for a in items:
+    for arg in items:
+        a, eq, given = arg.partition("=")
         if a in ("--cards", "--pin"):
-            value = next(items, None)
+            value = given if eq else next(items, None)
             if value is None:
-                raise ConfigError(f"plan {a}: expected a value after it.")
+                raise ConfigError(f"plan {a}: expected a value after it (such as {a} 2).")
             if a == "--cards":
                 if not value.isdigit() or int(value) < 1:
-                    raise ConfigError(f"plan --cards: expected a whole number of cards >= 1, got {value!r}.")
+                    raise ConfigError(f"plan --cards: expected a whole number of cards >= 1, got {value[:100]!r}.")
+                problem = count_problem("server_cards", int(value))
+                if problem:  # the planner models every card: a typed number must not size memory
+                    raise ConfigError(f"plan --cards: {problem}.")
                 cards = int(value)
             else:
                 name, _, card = value.partition("=")
@@ -46,7 +51,7 @@ def parse_server_args(rest: list[str]) -> tuple[int | None, dict[str, int], list
                     raise ConfigError(f"plan --pin: expected MODEL=CARD (a model's name, a card index), got {value!r}.")
                 pins[name] = int(card)
         else:
-            others.append(a)
+            others.append(arg)
     return cards, pins, others
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._documents import parse_json, read_document
+from .._documents import parse_json, read_document, sha256_file
 from ..errors import RecipeError
 from ._quantized import QuantizedLayout, quantized_layout
 
@@ -215,14 +215,6 @@ def _check_against(
 _memory_cache: dict[str, dict[str, Any]] = {}
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def weights_digest(checkpoint: Checkpoint, cache_dir: Path | None = None) -> str:
     """sha256 over the weight files (name, size, sha256 each); per-file digests are reused while
     the file's (size, mtime, ctime, inode) is unchanged. ``cache_dir`` keeps them across runs."""
@@ -241,7 +233,7 @@ def weights_digest(checkpoint: Checkpoint, cache_dir: Path | None = None) -> str
         st = path.stat()
         stat = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         hit = cached.get(path.name)
-        sha = hit[1] if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat else _file_sha256(path)
+        sha = hit[1] if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat else sha256_file(path)
         fresh[path.name] = [stat, sha]
         h.update(f"{path.name}\0{st.st_size}\0{sha}\0".encode())
     _memory_cache[real] = fresh

@@ -4,6 +4,7 @@ _bundle      select cells of a manifest, copy and verify their artifacts, write 
 _remote_source  a cell's artifact from the remote cache, for a merge's build dir (no programs in it)
 _card        each cell's README.md (model card: budget, blocks, serve command, load lines)
 _provenance  every input the manifest records, rbln-build's version, the project's git commit
+_git        a work tree's commit and cleanliness (provenance, reproduce's check, --version)
 _format      release.json's names, rendering and self-hash (shared by the writer and verify)
 _dest        publish to a folder or an fsspec URL: all at once, release.json last, names immutable
 _verify      check a release where a consumer has it (no build directory, no torch)
@@ -17,11 +18,15 @@ neither the store nor the pipeline). The writer's side is ``rbln_build.release._
 
 from ._cli import release_main, verify_main
 from ._format import CELL_FILES, FORMAT, RELEASE_FILE, SELF_HASH_KEY, SIGNATURE_FILE, self_hash
+from ._git import checkout_commit, dirty_files, git_state
 from ._lone import check_released_cell, verify_cell, verify_location
 from ._verify import Verdict, verify_release
 
 __all__ = [
     "check_released_cell",
+    "checkout_commit",
+    "dirty_files",
+    "git_state",
     "CELL_FILES",
     "FORMAT",
     "RELEASE_FILE",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._documents import absent, parse_json, read_document
+from .._documents import absent, hash_stream, parse_json, read_document
 from ..errors import IntegrityError, UserError
 from ..store import ENTRY_FILE, content_hash, is_key
 from ._card import card_for
@@ -196,11 +196,8 @@ def _copy_checked(source: Path, meta: Any, cid: str, record: dict[str, Any], des
 
 def _file_digest(path: Path) -> dict[str, Any]:
     h = hashlib.sha256()
-    size = 0
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-            size += len(chunk)
+        size = hash_stream(h, f)
     return {"sha256": h.hexdigest(), "size": size}
 
 

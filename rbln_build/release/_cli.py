@@ -76,6 +76,7 @@ def _release_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "overrides",
         nargs="*",
+        default=[],  # not "required" in argparse's message when NAME is missing
         metavar="cache.KEY=VALUE",
         help="the remote cache a merge's build dir (shard=merge/N, no programs) takes its cells from, as the "
         "build was given it: cache.remote=URL and its credential options (default: the project's config)",
@@ -95,6 +96,12 @@ def release_main(argv: list[str], remote_for: RemoteOpener | None = None) -> int
     from ._dest import is_url, local_staging, publish
     from ._format import SIGNATURE_FILE, redact
 
+    if "=" in args.name:  # `release build_dir=b`: an override where the name belongs
+        raise UserError(
+            f"{args.name[:100]!r} stands where the release's name belongs; give the name first "
+            "(rbln-build release NAME), the build directory as --build-dir DIR and the remote cache as "
+            "cache.KEY=VALUE after the name."
+        )
     check_name(args.name, "release name")
     if args.hub_org is not None and (args.layout != "hub" or not _HUB_ORG.fullmatch(args.hub_org)):
         raise UserError(

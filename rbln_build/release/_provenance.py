@@ -7,13 +7,14 @@ Nothing here depends on the time or on an absolute path: the same build gives th
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import rbln_build
 
-__all__ = ["provenance_for", "git_state"]
+from ._git import git_state
+
+__all__ = ["provenance_for"]
 
 
 def _distinct(values: list[Any]) -> list[Any]:
@@ -45,34 +46,3 @@ def provenance_for(
         "deployments": sorted(manifest.get("deployments") or {}),
         "git": git_state(project_root, exclude),
     }
-
-
-def git_state(root: Path, exclude: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """{"commit": sha, "clean": bool} of the git work tree holding ``root``, or commit None and why.
-    ``exclude``: folders (the build directory, a local release destination) the clean check ignores."""
-
-    def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
-
-    try:
-        top = git("rev-parse", "--show-toplevel")
-    except FileNotFoundError:
-        return {"commit": None, "clean": None, "note": "git is not installed"}
-    except subprocess.TimeoutExpired:
-        return {"commit": None, "clean": None, "note": "git did not answer in 30 s"}
-    if top.returncode != 0:
-        return {"commit": None, "clean": None, "note": "the project is not in a git repository"}
-    head = git("rev-parse", "--verify", "-q", "HEAD")
-    if head.returncode != 0:
-        return {"commit": None, "clean": None, "note": "the git repository has no commit yet"}
-    toplevel = Path(top.stdout.strip()).resolve()
-    specs = [":(top)"]
-    for path in exclude:
-        try:
-            rel = path.resolve().relative_to(toplevel)
-        except ValueError:
-            continue
-        if rel.parts:
-            specs.append(f":(exclude,top){rel.as_posix()}")
-    status = git("status", "--porcelain", "--untracked-files=normal", "--", *specs)
-    return {"commit": head.stdout.strip(), "clean": status.returncode == 0 and not status.stdout.strip()}

@@ -144,8 +144,9 @@ class RemoteRelease:
 
 def open_release(location: str) -> LocalRelease | RemoteRelease:
     """The release at ``location`` (a folder, ``file://`` folder, or another fsspec URL)."""
-    if location.startswith("file://"):
-        location = location[len("file://") :]
+    given, location = location, location.removeprefix("file://")
+    if not location.strip():  # `verify "$DIR"` with DIR unset: not the current folder
+        raise UserError(f"{given!r}: empty; give the release folder (holding {RELEASE_FILE}) or its URL.")
     if "://" in location:
         return RemoteRelease(location)
     root = Path(location)
@@ -227,10 +228,8 @@ def _check_listed(
     """Every listed file there, a regular file of its size and sha256; nothing else but ``_TOP``."""
     problems = verdict.problems
     for rel in sorted(set(present) - set(listed) - _TOP):
-        extra = present[rel]
-        problems.append(
-            (rel, f"an extra file, not in {against}" if extra == "file" else f"a {extra}, not in {against}")
-        )
+        kind = "an extra file" if present[rel] == "file" else f"a {present[rel]}"
+        problems.append((rel, f"{kind}, not in {against}"))
     for rel, (sha, size) in sorted(listed.items()):
         what = present.get(rel)
         if what is None:

@@ -1,5 +1,5 @@
 """Is this checkout the release's sources? The project's git commit and cleanliness against the
-commit the release's provenance names (``rbln_build.release._provenance.git_state``, the same check
+commit the release's provenance names (``rbln_build.release.git_state``, the same check
 the release made), and the toolchain here against the one its cells record.
 
 A mismatch is refused unless the user allows it (``--allow-dirty``, ``--allow-other-commit``); what
@@ -8,13 +8,12 @@ was allowed is said, since a rebuild from other sources proves nothing about the
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..release._provenance import git_state
+from ..release import dirty_files, git_state
 
 __all__ = ["SourceCheck", "check_sources", "toolchain_differences"]
 
@@ -23,26 +22,6 @@ __all__ = ["SourceCheck", "check_sources", "toolchain_differences"]
 class SourceCheck:
     commit: str | None  # this checkout's HEAD
     allowed: list[str]  # what differs and was allowed (said in the verdict)
-
-
-def _dirty_files(root: Path, exclude: tuple[Path, ...]) -> list[str]:
-    specs = [":(top)"]
-    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
-    toplevel = Path(top.stdout.strip()).resolve()
-    for path in exclude:
-        try:
-            rel = path.resolve().relative_to(toplevel)
-        except ValueError:
-            continue
-        if rel.parts:
-            specs.append(f":(exclude,top){rel.as_posix()}")
-    status = subprocess.run(
-        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=normal", "--", *specs],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return [line[3:] for line in status.stdout.splitlines() if line.strip()]
 
 
 def check_sources(
@@ -78,7 +57,7 @@ def check_sources(
     if recorded.get("clean") is False:
         allowed.append("the release was made from a tree with uncommitted changes (its sources are not a commit)")
     if here.get("commit") is not None and here.get("clean") is False:
-        files = _dirty_files(root, exclude)
+        files = dirty_files(root, exclude)
         more = f" and {len(files) - 5} more" if len(files) > 5 else ""
         shown = ", ".join(files[:5]) + more
         if not allow_dirty:

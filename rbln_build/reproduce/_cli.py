@@ -35,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("release", metavar="RELEASE", help="the release folder, or its URL (file://, s3://)")
-    p.add_argument("overrides", metavar="OVERRIDE", nargs="*", help="passed to the build (jobs=1, executor=ray)")
+    p.add_argument(
+        "overrides", metavar="OVERRIDE", nargs="*", default=[], help="passed to the build (jobs=1, executor=ray)"
+    )
     p.add_argument("--cells", metavar="GLOB", action="append", default=[], help="only these released cells")
     p.add_argument("--project", metavar="DIR", default=None, help="the project checkout (default: found from here)")
     p.add_argument("--build-dir", metavar="DIR", default=None, help="build here (new or empty; kept)")

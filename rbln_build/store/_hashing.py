@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .._documents import hash_stream
 from ._keys import canonical_json
 
 __all__ = ["content_hash", "file_stats", "meta_hash", "result_hash"]
@@ -50,8 +51,7 @@ def content_hash(files_dir: Path, meta: dict[str, Any]) -> str:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device or a pipe is never read: a marker instead
                 h.update(b"\0not a regular file\0")  # (an entry we make holds none, so it never verifies)
                 continue
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+            hash_stream(h, f)
     h.update(b"\0meta\0" + canonical_json(meta).encode("utf-8"))
     return "sha256:" + h.hexdigest()
 

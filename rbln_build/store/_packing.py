@@ -5,7 +5,6 @@ and unpacked defensively (tarfile's ``data`` filter, uncompressed only, bounded 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -13,6 +12,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from .._documents import sha256_file
 from ._hashing import _files, content_hash
 from ._keys import canonical_json
 from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, program_problem
@@ -20,12 +20,7 @@ from ._store import ENTRY_FILE, ENTRY_SCHEMA, FILES_DIR, Entry, Store, program_p
 MAX_MEMBERS = 100_000  # files in one entry's tar
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256_of = sha256_file  # the store's name for it (exported)
 
 
 def _pack(entry: Entry, out: Path) -> None:
