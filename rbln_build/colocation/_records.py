@@ -84,6 +84,17 @@ class DeploymentRecords:
         return {"deployments": records}
 
 
+def _head(d: Any, target: Any) -> dict[str, Any]:
+    """What a server's record and each card's (or a one-card deployment's) begin with."""
+    return {
+        "device": d.device.name,
+        "npu": target.npu.name,
+        "num_devices": target.num_devices,
+        "mode": d.mode,
+        "objective": OBJECTIVE,
+    }
+
+
 def _server_record(
     d: Deployment, build: ServerBuild, results: dict[str, CellResult | None], store: Store
 ) -> dict[str, Any]:
@@ -99,11 +110,7 @@ def _server_record(
             models[name] = {**m, "card": cb.card}
     assert d.server is not None
     return {
-        "device": d.device.name,
-        "npu": target.npu.name,
-        "num_devices": target.num_devices,
-        "mode": d.mode,
-        "objective": OBJECTIVE,
+        **_head(d, target),
         "server": {
             "cards": d.server.cards,
             "placement": dict(plan.placement),
@@ -171,11 +178,7 @@ def _record(
         held = " once the margin is held" if any(margin) else ""
         problems.append(f"the built reports' per-chiplet totals exceed the available DRAM{held}")
     return {
-        "device": d.device.name,
-        "npu": target.npu.name,
-        "num_devices": target.num_devices,
-        "mode": d.mode,
-        "objective": OBJECTIVE,
+        **_head(d, target),
         "models": models,
         "reservations": [{"name": r.name, "bytes": r.nbytes, "chiplet": r.chiplet} for r in d.reservations],
         "per_chiplet": {
