@@ -33,10 +33,11 @@ usage: rbln-build plan deployment=<name> [--json] [--plot FILE] [OVERRIDE ...]
 
 plan           the budgets and block counts that let the deployment's models share its device,
                exactly optimal for the objective it prints; when they cannot, which models conflict
-               and the smallest changes that fit (each verified by planning again); with --cards, the
-               models placed on a server of N cards of its device, and each card's build and serve command;
+               and the smallest changes that fit, single or in pairs (each verified by planning again);
+               with --cards, the models placed on a server of N cards of its device, and each card's
+               build and serve command;
+               with a deployment.server key, its server, built in one run by `rbln-build deployment=<name>`;
                --plot FILE (.png or .svg) draws each card's chiplets: the models, reservations, margin, headroom
-               with a deployment.server key, its server, built in one run by `rbln-build deployment=<name>`
 serve-command  one vllm-rbln command per model of the built deployment (`rbln-build deployment=<name>`),
                pinned to the deployment's devices, on its own port, with flags that agree with the artifact;
                or the command of one built or released cell folder (its tokenizer, its compiled model)
