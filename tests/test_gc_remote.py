@@ -115,15 +115,23 @@ def test_gc_remote_keeps_what_unmerged_shards_name_and_removes_merged_records(
         check_ok(
             rbln([*PLANS, "jobs=1", f"build_dir={tmp_path / f's{i}'}", remote, f"shard={i}/2"], cwd=tmp_path, env=env)
         )
+    # a manifest that holds no shard's every cell, whichever keys each shard got (the split follows the keys,
+    # which follow the sources): one device and one budget, while every compile key serves two budgets
     part = tmp_path / "part"
-    check_ok(rbln([*PLANS, "device=rebel100", "jobs=1", f"build_dir={part}", remote], cwd=tmp_path, env=env))
+    check_ok(
+        rbln(
+            [*PLANS, "device=rebel100", "matrix.budgets=[0.3]", "jobs=1", f"build_dir={part}", remote],
+            cwd=tmp_path,
+            env=env,
+        )
+    )
     before = {k: names(fs, k) for k in ("compile", "artifacts", "blobs", "shards")}
     assert len(before["compile"]) == 4 and len(before["shards"]) == 2
 
     def gc(manifest: Path) -> Any:
         return rbln(["gc", "--remote", "--min-age=0", str(manifest), remote], cwd=tmp_path, env=env)
 
-    proc = gc(part / "manifest.json")  # rebel100's keys only: the shards' atom_max keys are not in it
+    proc = gc(part / "manifest.json")  # rebel100 at 0.3 only: each shard has cells it does not hold
     check_ok(proc)
     assert "kept 2 unmerged shard record(s) and the entries they name" in proc.stdout
     assert {k: names(fs, k) for k in before} == before  # before this change: 2 compile pointers and more went

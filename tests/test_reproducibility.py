@@ -9,6 +9,7 @@ builds are byte-identical."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,8 +80,11 @@ def _build(root: Path, name: str) -> Path:
     )
     check_ok(proc)
     if "executor=ray" in v.get("overrides", []):  # each compile ran on a Ray worker, not in a local one
-        sessions = list((tmp / "ray").glob("session_*/logs/worker-*"))  # Ray's, in the build's TMPDIR
-        assert sessions, f"no Ray worker ran (nothing in {tmp / 'ray'}):\n{proc.stderr[-3000:]}"
+        # the driver's count of compiles by the node each Ray task reported (commands/_build.py, _per_node);
+        # not Ray's session folder, which a long TMPDIR moves to a short folder of the build's (_ray_setup)
+        per_node = [line for line in proc.stdout.splitlines() if line.startswith("Ray compiles per node: ")]
+        assert per_node and "lost worker" not in per_node[0], f"no Ray worker ran:\n{proc.stdout[-3000:]}"
+        assert sum(int(n) for n in re.findall(r"(\d+) ok", per_node[0])) == 8, per_node
     release = [sys.executable, "-m", "rbln_build.cli", "release", "r1", "--to", str(root / f"releases-{name}")]
     check_ok(subprocess.run(release, cwd=work, env=env, capture_output=True, text=True, timeout=300))
     return work / "build"
